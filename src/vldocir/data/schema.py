@@ -1,0 +1,138 @@
+"""The benchmark's tables: their columns, Arrow types and key columns (DESIGN.md §2).
+
+A benchmark is a directory holding one Parquet file per table plus ``benchmark.json``. Columns
+listed here are required; a table may carry extra columns, which are kept and ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+EVIDENCE_STRUCTURES: tuple[str, ...] = (
+    "page_single",
+    "page_multi",
+    "doc_adjacent",
+    "doc_near",
+    "doc_far",
+    "cross_doc",
+)
+"""The six evidence structures, in the paper's order (which is also the order of every report)."""
+
+SINGLE_PAGE_STRUCTURES = frozenset({"page_single", "page_multi"})
+"""Evidence on exactly one page (Page-Multi means several elements of that one page)."""
+
+WITHIN_DOC_STRUCTURES = frozenset({"doc_adjacent", "doc_near", "doc_far"})
+"""Evidence on two or more pages of one document."""
+
+MULTI_PAGE_STRUCTURES = WITHIN_DOC_STRUCTURES | {"cross_doc"}
+"""Evidence on two or more pages: the distributed-evidence structures."""
+
+IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+"""A page image as Hugging Face ``datasets.Image`` stores it: encoded bytes, or a path relative to
+the benchmark directory, or both."""
+
+BBOX_TYPE = pa.list_(pa.float32(), 4)
+"""An element's box on its page, ``[x0, y0, x1, y1]`` in page pixels."""
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    schema: pa.Schema
+    key: tuple[str, ...]
+    """Columns that identify a row; unique within the table, and used to name a row in errors."""
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}.parquet"
+
+
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec
+    for spec in (
+        TableSpec(
+            "documents",
+            pa.schema(
+                [
+                    ("doc_id", pa.string()),
+                    ("source", pa.string()),
+                    ("domain", pa.string()),
+                    ("title", pa.string()),
+                    ("n_pages", pa.int32()),
+                    ("url", pa.string()),
+                    ("license", pa.string()),
+                ]
+            ),
+            key=("doc_id",),
+        ),
+        TableSpec(
+            "pages",
+            pa.schema(
+                [
+                    ("page_id", pa.string()),
+                    ("doc_id", pa.string()),
+                    ("page_index", pa.int32()),
+                    ("image", IMAGE_TYPE),
+                    ("width", pa.int32()),
+                    ("height", pa.int32()),
+                    ("dom_text", pa.string()),
+                    ("ocr_text", pa.string()),
+                ]
+            ),
+            key=("page_id",),
+        ),
+        TableSpec(
+            "elements",
+            pa.schema(
+                [
+                    ("doc_id", pa.string()),
+                    ("element_id", pa.string()),
+                    ("page_index", pa.int32()),
+                    ("bbox", BBOX_TYPE),
+                    ("element_type", pa.string()),
+                ]
+            ),
+            key=("doc_id", "element_id"),
+        ),
+        TableSpec(
+            "queries",
+            pa.schema(
+                [
+                    ("query_id", pa.string()),
+                    ("text", pa.string()),
+                    ("answer", pa.string()),
+                    ("evidence_structure", pa.string()),
+                    ("source", pa.string()),
+                    ("domain", pa.string()),
+                    ("generator", pa.string()),
+                    ("evidence_types", pa.list_(pa.string())),
+                ]
+            ),
+            key=("query_id",),
+        ),
+        TableSpec(
+            "qrels",
+            pa.schema(
+                [
+                    ("query_id", pa.string()),
+                    ("page_id", pa.string()),
+                    ("doc_id", pa.string()),
+                    ("element_ids", pa.list_(pa.string())),
+                ]
+            ),
+            key=("query_id", "page_id"),
+        ),
+    )
+}
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("query_id", pa.string()),
+        ("page_id", pa.string()),
+        ("rank", pa.int32()),
+        ("score", pa.float32()),
+    ]
+)
+"""A run: the top-N pages per query, ``rank`` 1-based, sorted by query then rank."""

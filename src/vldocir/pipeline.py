@@ -1,0 +1,98 @@
+"""The evaluation pipeline: benchmark → run (cached) → per-query metrics → results store.
+
+``run.py`` composes the config and calls :func:`evaluate`. Each stage is skipped when its artifact
+exists under the same key: re-running a command re-evaluates the stored run (cheap) and searches
+nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from vldocir import store
+from vldocir.cache import ArtifactCache, content_key
+from vldocir.data.benchmark import Benchmark, load_benchmark
+from vldocir.evaluation.aggregate import summarise
+from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
+from vldocir.reporting.console import format_report, structure_table
+from vldocir.tracking.manifest import git_state, hardware, package_versions, redact_secrets
+
+log = logging.getLogger(__name__)
+
+
+def open_benchmark(dataset: DictConfig) -> Benchmark:
+    """Load ``dataset.source``; build it first from ``dataset.build`` if it does not exist yet."""
+    source = str(dataset.source)
+    local = not source.startswith("hf://")
+    if local and not (Path(source) / "benchmark.json").is_file() and dataset.get("build") is not None:
+        from vldocir.build.synthetic import generate
+
+        log.info("building benchmark %s into %s (first use)", dataset.name, source)
+        generate(instantiate(dataset.build), source)
+    return load_benchmark(source, revision=dataset.get("revision"))
+
+
+def _overrides() -> list[str]:
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
+    """Run the stages ``cfg`` asks for and record them; returns ``metrics.json``'s content."""
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
+
+    tick = time.perf_counter()
+    bench = open_benchmark(cfg.dataset)
+    timings["load_benchmark_s"] = time.perf_counter() - tick
+    retriever = instantiate(cfg.retriever.model)
+    setting = instantiate(cfg.setting.method)
+
+    run_dir = store.run_directory(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
+    run_key = content_key(
+        {"benchmark": bench.fingerprint, "retriever": retriever.cache_params(), "setting": setting.cache_params(), "depth": cfg.depth}
+    )
+    manifest: dict[str, Any] = {
+        "config": redact_secrets(OmegaConf.to_container(cfg, resolve=True)),
+        "overrides": _overrides(),
+        "benchmark": bench.summary(),
+        "run": {"key": run_key, "dir": str(run_dir), "depth": cfg.depth},
+        "git": git_state(Path(cfg.paths.root_dir)),
+        "packages": package_versions(),
+        "hardware": hardware(),
+    }
+    tracker.start(manifest)
+
+    tick = time.perf_counter()
+    run = store.reusable_run(run_dir, run_key, cfg.cache_policy)
+    reused = run is not None
+    cache.record("run", run_key, "hit" if reused else "miss")
+    if reused:
+        log.info("reusing the stored run in %s (key %s): no search", run_dir, run_key)
+    else:
+        queries = bench.queries
+        query_texts = dict(zip(queries["query_id"], queries["text"]))
+        run = setting.apply(retriever, bench, query_texts, int(cfg.depth), cache)
+    timings["retrieve_s"] = time.perf_counter() - tick
+
+    tick = time.perf_counter()
+    index = EvidenceIndex.from_tables(bench.queries, bench.qrels, bench.pages[["page_id", "doc_id"]])
+    per_query = per_query_metrics(run, index, cfg.eval.ks)
+    metrics = summarise(per_query, cfg.eval.ks)
+    timings["evaluate_s"] = time.perf_counter() - tick
+    timings["wall_s"] = time.perf_counter() - started
+
+    manifest["run"]["reused"] = reused
+    manifest["cache"] = cache.events
+    manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    store.write_results(run_dir, None if reused else run, per_query, metrics, manifest)
+    tracker.log_results(metrics, structure_table(metrics))
+    print(format_report(metrics, run_dir, reused), flush=True)
+    return metrics

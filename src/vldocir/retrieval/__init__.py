@@ -1,0 +1,1 @@
+"""Retrievers, runs and retrieval settings."""
