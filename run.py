@@ -2,8 +2,11 @@
 
     python run.py                                   # DOM-BM25 on the embedded default benchmark
     python run.py retriever=colqwen25 setting=ctx n_ctx=256
-    python run.py -m eval.ks=[1,3],[5,10] hydra/launcher=submitit_local
+    python run.py -m retriever=dom_bm25,ocr_bm25 hydra/launcher=submitit_local
+    python run.py -m hydra/launcher=slurm_h100 --cfg hydra   # check a sweep's launcher, launch nothing
 """
+
+import sys
 
 import hydra
 from hydra.utils import instantiate
@@ -26,4 +29,7 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    from vldocir.launch import multirun_cfg_argv
+
+    sys.argv = multirun_cfg_argv(sys.argv)
     main()

@@ -42,3 +42,20 @@ def isolated_paths(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("VLDOCIR_ROOT", str(REPO_ROOT))
     monkeypatch.setenv("WANDB_MODE", os.environ.get("WANDB_MODE", "disabled"))
     return tmp_path
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests run only where CUDA is visible; elsewhere they are skipped, saying why."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    try:
+        import torch
+
+        available = torch.cuda.is_available()
+    except ImportError:
+        available = False
+    if not available:
+        skip = pytest.mark.skip(reason="needs a CUDA device; none is visible (torch.cuda.is_available() is False)")
+        for item in gpu_items:
+            item.add_marker(skip)

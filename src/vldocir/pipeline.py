@@ -22,7 +22,7 @@ from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.evaluation.aggregate import summarise
 from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
 from vldocir.reporting.console import format_report, structure_table
-from vldocir.tracking.manifest import git_state, hardware, package_versions, redact_secrets
+from vldocir.tracking.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,15 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     started = time.perf_counter()
     timings: dict[str, float] = {}
     cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
+    manifest: dict[str, Any] = {
+        "config": redact_secrets(OmegaConf.to_container(cfg, resolve=True)),
+        "overrides": redact_overrides(_overrides()),
+        "git": git_state(Path(cfg.paths.root_dir)),
+        "packages": package_versions(),
+        "hardware": hardware(),
+    }
+    # Started before anything can fail, so that a failed job is recorded (and finished) as failed.
+    tracker.start(manifest)
 
     tick = time.perf_counter()
     bench = open_benchmark(cfg.dataset)
@@ -59,21 +68,14 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     run_key = content_key(
         {"benchmark": bench.fingerprint, "retriever": retriever.cache_params(), "setting": setting.cache_params(), "depth": cfg.depth}
     )
-    manifest: dict[str, Any] = {
-        "config": redact_secrets(OmegaConf.to_container(cfg, resolve=True)),
-        "overrides": _overrides(),
-        "benchmark": bench.summary(),
-        "run": {"key": run_key, "dir": str(run_dir), "depth": cfg.depth},
-        "git": git_state(Path(cfg.paths.root_dir)),
-        "packages": package_versions(),
-        "hardware": hardware(),
-    }
-    tracker.start(manifest)
+    manifest["benchmark"] = bench.summary()
+    manifest["run"] = {"key": run_key, "dir": str(run_dir), "depth": cfg.depth}
 
     tick = time.perf_counter()
     run = store.reusable_run(run_dir, run_key, cfg.cache_policy)
     reused = run is not None
-    cache.record("run", run_key, "hit" if reused else "miss")
+    had_run = (run_dir / store.RUN_FILE).is_file()
+    cache.record("run", run_key, "hit" if reused else ("overwrite" if had_run and cfg.cache_policy == "overwrite" else "miss"))
     if reused:
         log.info("reusing the stored run in %s (key %s): no search", run_dir, run_key)
     else:
@@ -83,7 +85,7 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     timings["retrieve_s"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
-    index = EvidenceIndex.from_tables(bench.queries, bench.qrels, bench.pages[["page_id", "doc_id"]])
+    index = EvidenceIndex.from_tables(bench.queries, bench.qrels, bench.arrow("pages", ["page_id", "doc_id"]).to_pandas())
     per_query = per_query_metrics(run, index, cfg.eval.ks)
     metrics = summarise(per_query, cfg.eval.ks)
     timings["evaluate_s"] = time.perf_counter() - tick
@@ -93,6 +95,6 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     manifest["cache"] = cache.events
     manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
     store.write_results(run_dir, None if reused else run, per_query, metrics, manifest)
-    tracker.log_results(metrics, structure_table(metrics))
+    tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
     print(format_report(metrics, run_dir, reused), flush=True)
     return metrics

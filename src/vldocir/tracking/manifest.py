@@ -36,6 +36,15 @@ def redact_secrets(value: Any) -> Any:
     return value
 
 
+def redact_overrides(overrides: list[str]) -> list[str]:
+    """Command-line overrides (``key=value``) with the value of any secret-looking key replaced."""
+    redacted = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        redacted.append(f"{key}={REDACTED}" if sep and value and SECRET_KEY.search(key) else override)
+    return redacted
+
+
 def package_versions() -> dict[str, str | None]:
     versions = {}
     for name in PACKAGES:

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 import pandas as pd
 
-from vldocir.tracking.manifest import redact_secrets
+from vldocir.tracking.manifest import redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
 MODES = ("online", "offline", "disabled")
+
+
+def _run_name(manifest: dict[str, Any]) -> str:
+    """``benchmark/retriever/setting``, as in the results store. The tracker starts before the
+    benchmark is opened (so that a failing job is recorded too); until then ``dataset.name`` stands in."""
+    config = manifest.get("config", {})
+    benchmark = manifest.get("benchmark", {}).get("name") or config.get("dataset", {}).get("name")
+    return "/".join(str(part) for part in (benchmark, config.get("retriever", {}).get("id"), config.get("setting", {}).get("id")))
 
 
 class WandbTracker:
@@ -35,20 +44,26 @@ class WandbTracker:
             raise ImportError("logger=wandb needs the wandb package: uv sync (or pip install wandb)") from error
         if self.dir:
             os.makedirs(self.dir, exist_ok=True)
-        config = manifest.get("config", {})
-        name = "/".join(
-            str(part) for part in (manifest["benchmark"]["name"], config.get("retriever", {}).get("id"), config.get("setting", {}).get("id"))
-        )
-        self.run = wandb.init(
-            project=self.project, entity=self.entity, mode=self.mode, dir=self.dir, group=self.group,
-            tags=self.tags, name=name, config=redact_secrets(manifest), reinit="finish_previous",
-        )
+        # wandb records the command line (sys.argv) with the run: hide secret-looking overrides from it.
+        argv = sys.argv
+        sys.argv = [*argv[:1], *redact_overrides(argv[1:])]
+        try:
+            self.run = wandb.init(
+                project=self.project, entity=self.entity, mode=self.mode, dir=self.dir, group=self.group,
+                tags=self.tags, name=_run_name(manifest), config=redact_secrets(manifest), reinit="finish_previous",
+            )
+        finally:
+            sys.argv = argv
 
-    def log_results(self, metrics: dict[str, Any], structure_table: pd.DataFrame) -> None:
+    def log_results(self, metrics: dict[str, Any], structure_table: pd.DataFrame, manifest: dict[str, Any] | None = None) -> None:
         import wandb
 
         if self.run is None:
             return
+        if manifest:  # what became known after start: benchmark fingerprint, run key, cache events, timings
+            later = {k: v for k, v in manifest.items() if k not in self.run.config.keys()}
+            self.run.config.update(redact_secrets(later), allow_val_change=True)
+            self.run.name = _run_name(manifest)
         summary = {f"{aggregate}/{metric}": value for aggregate, values in metrics["aggregates"].items() for metric, value in values.items()}
         summary["n_queries"] = metrics["n_queries"]
         summary["n_queries_missing_from_run"] = metrics["n_queries_missing_from_run"]

@@ -1,0 +1,230 @@
+"""The evaluation pipeline end to end: results store, manifest, cache reuse, report.
+
+Most tests compose the config with Hydra's compose API and call ``vldocir.pipeline.evaluate`` (what
+``run.py`` does, minus process start-up); the last ones run ``python run.py`` as a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from vldocir import store
+from vldocir.data.benchmark import load_benchmark
+from vldocir.pipeline import evaluate
+from vldocir.retrieval.run import read_run, write_run
+from vldocir.tracking import NullTracker
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO_ROOT / "conf"
+STORE_FILES = (store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.MANIFEST_FILE)
+OLD = 1_000_000_000  # an mtime (2001) that no write made by a test can have
+
+
+@pytest.fixture(autouse=True)
+def _reset_hydra_config():
+    yield
+    HydraConfig.instance().cfg = None
+
+
+@pytest.fixture
+def run_eval(isolated_paths, small_bench_dir, capsys):
+    """``run_eval(*overrides)`` evaluates DOM-BM25 on the small benchmark like `python run.py` does;
+    returns (metrics, manifest, printed report, run directory)."""
+
+    def run(*overrides: str):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(
+                config_name="config",
+                overrides=[f"dataset.source={small_bench_dir}", "dataset.build=null", *overrides],
+                return_hydra_config=True,
+            )
+        HydraConfig.instance().set_config(cfg)  # as hydra.core.utils.run_job does
+        with open_dict(cfg):
+            del cfg["hydra"]
+        capsys.readouterr()
+        metrics = evaluate(cfg, NullTracker())
+        printed = capsys.readouterr().out
+        run_dir = store.run_directory(isolated_paths / "results", "test-small", "dom_bm25", "base")
+        manifest = json.loads((run_dir / store.MANIFEST_FILE).read_text())
+        return metrics, manifest, printed, run_dir
+
+    return run
+
+
+def _events(manifest) -> list[tuple[str, str]]:
+    return [(e["kind"], e["status"]) for e in manifest["cache"]]
+
+
+def _age(path: Path) -> None:
+    os.utime(path, ns=(OLD * 10**9, OLD * 10**9))
+
+
+def _rewritten(path: Path) -> bool:
+    return path.stat().st_mtime_ns != OLD * 10**9
+
+
+def test_store_entry_and_manifest(run_eval, small_bench_dir, isolated_paths):
+    metrics, manifest, printed, run_dir = run_eval()
+
+    assert run_dir == isolated_paths / "results" / "runs" / "test-small" / "dom_bm25" / "base"
+    for file in STORE_FILES:
+        assert (run_dir / file).is_file(), file
+    assert json.loads((run_dir / store.METRICS_FILE).read_text()) == json.loads(json.dumps(metrics))
+
+    assert manifest["config"]["dataset"]["source"] == str(small_bench_dir)
+    assert manifest["config"]["retriever"]["id"] == "dom_bm25"
+    assert manifest["config"]["paths"]["results_dir"] == str(isolated_paths / "results")
+    assert f"dataset.source={small_bench_dir}" in manifest["overrides"]
+    assert re.fullmatch(r"[0-9a-f]{40}", manifest["git"]["sha"])
+    assert isinstance(manifest["git"]["dirty"], bool)
+    assert manifest["packages"]["vldocir"] and manifest["packages"]["hydra-core"] and manifest["packages"]["bm25s"]
+    bench = load_benchmark(small_bench_dir)
+    assert manifest["benchmark"]["fingerprint"] == bench.fingerprint
+    assert manifest["benchmark"]["name"] == "test-small"
+    assert manifest["hardware"]["cpus"] >= 1 and manifest["hardware"]["host"]
+    assert manifest["timings"]["wall_s"] > 0
+    assert set(manifest["timings"]) >= {"load_benchmark_s", "retrieve_s", "evaluate_s", "wall_s"}
+    assert manifest["run"]["reused"] is False and manifest["run"]["dir"] == str(run_dir)
+    assert _events(manifest) == [("run", "miss"), ("bm25-index", "miss")]
+
+    run = read_run(run_dir / store.RUN_FILE)
+    assert pc.max(run["rank"]).as_py() <= manifest["run"]["depth"]
+    per_query = pq.read_table(run_dir / store.PER_QUERY_FILE).to_pandas()
+    assert len(per_query) == metrics["n_queries"] == len(bench.queries)
+
+    # The printed report: headline rows, per-structure RecallAll, where the entry is.
+    assert re.search(r"^Macro\s+\d", printed, re.M) and re.search(r"^Micro\s+\d", printed, re.M)
+    assert "page_single" in printed and "cross_doc" in printed
+    assert f"Run directory: {run_dir}" in printed
+    assert "reused" not in printed
+
+
+def test_cache_events_across_runs(run_eval):
+    _, first, _, _ = run_eval()
+    assert _events(first) == [("run", "miss"), ("bm25-index", "miss")]
+    _, again, _, _ = run_eval()
+    assert _events(again) == [("run", "hit")], "the stored run is reused: no index lookup, no search"
+    # Another depth is another run, over the same index.
+    _, deeper, _, _ = run_eval("depth=50")
+    assert _events(deeper) == [("run", "miss"), ("bm25-index", "hit")]
+    assert deeper["run"]["key"] != first["run"]["key"]
+
+
+def test_identical_rerun_reuses_the_stored_run(run_eval):
+    metrics, _, _, run_dir = run_eval()
+    _age(run_dir / store.RUN_FILE)
+    again, manifest, printed, _ = run_eval()
+    assert manifest["run"]["reused"] is True
+    assert not _rewritten(run_dir / store.RUN_FILE)
+    assert "reused" in printed
+    assert again == metrics
+
+
+def test_changing_ks_reevaluates_without_searching(run_eval):
+    _, _, _, run_dir = run_eval()
+    _age(run_dir / store.RUN_FILE)
+    metrics, manifest, printed, _ = run_eval("eval.ks=[1,20]")
+    assert _events(manifest) == [("run", "hit")]
+    assert not _rewritten(run_dir / store.RUN_FILE)
+    assert metrics["ks"] == [1, 20]
+    assert set(metrics["aggregates"]["macro"]) >= {"recallall@1", "recallall@20", "ndcgall@20"}
+    assert "recallall@10" not in metrics["aggregates"]["macro"]
+    assert "recallall@20" in pq.read_schema(run_dir / store.PER_QUERY_FILE).names
+    assert "recallall@20" in printed
+
+
+def test_overwrite_policy_recomputes(run_eval):
+    _, first, _, run_dir = run_eval()
+    _age(run_dir / store.RUN_FILE)
+    _, manifest, _, _ = run_eval("cache_policy=overwrite")
+    assert manifest["run"]["reused"] is False
+    assert ("run", "overwrite") in _events(manifest)
+    assert ("bm25-index", "overwrite") in _events(manifest)
+    assert _rewritten(run_dir / store.RUN_FILE)
+    assert manifest["run"]["key"] == first["run"]["key"]
+
+
+def test_query_missing_from_the_run_scores_zero(run_eval):
+    metrics, _, _, run_dir = run_eval()
+    per_query = pq.read_table(run_dir / store.PER_QUERY_FILE).to_pandas()
+    found = per_query[per_query["recallall@10"] == 1.0]
+    dropped = found["query_id"].iloc[0]
+    assert metrics["n_queries_missing_from_run"] == 0
+
+    run = read_run(run_dir / store.RUN_FILE)
+    write_run(run.filter(pc.not_equal(run["query_id"].cast("string"), dropped)), run_dir / store.RUN_FILE)
+
+    again, manifest, printed, _ = run_eval()  # the manifest still names the run's key: it is reused
+    assert manifest["run"]["reused"] is True
+    assert again["n_queries_missing_from_run"] == 1
+    assert again["n_queries"] == metrics["n_queries"]
+    row = pq.read_table(run_dir / store.PER_QUERY_FILE).to_pandas().set_index("query_id").loc[dropped]
+    assert not row["in_run"]
+    metric_columns = [c for c in row.index if re.fullmatch(r"(ndcg|recall|ndcgall|recallall)@\d+", c)]
+    assert metric_columns and all(row[c] == 0 for c in metric_columns)
+    assert again["aggregates"]["micro"]["recallall@10"] < metrics["aggregates"]["micro"]["recallall@10"]
+    assert "1 absent from the run (scored 0)" in printed
+
+
+# --- `python run.py` as a subprocess ------------------------------------------------------------
+
+
+def run_py(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "run.py", *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, "HYDRA_FULL_ERROR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_default_command_end_to_end(isolated_paths):
+    done = run_py()
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert (isolated_paths / "data" / "synthetic-mini" / "benchmark.json").is_file(), "built on first use"
+    run_dir = isolated_paths / "results" / "runs" / "synthetic-mini" / "dom_bm25" / "base"
+    for file in STORE_FILES:
+        assert (run_dir / file).is_file(), file
+    assert re.search(r"^Macro\s+\d", done.stdout, re.M) and re.search(r"^Micro\s+\d", done.stdout, re.M)
+    assert f"Run directory: {run_dir}" in done.stdout
+
+    structures = json.loads((run_dir / store.METRICS_FILE).read_text())["breakdowns"]["structure"]
+    recall = {s: v["recallall@10"] for s, v in structures.items()}
+    assert recall["page_single"] > recall["cross_doc"], recall
+    assert recall["page_multi"] > recall["cross_doc"], recall
+
+    manifest = json.loads((run_dir / store.MANIFEST_FILE).read_text())
+    assert manifest["overrides"] == [] and manifest["run"]["reused"] is False
+
+    # The identical command again: the run is reused, said so, and not rewritten.
+    _age(run_dir / store.RUN_FILE)
+    again = run_py()
+    assert again.returncode == 0, again.stderr[-5000:]
+    assert "reused" in again.stdout
+    assert not _rewritten(run_dir / store.RUN_FILE)
+    manifest = json.loads((run_dir / store.MANIFEST_FILE).read_text())
+    assert manifest["run"]["reused"] is True and _events(manifest) == [("run", "hit")]
+
+
+@pytest.mark.slow
+def test_failing_job_names_the_problem(isolated_paths):
+    missing = isolated_paths / "no-such-benchmark"
+    done = run_py(f"dataset.source={missing}", "dataset.build=null")
+    assert done.returncode != 0
+    assert str(missing) in done.stderr and "does not exist" in done.stderr
+    assert not (isolated_paths / "results" / "runs").exists(), "a failed job leaves no store entry"
