@@ -21,6 +21,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from vldocir.data.benchmark import Benchmark, write_benchmark
+from vldocir.build.queries import DocumentInfo, PlacedFact, page_id, sample_queries
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 
 log = logging.getLogger(__name__)
@@ -88,17 +89,6 @@ _FILLER = (
     "rounded to the precision used in the original records . several comparisons with earlier work are discussed . "
     "the methodology follows the procedure described in the introduction . measurements were repeated to confirm them ."
 ).split(" . ")
-_QUESTION_FORMS = ("What is the {a} of {e}?", "Which {a} is reported for {e}?", "State the {a} given for {e}.")
-_PAIR_FORMS = (
-    "What are the {a1} and the {a2} of {e}?",
-    "Report both the {a1} and the {a2} recorded for {e}.",
-)
-_CROSS_FORMS = (
-    "Compare the {a1} of {e1} with the {a2} of {e2}.",
-    "What are the {a1} of {e1} and the {a2} of {e2}?",
-)
-
-
 def _value(rng: np.random.Generator, kind: str) -> str:
     if kind == "year":
         return str(int(rng.integers(1650, 2025)))
@@ -149,11 +139,8 @@ def _entity_name(rng: np.random.Generator) -> str:
 def generate(spec: SyntheticSpec, out_dir: str | Path) -> Benchmark:
     """Write the synthetic benchmark described by ``spec`` to ``out_dir`` and return it loaded."""
     rng = np.random.default_rng(spec.seed)
-    docs, pages, elements, queries, qrels = [], [], [], [], []
-    # facts[doc_id] -> list of (page_index, element_id, attribute, value, element_type)
-    facts: dict[str, list[tuple[int, str, str, str, str]]] = {}
-    entity_of: dict[str, str] = {}
-    docs_by_domain: dict[tuple[str, str], list[str]] = {}
+    docs, pages, elements = [], [], []
+    facts: dict[str, list[PlacedFact]] = {}
 
     total_docs = sum(spec.documents.values())
     bar = tqdm(total=total_docs, desc="synthesise documents", unit="doc", disable=total_docs < 200)
@@ -165,10 +152,8 @@ def generate(spec: SyntheticSpec, out_dir: str | Path) -> Benchmark:
             doc_id = f"{source}-{d:05d}"
             domain = domains[d % len(domains)]
             entity = _entity_name(rng)
-            entity_of[doc_id] = entity
             n_pages = int(rng.integers(lo, hi + 1))
             docs.append((doc_id, source, domain, f"{entity}", n_pages, f"https://example.org/{doc_id}", "CC-BY-4.0"))
-            docs_by_domain.setdefault((source, domain), []).append(doc_id)
             doc_facts = []
             for p in range(n_pages):
                 page_lines = [f"{entity} section {p + 1}"] if spec.with_text else []
@@ -178,55 +163,20 @@ def generate(spec: SyntheticSpec, out_dir: str | Path) -> Benchmark:
                     element_id = f"e{p:03d}{f:02d}"
                     y0 = 200 + f * (PAGE_HEIGHT - 400) / spec.facts_per_page
                     elements.append((doc_id, element_id, p, [100.0, y0, 1900.0, y0 + 300.0], etype))
-                    doc_facts.append((p, element_id, attr, value, etype))
+                    doc_facts.append(PlacedFact(doc_id, p, element_id, attr, value, etype))
                     if spec.with_text:
                         page_lines.append(f"The {attr} of {entity} is {value}.")
                         page_lines.extend(
                             _FILLER[int(i)] for i in rng.integers(len(_FILLER), size=spec.filler_per_fact)
                         )
                 text = " ".join(page_lines) if spec.with_text else ""
-                pages.append((f"{doc_id}-p{p:03d}", doc_id, p, PAGE_WIDTH, PAGE_HEIGHT, text))
+                pages.append((page_id(doc_id, p), doc_id, p, PAGE_WIDTH, PAGE_HEIGHT, text))
             facts[doc_id] = doc_facts
             bar.update()
     bar.close()
 
-    n_queries = sum(sum(v.values()) for v in spec.queries.values())
-    bar = tqdm(total=n_queries, desc="synthesise queries", unit="query", disable=n_queries < 2000)
-    doc_ids_by_source = {s: [d for d in facts if d.startswith(f"{s}-")] for s in spec.documents}
-    doc_info = {row[0]: row for row in docs}
-    counter = 0
-    for source, per_structure in spec.queries.items():
-        candidates = doc_ids_by_source[source]
-        for structure, n in per_structure.items():
-            made = attempts = 0
-            while made < n:
-                attempts += 1
-                if attempts > 50 * n + 1000:
-                    raise ValueError(
-                        f"synthetic generator: cannot place {n} {structure} queries in the {source} "
-                        "documents (too few or too short documents for this structure)"
-                    )
-                doc_id = candidates[int(rng.integers(len(candidates)))]
-                picked = _pick_evidence(rng, structure, doc_id, facts, doc_info, docs_by_domain, spec)
-                if picked is None:
-                    continue
-                evidence, text = picked
-                query_id = f"q{counter:07d}"
-                counter += 1
-                made += 1
-                types = sorted({etype for *_, etype in evidence})
-                if "image" in types:
-                    types = ["image", "text"]
-                answer = "; ".join(value for *_, value, _ in evidence)
-                generator = spec.generators[int(rng.random() < 0.22)] if len(spec.generators) > 1 else spec.generators[0]
-                queries.append((query_id, text, answer, structure, source, doc_info[doc_id][2], generator, types))
-                by_page: dict[tuple[str, int], list[str]] = {}
-                for ev_doc, page_index, element_id, *_ in evidence:
-                    by_page.setdefault((ev_doc, page_index), []).append(element_id)
-                for (ev_doc, page_index), element_ids in by_page.items():
-                    qrels.append((query_id, f"{ev_doc}-p{page_index:03d}", ev_doc, element_ids))
-                bar.update()
-    bar.close()
+    documents = [DocumentInfo(d[0], d[1], d[2], d[3], d[4]) for d in docs]
+    queries, qrels = sample_queries(rng, documents, facts, spec.queries, spec.near_max_gap, spec.generators)
 
     tables = {
         "documents": pd.DataFrame(docs, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
@@ -234,11 +184,8 @@ def generate(spec: SyntheticSpec, out_dir: str | Path) -> Benchmark:
             image=None, ocr_text=None
         ),
         "elements": pd.DataFrame(elements, columns=["doc_id", "element_id", "page_index", "bbox", "element_type"]),
-        "queries": pd.DataFrame(
-            queries,
-            columns=["query_id", "text", "answer", "evidence_structure", "source", "domain", "generator", "evidence_types"],
-        ),
-        "qrels": pd.DataFrame(qrels, columns=["query_id", "page_id", "doc_id", "element_ids"]),
+        "queries": queries,
+        "qrels": qrels,
     }
     info = {
         "name": spec.name,
@@ -252,65 +199,3 @@ def generate(spec: SyntheticSpec, out_dir: str | Path) -> Benchmark:
         },
     }
     return write_benchmark(out_dir, tables, info)
-
-
-def _pick_evidence(rng, structure, doc_id, facts, doc_info, docs_by_domain, spec):
-    """Choose the evidence facts for one query; ``None`` when this document cannot host it."""
-    doc_facts = facts[doc_id]
-    entity = doc_info[doc_id][3]
-    n_pages = doc_info[doc_id][4]
-    by_page: dict[int, list] = {}
-    for fact in doc_facts:
-        by_page.setdefault(fact[0], []).append(fact)
-
-    def fact_on(page: int):
-        page_facts = by_page[page]
-        return page_facts[int(rng.integers(len(page_facts)))]
-
-    def pair_query(f1, f2, e1=entity, e2=None):
-        if e2 is None:
-            form = _PAIR_FORMS[int(rng.integers(len(_PAIR_FORMS)))]
-            return form.format(a1=f1[2], a2=f2[2], e=e1)
-        form = _CROSS_FORMS[int(rng.integers(len(_CROSS_FORMS)))]
-        return form.format(a1=f1[2], a2=f2[2], e1=e1, e2=e2)
-
-    if structure == "page_single":
-        fact = fact_on(int(rng.integers(n_pages)))
-        form = _QUESTION_FORMS[int(rng.integers(len(_QUESTION_FORMS)))]
-        return [(doc_id, *fact)], form.format(a=fact[2], e=entity)
-    if structure == "page_multi":
-        page = int(rng.integers(n_pages))
-        page_facts = by_page[page]
-        i, j = rng.choice(len(page_facts), size=2, replace=False)
-        f1, f2 = page_facts[int(i)], page_facts[int(j)]
-        if f1[2] == f2[2]:
-            return None
-        return [(doc_id, *f1), (doc_id, *f2)], pair_query(f1, f2)
-    if structure in ("doc_adjacent", "doc_near", "doc_far"):
-        gaps = {
-            "doc_adjacent": range(1, 2),
-            "doc_near": range(2, spec.near_max_gap + 1),
-            "doc_far": range(spec.near_max_gap + 1, n_pages),
-        }[structure]
-        gaps = [g for g in gaps if g < n_pages]
-        if not gaps:
-            return None
-        gap = gaps[int(rng.integers(len(gaps)))]
-        first = int(rng.integers(n_pages - gap))
-        f1, f2 = fact_on(first), fact_on(first + gap)
-        if f1[2] == f2[2]:
-            return None
-        return [(doc_id, *f1), (doc_id, *f2)], pair_query(f1, f2)
-    if structure == "cross_doc":
-        source, domain = doc_info[doc_id][1], doc_info[doc_id][2]
-        partners = [d for d in docs_by_domain[(source, domain)] if d != doc_id] or [
-            d for (s, _), ds in docs_by_domain.items() if s == source for d in ds if d != doc_id
-        ]
-        if not partners:
-            return None
-        other = partners[int(rng.integers(len(partners)))]
-        f1 = fact_on(int(rng.integers(n_pages)))
-        other_facts = facts[other]
-        f2 = other_facts[int(rng.integers(len(other_facts)))]
-        return [(doc_id, *f1), (other, *f2)], pair_query(f1, f2, entity, doc_info[other][3])
-    raise ValueError(f"unknown evidence structure {structure!r}")
