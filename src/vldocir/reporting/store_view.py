@@ -1,0 +1,188 @@
+"""A read-only view of the results store for the reports: which runs exist, and their numbers.
+
+Everything a table or figure shows comes from a store entry (``metrics.json``, or
+``per_query.parquet`` when a slice is needed that ``metrics.json`` does not hold, e.g. one
+generator's queries) and is aggregated with the harness's own code
+(:mod:`vldocir.evaluation.aggregate`), so a reproduced cell means what the pipeline's numbers mean.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import cached_property
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from vldocir.evaluation.aggregate import balanced_by, evidence_completeness, summarise
+from vldocir.reporting.paper import PaperSpec, RunRef
+from vldocir.store import MANIFEST_FILE, METRICS_FILE, PER_QUERY_FILE, list_runs
+
+log = logging.getLogger(__name__)
+
+
+class StoredRun:
+    """One results-store entry, read lazily."""
+
+    def __init__(self, path: Path, benchmark: str, retriever: str, setting: str):
+        self.path = Path(path)
+        self.benchmark, self.retriever, self.setting = benchmark, retriever, setting
+        self._subset_aggregates: dict[tuple, dict | None] = {}
+
+    def __repr__(self) -> str:
+        return f"StoredRun({self.label} on {self.benchmark})"
+
+    @property
+    def label(self) -> str:
+        return f"{self.retriever}/{self.setting}"
+
+    @cached_property
+    def metrics(self) -> dict:
+        return json.loads((self.path / METRICS_FILE).read_text())
+
+    @cached_property
+    def manifest(self) -> dict:
+        return json.loads((self.path / MANIFEST_FILE).read_text())
+
+    @cached_property
+    def per_query(self) -> pd.DataFrame:
+        return pd.read_parquet(self.path / PER_QUERY_FILE)
+
+    @property
+    def ks(self) -> list[int]:
+        return [int(k) for k in self.metrics["ks"]]
+
+    def benchmark_dir(self) -> Path | None:
+        """The benchmark directory the run was evaluated on (``manifest.json``: dataset.source)."""
+        source = self.manifest.get("config", {}).get("dataset", {}).get("source")
+        if not source or str(source).startswith("hf://"):
+            return None
+        path = Path(source)
+        return path if (path / "benchmark.json").is_file() else None
+
+    def aggregates(self, subset: Mapping[str, str] | None = None) -> dict[str, dict[str, float]] | None:
+        """Micro, Macro, source and domain Macro (percent), over all queries or over the queries
+        whose attributes match ``subset`` (e.g. ``{"generator": "GPT-4.1-mini"}``), recomputed by
+        :func:`summarise` exactly as the pipeline computes ``metrics.json``."""
+        if not subset:
+            return self.metrics["aggregates"]
+        key = tuple(sorted(subset.items()))
+        if key not in self._subset_aggregates:
+            frame = self.per_query
+            mask = pd.Series(True, index=frame.index)
+            for column, value in subset.items():
+                mask &= frame[column] == value
+            self._subset_aggregates[key] = summarise(frame[mask], self.ks)["aggregates"] if mask.any() else None
+        return self._subset_aggregates[key]
+
+    def source_structure(self, source: str, structure: str, column: str) -> float | None:
+        cell = self.metrics["breakdowns"]["source_structure"].get(source, {}).get(structure)
+        return None if cell is None else cell.get(column)
+
+    def structure(self, structure: str, column: str) -> float | None:
+        cell = self.metrics["breakdowns"]["structure"].get(structure)
+        return None if cell is None else cell.get(column)
+
+    def balanced(self, by: str, columns: Sequence[str], groups: Mapping[str, Sequence[str]] | None = None,
+                 where: Mapping[str, str] | None = None) -> pd.DataFrame:
+        """:func:`balanced_by` over the per-query rows: per value of ``by`` the structure-balanced
+        mean (percent). ``groups`` relabels values first (``{"Image": ["image", "image+text"]}``;
+        values in no group are dropped); ``where`` keeps only matching rows."""
+        frame = self.per_query
+        for column, value in (where or {}).items():
+            frame = frame[frame[column] == value]
+        if groups is not None:
+            relabel = {value: group for group, values in groups.items() for value in values}
+            frame = frame.assign(**{by: frame[by].map(relabel)}).dropna(subset=[by])
+        if frame.empty:
+            return pd.DataFrame(columns=["n_queries", *columns])
+        table, _ = balanced_by(frame, by, list(columns))
+        return table
+
+    def completeness(self, structure: str, by: str, k: int) -> dict[str, dict[str, dict[str, float]]]:
+        """Per value of ``by``: the page- and document-level all/partial/none split (percent) of
+        the ``structure`` queries at cut-off ``k`` (:func:`evidence_completeness`)."""
+        frame = self.per_query[self.per_query["evidence_structure"] == structure]
+        if f"pages_found@{k}" not in frame.columns:
+            return {}
+        out = {}
+        for group, rows in frame.groupby(by):
+            split = evidence_completeness(rows, [k])
+            out[str(group)] = {level: split[level][f"@{k}"][structure] for level in ("page", "document")}
+        return out
+
+
+class ResultsView:
+    """The runs of one benchmark in the results store."""
+
+    def __init__(self, results_dir: str | Path, benchmark: str):
+        self.results_dir = Path(results_dir)
+        self.benchmark = benchmark
+        self.index = list_runs(self.results_dir)
+        self._runs: dict[Path, StoredRun] = {}
+
+    def _stored(self, row) -> StoredRun:
+        path = Path(row.path)
+        if path not in self._runs:
+            self._runs[path] = StoredRun(path, row.benchmark, row.retriever, row.setting)
+        return self._runs[path]
+
+    def get(self, ref: RunRef | None) -> StoredRun | None:
+        if ref is None:
+            return None
+        benchmark = ref.benchmark_for(self.benchmark)
+        hit = self.index[
+            (self.index.benchmark == benchmark) & (self.index.retriever == ref.retriever) & (self.index.setting == ref.setting)
+        ]
+        return self._stored(hit.iloc[0]) if len(hit) else None
+
+    def runs(self) -> list[StoredRun]:
+        """Every run of the benchmark, mapped by the manifest or not."""
+        return [self._stored(row) for row in self.index[self.index.benchmark == self.benchmark].itertuples()]
+
+    def any_run(self) -> StoredRun | None:
+        """A run of the benchmark, for what every run holds alike (query counts): the first by path."""
+        runs = self.runs()
+        return runs[0] if runs else None
+
+    def available(self, refs: Mapping[str, RunRef | None]) -> dict[str, StoredRun]:
+        """The subset of ``refs`` (label -> run) that exists in the store, in the given order."""
+        found = {label: self.get(ref) for label, ref in refs.items()}
+        return {label: run for label, run in found.items() if run is not None}
+
+    def benchmark_dir(self) -> Path | None:
+        """The directory of the benchmark (from the first run whose manifest points to one)."""
+        for run in self.runs():
+            path = run.benchmark_dir()
+            if path is not None:
+                return path
+        return None
+
+
+def choose_benchmark(results_dir: str | Path, spec: PaperSpec, requested: str | None = None) -> tuple[str, str | None]:
+    """Which benchmark's runs to compare with the paper, and a note when it is not the paper's.
+
+    ``requested`` wins. Otherwise the manifest's benchmark if the store has runs of it; otherwise
+    the benchmark with the most runs that the manifest maps (ties: by name), so that a store holding
+    only the mini benchmark's runs shows them; with no runs at all, the manifest's benchmark.
+    """
+    if requested:
+        note = None if requested == spec.benchmark else f"reproduced values are runs on {requested}, not on the paper's {spec.benchmark}"
+        return requested, note
+    index = list_runs(results_dir)
+    if (index.benchmark == spec.benchmark).any() or index.empty:
+        return spec.benchmark, None
+    mapped = {(ref.retriever, ref.setting) for ref in spec.all_runs().values()}
+    counts = {
+        name: sum((r, s) in mapped for r, s in zip(group.retriever, group.setting))
+        for name, group in index.groupby("benchmark")
+    }
+    best = sorted(counts, key=lambda name: (-counts[name], name))[0]
+    note = (
+        f"the store has no runs of the paper's benchmark {spec.benchmark}; reproduced values are "
+        f"runs on {best} ({counts[best]} mapped run(s)), a different benchmark: differences are expected"
+    )
+    log.warning(note)
+    return best, note

@@ -1,0 +1,448 @@
+"""The paper's tables, reproduced from the results store beside the published numbers.
+
+Each table of ``experiments/paper.yaml`` becomes a :class:`ReportTable`: one cell per printed
+number, holding the published value (``results/paper/<csv>``), the reproduced value where the
+row's run exists in the store (``None`` otherwise: missing, never zero) and the rank groups used to
+mark the best / second / third values as the paper does. A table's ``layout`` names the function
+below that reads its cells; the CSV fixes its rows and columns.
+
+    python -m vldocir.reporting.tables                # results/tables/*.md|tex, results/figures/*.pdf|png
+    python -m vldocir.reporting.tables --benchmark vl-docir-mini --no-figures
+    python -m vldocir.reporting.tables --wandb        # also log them to W&B (WANDB_MODE=offline works)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from vldocir.reporting.paper import PaperSpec, PaperSpecError, RunRef, load_spec, metric_label
+from vldocir.reporting.store_view import ResultsView, StoredRun, choose_benchmark
+
+log = logging.getLogger(__name__)
+
+CELL_COLUMNS = ["row", "column", "published", "reproduced", "run", "status", "group", "decimals", "tolerance"]
+
+
+@dataclass
+class ReportTable:
+    """One paper table as cells.
+
+    ``cells`` has one row per printed number: ``row`` (tuple of the row's key values, in
+    ``index`` order), ``column`` (display label), ``published`` and ``reproduced`` (float or NaN),
+    ``run`` (store path of the reproducing run, or None), ``status`` (why a run is missing),
+    ``group`` (cells ranked together for the best/second/third marks), ``decimals``, ``tolerance``.
+    """
+
+    name: str
+    title: str
+    index: list[str]
+    columns: list[str]
+    cells: pd.DataFrame
+    benchmark: str
+    marks: str = "none"  # none | best | top3
+    reproduced_from: str = ""  # for the caption: "runs on `vl-docir`", ...
+
+    def __post_init__(self):
+        self.reproduced_from = self.reproduced_from or f"runs on `{self.benchmark}`"
+
+    @property
+    def rows(self) -> list[tuple]:
+        return list(dict.fromkeys(self.cells["row"]))
+
+    @property
+    def n_rows_reproduced(self) -> int:
+        return int(self.cells.groupby("row", sort=False)["reproduced"].apply(lambda v: v.notna().any()).sum())
+
+
+class _Cells:
+    """Collects a table's cells in printing order."""
+
+    def __init__(self, entry: dict[str, Any], spec: PaperSpec, view: ResultsView):
+        self.records: list[dict[str, Any]] = []
+        self.benchmark = view.benchmark
+        self.decimals = int(entry.get("decimals", 2))
+        self.tolerance = float(entry.get("tolerance", spec.tolerance))
+
+    def add(self, row: tuple, column: str, published, reproduced, run: StoredRun | None, ref: RunRef | None,
+            group=None, decimals: int | None = None, tolerance: float | None = None, why: str | None = None) -> None:
+        if run is None:
+            if ref is None:
+                status = why or f"no run of {self.benchmark} in the store"
+            else:
+                status = f"no run {ref.store_path(self.benchmark)} ({ref.status or 'not run yet'})"
+        else:
+            status = "ok" if reproduced is not None else f"{run.label} has no value for {column}"
+        self.records.append(
+            {
+                "row": tuple(row),
+                "column": column,
+                "published": _float(published),
+                "reproduced": _float(reproduced),
+                "run": None if run is None else str(run.path),
+                "status": status,
+                "group": group,
+                "decimals": self.decimals if decimals is None else decimals,
+                "tolerance": self.tolerance if tolerance is None else tolerance,
+            }
+        )
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.records, columns=CELL_COLUMNS)
+
+
+def _float(value) -> float:
+    if value is None:
+        return np.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def _metric_columns(csv: pd.DataFrame) -> list[str]:
+    return [c for c in csv.columns if "@" in c]
+
+
+# -- layouts: one function per kind of table ---------------------------------------------------------
+
+
+def layout_aggregates(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Rows: model (x aggregate); columns: metrics at k. Tables 3, 13, 14, 15, 19, 20."""
+    csv = spec.csv(entry["csv"])
+    aggregates = entry["aggregates"]
+    has_aggregate = "aggregate" in csv.columns
+    metrics = _metric_columns(csv)
+    cells = _Cells(entry, spec, view)
+    for record in csv.to_dict("records"):
+        label = record["model"]
+        ref = spec.row_ref(entry, label)
+        run = view.get(ref)
+        aggregate_label = record["aggregate"] if has_aggregate else None
+        values = run.aggregates(entry.get("subset")) if run is not None else None
+        values = (values or {}).get(aggregates[aggregate_label], {}) if run is not None else {}
+        row = (label, aggregate_label) if has_aggregate else (label,)
+        for metric in metrics:
+            cells.add(row, metric_label(metric), record[metric], values.get(metric), run, ref, group=(aggregate_label, metric))
+    return (["Model", "Aggregate"] if has_aggregate else ["Model"]), cells.frame()
+
+
+def layout_settings(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 4: rows family x aggregate; per setting, nDCGAll@10 and RecallAll@10 (best per row)."""
+    csv = spec.csv(entry["csv"])
+    cells = _Cells(entry, spec, view)
+    for (family, aggregate), block in csv.groupby(["family", "aggregate"], sort=False):
+        for record in block.to_dict("records"):
+            settings = entry["rows"].get(family)
+            if settings is None or record["setting"] not in settings:
+                raise PaperSpecError(f"Table 4 row {family}/{record['setting']} has no mapping in experiments/paper.yaml")
+            ref = RunRef.from_entry(settings[record["setting"]])
+            run = view.get(ref)
+            why = None if ref is not None else "not evaluated in the paper"
+            values = (run.aggregates() or {}).get(entry["aggregates"][aggregate], {}) if run is not None else {}
+            for metric in entry["metrics"]:
+                cells.add((family, aggregate), f"{record['setting']} {metric_label(metric)}", record[metric], values.get(metric),
+                          run, ref, group=(family, aggregate, metric), why=why)
+    return ["Family", "Aggregate"], cells.frame()
+
+
+def layout_structure_view(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 5: per structure, the query count and the source-averaged RecallAll@5 of one run."""
+    csv = spec.csv(entry["csv"])
+    metric = entry["metric"]
+    ref = RunRef.from_entry(entry["run"])
+    run = view.get(ref)
+    cells = _Cells(entry, spec, view)
+    value_column = [c for c in csv.columns if c not in ("evidence_structure", "queries")][0]
+    for record in csv.to_dict("records"):
+        structure = spec.structure_id(record["evidence_structure"])
+        count = value = None
+        if run is not None:
+            count = run.structure(structure, "n_queries")
+            per_source = [run.source_structure(source, structure, metric) for source in run.metrics["breakdowns"]["source_structure"]]
+            per_source = [v for v in per_source if v is not None]
+            value = float(np.mean(per_source)) if per_source else None
+        row = (record["evidence_structure"],)
+        cells.add(row, "#Queries", record["queries"], count, run, ref, decimals=0, tolerance=0)
+        cells.add(row, f"Source-avg {metric_label(metric)}", record[value_column], value, run, ref)
+    return ["Evidence structure"], cells.frame()
+
+
+def layout_source_structure(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 16: rows source x model; columns the six structures."""
+    csv = spec.csv(entry["csv"])
+    metric = entry["metric"]
+    cells = _Cells(entry, spec, view)
+    structures = [c for c in csv.columns if c not in ("source", "model")]
+    for record in csv.to_dict("records"):
+        source = spec.source_id(record["source"])
+        ref = spec.row_ref(entry, record["model"])
+        run = view.get(ref)
+        for structure in structures:
+            value = run.source_structure(source, structure, metric) if run is not None else None
+            cells.add((record["source"], record["model"]), spec.structure_label(structure), record[structure], value, run, ref,
+                      group=(source, structure))
+    return ["Source", "Model"], cells.frame()
+
+
+def layout_source_structure_by_structure(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 18: rows structure x model; columns the four sources."""
+    csv = spec.csv(entry["csv"])
+    metric = entry["metric"]
+    cells = _Cells(entry, spec, view)
+    sources = [c for c in csv.columns if c not in ("evidence_structure", "model")]
+    for record in csv.to_dict("records"):
+        structure = spec.structure_id(record["evidence_structure"])
+        ref = spec.row_ref(entry, record["model"])
+        run = view.get(ref)
+        for column in sources:
+            source = spec.source_id(column)
+            value = run.source_structure(source, structure, metric) if run is not None else None
+            cells.add((record["evidence_structure"], record["model"]), spec.source_label(source), record[column], value, run, ref,
+                      group=(structure, source))
+    return ["Evidence structure", "Model"], cells.frame()
+
+
+def layout_evidence_type(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 17: rows evidence type x model; structure-balanced means within each type group."""
+    csv = spec.csv(entry["csv"])
+    metrics = _metric_columns(csv)
+    groups = spec.labels["evidence_types"]
+    cells = _Cells(entry, spec, view)
+    tables: dict[str, pd.DataFrame] = {}
+    for record in csv.to_dict("records"):
+        ref = spec.row_ref(entry, record["model"])
+        run = view.get(ref)
+        if run is not None and run.label not in tables:
+            tables[run.label] = run.balanced("evidence_type", metrics, groups=groups)
+        table = tables.get(run.label) if run is not None else None
+        for metric in metrics:
+            value = None
+            if table is not None and record["evidence_type"] in table.index:
+                value = table.loc[record["evidence_type"], metric]
+            cells.add((record["evidence_type"], record["model"]), metric_label(metric), record[metric], value, run, ref,
+                      group=(record["evidence_type"], metric))
+    return ["Evidence type", "Model"], cells.frame()
+
+
+def _count_table(run: StoredRun | None, by: str) -> pd.DataFrame | None:
+    """Queries per value of ``by`` (index) x evidence structure (columns), from a run's rows."""
+    if run is None:
+        return None
+    return run.per_query.groupby([by, "evidence_structure"]).size().unstack(fill_value=0)
+
+
+def _count(counts: pd.DataFrame | None, row: str | None, column: str | None) -> int | None:
+    """One cell of a count table; ``None`` for a key means the total over it."""
+    if counts is None:
+        return None
+    part = counts if row is None else counts.reindex(index=[row], fill_value=0)
+    part = part if column is None else part.reindex(columns=[column], fill_value=0)
+    return int(part.to_numpy().sum())
+
+
+def layout_query_counts(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 2: queries per structure (rows) x source (columns), with totals; from any run."""
+    csv = spec.csv(entry["csv"])
+    run = view.any_run()
+    counts = _count_table(run, "source")
+    cells = _Cells(entry, spec, view)
+    for record in csv.to_dict("records"):
+        label = record["evidence_structure"]
+        structure = None if label == "Total" else spec.structure_id(label)
+        for column in [c for c in csv.columns if c != "evidence_structure"]:
+            source = None if column == "total" else spec.source_id(column)
+            value = _count(None if counts is None else counts.T, structure, source)
+            cells.add((label,), "Total" if source is None else spec.source_label(source), record[column], value, run, None)
+    return ["Evidence structure"], cells.frame()
+
+
+def layout_domain_counts(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 11: queries per domain (rows) x structure (columns), with totals; from any run."""
+    csv = spec.csv(entry["csv"])
+    run = view.any_run()
+    counts = _count_table(run, "domain")
+    cells = _Cells(entry, spec, view)
+    for record in csv.to_dict("records"):
+        domain = None if record["domain"] == "Total" else record["domain"]
+        for column in [c for c in csv.columns if c != "domain"]:
+            structure = None if column == "total" else column
+            label = "Total" if structure is None else spec.structure_label(structure)
+            cells.add((record["domain"],), label, record[column], _count(counts, domain, structure), run, None)
+    return ["Domain"], cells.frame()
+
+
+CONFUSION_COLUMNS = {
+    "actual_removed_pred_removed": "P as P",
+    "actual_removed_pred_kept": "P as N",
+    "actual_kept_pred_removed": "N as P",
+    "actual_kept_pred_kept": "N as N",
+    "total": "Total",
+}
+
+
+def false_omission_rate(counts: dict[str, float]) -> float:
+    """FN / (FN + TN): the share of kept queries that should have been removed (positive = removed)."""
+    fn, tn = counts["actual_removed_pred_kept"], counts["actual_kept_pred_kept"]
+    return fn / (fn + tn) if fn + tn else np.nan
+
+
+def layout_confusion(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Tables 6-10: one confusion matrix per cleaning method (rows actual, columns predicted) and
+    its false omission rate; reproduced from ``<results>/<store>`` once the cleaning stage writes it."""
+    csv = spec.csv(entry["csv"]).set_index("method")
+    cells = _Cells(entry, spec, view)
+    for label, method in entry["rows"].items():
+        if method not in csv.index:
+            raise PaperSpecError(f"{name}: method {method!r} is not in {entry['csv']}")
+        published = csv.loc[method]
+        relative = entry["store"].format(method=method)
+        path = view.results_dir / relative
+        reproduced = json.loads(path.read_text()) if path.is_file() else None
+        if reproduced is not None and "total" not in reproduced:
+            reproduced["total"] = sum(reproduced[c] for c in CONFUSION_COLUMNS if c != "total")
+        source = _ResultFile(path) if reproduced is not None else None
+        why = f"no {relative} in the results directory (written by the cleaning stage)"
+        for column, display in CONFUSION_COLUMNS.items():
+            cells.add((label,), display, published[column], None if reproduced is None else reproduced.get(column), source, None,
+                      decimals=0, tolerance=0, why=why)
+        cells.add((label,), "FOR", published["reported_for"], None if reproduced is None else false_omission_rate(reproduced),
+                  source, None, decimals=4, tolerance=0.00005, why=why)
+    return ["Method"], cells.frame()
+
+
+class _ResultFile:
+    """Where a table's reproduction is one results file rather than a store entry."""
+
+    def __init__(self, path: Path):
+        self.path, self.label = path, path.name
+
+
+LAYOUTS: dict[str, Callable[..., tuple[list[str], pd.DataFrame]]] = {
+    "aggregates": layout_aggregates,
+    "settings": layout_settings,
+    "structure_view": layout_structure_view,
+    "source_structure": layout_source_structure,
+    "source_structure_by_structure": layout_source_structure_by_structure,
+    "evidence_type": layout_evidence_type,
+    "query_counts": layout_query_counts,
+    "domain_counts": layout_domain_counts,
+    "confusion": layout_confusion,
+}
+
+
+def build_table(name: str, spec: PaperSpec, view: ResultsView) -> ReportTable:
+    entry = spec.tables[name]
+    layout = entry.get("layout")
+    if layout not in LAYOUTS:
+        raise PaperSpecError(f"table {name}: unknown layout {layout!r} (one of {sorted(LAYOUTS)})")
+    index, cells = LAYOUTS[layout](name, entry, spec, view)
+    columns = list(dict.fromkeys(cells["column"]))
+    reproduced_from = f"the cleaning stage's `{entry['store']}` files" if layout == "confusion" else ""
+    return ReportTable(name=name, title=entry.get("title", name), index=index, columns=columns, cells=cells,
+                       benchmark=view.benchmark, marks=entry.get("marks", "none"), reproduced_from=reproduced_from)
+
+
+def build_tables(spec: PaperSpec, view: ResultsView, names: list[str] | None = None) -> dict[str, ReportTable]:
+    return {name: build_table(name, spec, view) for name in (names or list(spec.tables))}
+
+
+# -- command line --------------------------------------------------------------------------------
+
+
+def default_results_dir() -> Path:
+    return Path(os.environ.get("VLDOCIR_RESULTS_DIR", "results"))
+
+
+def _ignore_generated(directory: Path) -> None:
+    """Generated outputs are not committed: each output folder ignores itself (as .pytest_cache does)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / ".gitignore"
+    if not marker.exists():
+        marker.write_text("# generated by vldocir.reporting (make tables): not committed\n*\n")
+
+
+def write_tables(tables: dict[str, ReportTable], out_dir: Path, note: str | None = None) -> list[Path]:
+    from vldocir.reporting.render import to_latex, to_markdown
+    from vldocir.io import atomic_write_text
+
+    _ignore_generated(out_dir)
+    written = []
+    for name, table in tables.items():
+        for suffix, render in ((".md", to_markdown), (".tex", to_latex)):
+            path = out_dir / f"{name}{suffix}"
+            atomic_write_text(render(table, note=note), path)
+            written.append(path)
+    index = ["# Paper tables: reproduced / published (difference)", ""]
+    if note:
+        index += [f"> {note}", ""]
+    for name, table in tables.items():
+        index.append(f"- [{table.title}]({name}.md) ({name}.tex): {table.n_rows_reproduced} of {len(table.rows)} rows reproduced")
+    atomic_write_text("\n".join(index) + "\n", out_dir / "README.md")
+    return written
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m vldocir.reporting.tables", description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", type=Path, default=None, help="results directory (default: $VLDOCIR_RESULTS_DIR or results)")
+    p.add_argument("--manifest", type=Path, default=Path("experiments/paper.yaml"))
+    p.add_argument("--paper", type=Path, default=Path("results/paper"), help="the published CSVs")
+    p.add_argument("--benchmark", default=None, help="whose runs to compare (default: the manifest's, see choose_benchmark)")
+    p.add_argument("--out", type=Path, default=None, help="output root (default: the results directory): <out>/tables, <out>/figures")
+    p.add_argument("--only", nargs="*", default=None, help="names of tables/figures to render (default: all)")
+    p.add_argument("--no-tables", action="store_true")
+    p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--wandb", action="store_true", help="also log the tables and figures to W&B (mode from WANDB_MODE)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = parser().parse_args(argv)
+    results = args.results or default_results_dir()
+    out = args.out or results
+    spec = load_spec(args.manifest, args.paper)
+    benchmark, note = choose_benchmark(results, spec, args.benchmark)
+    view = ResultsView(results, benchmark)
+    print(f"Comparing runs of {benchmark} in {results}/runs with the published numbers in {args.paper}")
+    if note:
+        print(f"Note: {note}")
+
+    tables: dict[str, ReportTable] = {}
+    figures: dict[str, Path] = {}
+    files: list[Path] = []
+    if not args.no_tables:
+        names = [n for n in spec.tables if args.only is None or n in args.only]
+        tables = build_tables(spec, view, names)
+        files += write_tables(tables, out / "tables", note)
+        for name, table in tables.items():
+            print(f"  {name:<38} {table.n_rows_reproduced:>3} of {len(table.rows):>3} rows reproduced")
+        print(f"Tables: {out / 'tables'}/*.md, *.tex")
+    if not args.no_figures:
+        from vldocir.reporting.figures import render_figures
+
+        names = [n for n in spec.figures if args.only is None or n in args.only]
+        made = render_figures(spec, view, out / "figures", names)
+        figures = {name: result.png for name, result in made.items()}
+        files += [path for result in made.values() for path in (result.pdf, result.png)]
+        for name, result in made.items():
+            print(f"  {name:<38} {result.origin}")
+        print(f"Figures: {out / 'figures'}/*.pdf, *.png")
+    if args.wandb:
+        from vldocir.reporting.wandb_report import log_report
+
+        where = log_report(tables, figures, benchmark=benchmark, note=note, files=files)
+        print(f"Logged to W&B: {where}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
