@@ -82,12 +82,51 @@ def _string_values(values) -> pa.Array | None:
     return array
 
 
+def _ascending(values: pa.Array, strict: bool) -> bool:
+    """Whether Arrow strings are sorted (UTF-8 byte order is Python's ``str`` order)."""
+    if len(values) < 2:
+        return True
+    compare = pc.less if strict else pc.less_equal
+    return bool(pc.all(compare(values.slice(0, len(values) - 1), values.slice(1))).as_py())
+
+
 def _unique_string_values(index: pd.Index) -> pa.Array | None:
     """The index as Arrow strings if it is made of distinct non-null ``str`` (else ``None``)."""
     values = _string_values(index)
-    if values is None or pc.count_distinct(values).as_py() != len(values):
+    if values is None:
+        return None
+    if not _ascending(values, strict=True) and pc.count_distinct(values).as_py() != len(values):
         return None
     return values
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` for integers, by sorting (much faster than hashing here)."""
+    values = np.sort(values, kind="stable")
+    if len(values) < 2:
+        return values
+    return values[np.concatenate(([True], values[1:] != values[:-1]))]
+
+
+def _inferred_dtype(kind: type = pd.Series):
+    """The dtype pandas gives an object array of ``str`` (``str`` in pandas 3, else object)."""
+    return kind(np.array(["a"], dtype=object)).dtype
+
+
+def _index_values(column: pd.Series):
+    """What ``pd.Index(column.to_numpy(dtype=object))`` holds, without the round trip through
+    Python objects when the column already has the dtype that pandas would infer."""
+    if column.dtype == _inferred_dtype(pd.Index) and not column.hasnans:
+        return column.array
+    return column.to_numpy(dtype=object)
+
+
+def _frame_values(column: pd.Series):
+    """What ``pd.DataFrame`` makes of ``column.to_numpy(dtype=object)``, without the round trip
+    when the column already has the dtype that pandas would infer for it."""
+    if column.dtype == _inferred_dtype(pd.Series) and not column.hasnans:
+        return column.array
+    return column.to_numpy(dtype=object)
 
 
 def _positions(values: pa.Array, index_values: pa.Array) -> np.ndarray:
@@ -105,29 +144,14 @@ def _get_indexer(index: pd.Index, index_values: pa.Array | None, target) -> np.n
     return index.get_indexer(target.to_numpy(dtype=object) if isinstance(target, pd.Series) else target)
 
 
-def _object_values(column: pd.Series) -> np.ndarray:
-    """``column.to_numpy(dtype=object)``; for Arrow-backed strings without nulls each distinct
-    value becomes one Python string, shared by its rows (a low-cardinality column converts in
-    milliseconds instead of creating one object per row)."""
-    dtype = column.dtype
-    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow" and not column.hasnans:
-        encoded = pa.array(column.array)
-        if isinstance(encoded, pa.ChunkedArray):
-            encoded = encoded.combine_chunks()
-        encoded = pc.dictionary_encode(encoded)
-        if len(encoded.dictionary) * 4 < len(encoded):
-            dictionary = encoded.dictionary.to_numpy(zero_copy_only=False)
-            return dictionary[encoded.indices.to_numpy()]
-    return column.to_numpy(dtype=object)
-
-
 def _type_label(types) -> str:
     """A query's evidence types as one label: sorted and joined with '+', or 'unknown'."""
     return "+".join(sorted(types)) if types is not None and len(types) else "unknown"
 
 
 def _type_labels(column: pd.Series) -> np.ndarray:
-    """``column.map(_type_label)`` as an object array, computed once per distinct list of types.
+    """``column.map(_type_label)``, computed once per distinct list of types (an object array, or
+    the string array that ``pd.DataFrame`` would make of it).
 
     Rows are keyed by their sorted multiset of types (vectorised with Arrow and numpy); the label of
     each key comes from ``_type_label`` on one row holding it. Anything unusual (non-string types,
@@ -158,9 +182,16 @@ def _type_labels(column: pd.Series) -> np.ndarray:
                 if len(digits):
                     starts = (np.cumsum(lengths) - lengths)[nonempty]
                     keys[nonempty] = np.add.reduceat(digits, starts)
-                unique_keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-                labels = np.array([_type_label(values[i]) for i in first], dtype=object)
-                return labels[inverse.ravel()]
+                # One representative row per distinct key (sorting beats hashing here).
+                order = np.argsort(keys, kind="stable")
+                new_key = np.concatenate(([True], keys[order][1:] != keys[order][:-1]))
+                inverse = np.empty(len(keys), dtype=np.intp)
+                inverse[order] = np.cumsum(new_key) - 1
+                labels = [_type_label(values[i]) for i in order[new_key]]
+                dtype = _inferred_dtype(pd.Series)
+                if isinstance(dtype, pd.StringDtype):  # what pd.DataFrame would make of the labels
+                    return pd.array(labels, dtype=dtype).take(inverse)
+                return np.array(labels, dtype=object)[inverse]
     return np.array([_type_label(t) for t in values], dtype=object)
 
 
@@ -186,12 +217,27 @@ class EvidenceIndex:
 
     @classmethod
     def from_tables(cls, queries: pd.DataFrame, qrels: pd.DataFrame, pages: pd.DataFrame) -> "EvidenceIndex":
-        query_ids = pd.Index(queries["query_id"].to_numpy(dtype=object))
-        page_values = pages["page_id"].to_numpy(dtype=object)
-        order = np.argsort(page_values, kind="stable")
-        page_ids = pd.Index(page_values[order])
-        doc_codes, doc_ids = pd.factorize(pages["doc_id"].to_numpy(dtype=object)[order])
-        arrow_ids = {"query_ids": (query_ids, _unique_string_values(query_ids)), "page_ids": (page_ids, _unique_string_values(page_ids))}
+        query_ids = pd.Index(_index_values(queries["query_id"]))
+        page_strings = _string_values(pages["page_id"])
+        if page_strings is not None and _ascending(page_strings, strict=False):
+            order = None  # already sorted, as write_benchmark leaves them: a stable argsort keeps them
+            page_ids = pd.Index(_index_values(pages["page_id"]))
+        else:
+            page_values = pages["page_id"].to_numpy(dtype=object)
+            order = np.argsort(page_values, kind="stable")
+            page_ids = pd.Index(page_values[order])
+        doc_strings = _string_values(pages["doc_id"])
+        if doc_strings is not None:  # codes in order of first appearance, as pd.factorize
+            encoded = pc.dictionary_encode(doc_strings if order is None else doc_strings.take(order))
+            doc_codes, n_docs = encoded.indices.to_numpy().astype(np.intp), len(encoded.dictionary)
+        else:
+            doc_values = pages["doc_id"].to_numpy(dtype=object)
+            doc_codes, doc_ids = pd.factorize(doc_values if order is None else doc_values[order])
+            n_docs = len(doc_ids)
+        arrow_ids = {
+            "query_ids": (query_ids, _unique_string_values(query_ids)),
+            "page_ids": (page_ids, _unique_string_values(page_ids)),
+        }
         qcode = _get_indexer(query_ids, arrow_ids["query_ids"][1], qrels["query_id"])
         pcode = _get_indexer(page_ids, arrow_ids["page_ids"][1], qrels["page_id"])
         if (qcode < 0).any() or (pcode < 0).any():
@@ -202,9 +248,8 @@ class EvidenceIndex:
         page_doc = doc_codes.astype(np.int32)
         pair_doc = page_doc[pcode]
         if len(pair_doc) and pair_doc.min() >= 0:
-            # (query, document) pairs as one sortable integer: np.unique over rows, without axis=0.
-            n_docs = len(doc_ids)
-            keys = np.unique(qcode.astype(np.int64) * n_docs + pair_doc)
+            # (query, document) pairs as one integer: the same sorted unique pairs as np.unique(axis=0).
+            keys = _sorted_unique(qcode.astype(np.int64) * n_docs + pair_doc)
             pair_query, pair_doc = keys // n_docs, keys % n_docs
         else:
             pairs = np.unique(np.stack([qcode, pair_doc], axis=1), axis=0)
@@ -214,10 +259,10 @@ class EvidenceIndex:
         attributes = pd.DataFrame(
             {
                 "query_id": query_ids,
-                "evidence_structure": _object_values(queries["evidence_structure"]),
-                "source": _object_values(queries["source"]),
-                "domain": _object_values(queries["domain"]),
-                "generator": _object_values(queries["generator"]),
+                "evidence_structure": _frame_values(queries["evidence_structure"]),
+                "source": _frame_values(queries["source"]),
+                "domain": _frame_values(queries["domain"]),
+                "generator": _frame_values(queries["generator"]),
                 "evidence_type": _type_labels(queries["evidence_types"]),
             }
         )
@@ -246,62 +291,133 @@ class EvidenceIndex:
         return (self.evidence_docs >= 0).sum(axis=1)
 
 
-def _codes(column: pa.ChunkedArray | pa.Array, index: pd.Index, what: str, index_values: pa.Array | None = None) -> np.ndarray:
-    """Map an id column to codes in ``index`` through its dictionaries (one lookup per distinct id).
+class _RunIds:
+    """An id column of a run mapped to codes in ``index``, dictionary by dictionary.
 
     A Parquet file read with ``read_dictionary`` comes in many chunks that share a few dictionaries
-    (one per row group): each distinct dictionary is looked up once and its chunks' indices are
-    translated, without unifying the dictionaries. ``index_values``: the index as Arrow strings
-    (see :meth:`EvidenceIndex._arrow_ids`), or ``None`` to look up through pandas.
+    (one per row group): each distinct dictionary is looked up once (one lookup per distinct id)
+    and the chunks' indices are translated, without unifying the dictionaries. A dictionary that
+    lists a stretch of the index in order (query ids of a run written in benchmark order) is
+    recognised by comparison, without hashing. ``index_values``: the index as Arrow strings (see
+    :meth:`EvidenceIndex._arrow_ids`), or ``None`` to look up through pandas.
 
-    Returns int32 codes (int64 for an index of 2**31 ids or more).
+    Raises :class:`RunError` for ids the index lacks, then for null ids.
     """
-    if isinstance(column, pa.Array):
-        column = pa.chunked_array([column])
-    if not pa.types.is_dictionary(column.type):
-        column = pa.chunked_array([pc.dictionary_encode(column.combine_chunks())])
-    chunks = [chunk for chunk in column.chunks if len(chunk) or len(chunk.dictionary)]
 
-    # The distinct dictionaries, in order of first use (same buffers = same dictionary).
-    dictionaries: dict[tuple, int] = {}
-    chunk_dictionary = []
-    for chunk in chunks:
-        dictionary = chunk.dictionary
-        key = (dictionary.offset, len(dictionary), *(b.address if b is not None else 0 for b in dictionary.buffers()))
-        chunk_dictionary.append(dictionaries.setdefault(key, len(dictionaries)))
-    distinct = [None] * len(dictionaries)
-    for chunk, d in zip(chunks, chunk_dictionary):
-        if distinct[d] is None:
-            distinct[d] = chunk.dictionary
-    all_values = pa.concat_arrays(distinct) if distinct else pa.array([], pa.string())
+    def __init__(
+        self, column: pa.ChunkedArray | pa.Array, index: pd.Index, what: str, index_values: pa.Array | None
+    ):
+        if isinstance(column, pa.Array):
+            column = pa.chunked_array([column])
+        if not pa.types.is_dictionary(column.type):
+            column = pa.chunked_array([pc.dictionary_encode(column.combine_chunks())])
+        chunks = [chunk for chunk in column.chunks if len(chunk) or len(chunk.dictionary)]
 
-    lookup = None
-    if index_values is not None and (pa.types.is_string(all_values.type) or pa.types.is_large_string(all_values.type)):
-        if not all_values.null_count:
+        # The distinct dictionaries, in order of first use (same buffers = same dictionary).
+        dictionaries: dict[tuple, int] = {}
+        chunk_dictionary = []
+        distinct = []
+        for chunk in chunks:
+            dictionary = chunk.dictionary
+            buffers = (b.address if b is not None else 0 for b in dictionary.buffers())
+            key = (dictionary.offset, len(dictionary), *buffers)
+            if key not in dictionaries:
+                dictionaries[key] = len(distinct)
+                distinct.append(dictionary)
+            chunk_dictionary.append(dictionaries[key])
+        all_values = pa.concat_arrays(distinct) if distinct else pa.array([], pa.string())
+        is_string = pa.types.is_string(all_values.type) or pa.types.is_large_string(all_values.type)
+        usable = index_values is not None and is_string and not all_values.null_count
+
+        lookup = self._stretches(distinct, index_values) if usable else None
+        if lookup is None and usable:
             lookup = _positions(all_values, index_values)
-    if lookup is None:
-        lookup = index.get_indexer(all_values.to_numpy(zero_copy_only=False))
-    if (lookup < 0).any():
-        # Distinct unknown ids, in the order of the dictionaries (as if they had been unified).
-        unknown = all_values.filter(pa.array(lookup < 0)).to_pylist()
-        if len(distinct) > 1:
-            unknown = list(dict.fromkeys(unknown))
-        raise RunError(
-            f"the run names {len(unknown)} {what} id(s) that the benchmark does not have, e.g. "
-            f"{', '.join(map(str, unknown[:5]))}: was it made on another benchmark?"
-        )
-    if column.null_count:
-        raise RunError(f"the run has empty {what} ids")
+        if lookup is None:
+            lookup = index.get_indexer(all_values.to_numpy(zero_copy_only=False))
+        if (lookup < 0).any():
+            # Distinct unknown ids, in the order of the dictionaries (as if they had been unified).
+            unknown = all_values.filter(pa.array(lookup < 0)).to_pylist()
+            if len(distinct) > 1:
+                unknown = list(dict.fromkeys(unknown))
+            raise RunError(
+                f"the run names {len(unknown)} {what} id(s) that the benchmark does not have, e.g. "
+                f"{', '.join(map(str, unknown[:5]))}: was it made on another benchmark?"
+            )
+        if column.null_count:
+            raise RunError(f"the run has empty {what} ids")
 
-    lookup = lookup.astype(np.int32 if len(index) < 2**31 else np.int64)
-    bounds = np.cumsum([0, *(len(d) for d in distinct)])
-    codes = np.empty(sum(len(chunk) for chunk in chunks), dtype=lookup.dtype)
-    row = 0
-    for chunk, d in zip(chunks, chunk_dictionary):
-        n = len(chunk)
-        np.take(lookup[bounds[d] : bounds[d + 1]], chunk.indices.to_numpy(), out=codes[row : row + n])
-        row += n
-    return codes
+        self.lookup = lookup.astype(np.int32 if len(index) < 2**31 else np.int64)
+        bounds = np.cumsum([0, *(len(d) for d in distinct)])
+        dictionary_lookup = [self.lookup[bounds[d] : bounds[d + 1]] for d in range(len(distinct))]
+        # Whether each dictionary maps to distinct codes (then equal codes = equal indices).
+        self.injective = all(_distinct(lookup) for lookup in dictionary_lookup)
+        self.chunk_lookup = [dictionary_lookup[d] for d in chunk_dictionary]
+        self.chunk_indices = [chunk.indices.to_numpy() for chunk in chunks]
+        self.offsets = np.cumsum([0, *(len(chunk) for chunk in chunks)])
+
+    @staticmethod
+    def _stretches(distinct: list[pa.Array], index_values: pa.Array) -> np.ndarray | None:
+        """Codes when each dictionary equals a stretch of the index, each starting where the previous
+        one ended (or on its last id, shared by two row groups); else ``None``."""
+        codes, start = [], 0
+        for dictionary in distinct:
+            for first in (start, start - 1):
+                if first < 0 or first + len(dictionary) > len(index_values):
+                    continue
+                stretch = index_values.slice(first, len(dictionary))
+                if dictionary.cast(stretch.type).equals(stretch):
+                    codes.append(np.arange(first, first + len(dictionary), dtype=np.intp))
+                    start = first + len(dictionary)
+                    break
+            else:
+                return None
+        return np.concatenate(codes) if codes else np.zeros(0, dtype=np.intp)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def all(self) -> np.ndarray:
+        """The code of every row."""
+        codes = np.empty(len(self), dtype=self.lookup.dtype)
+        for lookup, indices, row in zip(self.chunk_lookup, self.chunk_indices, self.offsets):
+            np.take(lookup, indices, out=codes[row : row + len(indices)])
+        return codes
+
+    def same_as_previous(self) -> np.ndarray:
+        """(n - 1,) bool: whether each row after the first has the same id as the row before it.
+
+        Compares dictionary indices within each chunk, where a dictionary maps to distinct codes,
+        so that the codes of every row are not needed; codes only at chunk boundaries.
+        """
+        n = len(self)
+        if not self.injective:
+            codes = self.all()
+            return codes[1:] == codes[:-1]
+        same = np.empty(max(n - 1, 0), dtype=bool)
+        previous = None  # code of the last row of the previous non-empty chunk
+        for lookup, indices, row in zip(self.chunk_lookup, self.chunk_indices, self.offsets):
+            if not len(indices):
+                continue
+            if previous is not None:
+                same[row - 1] = lookup[indices[0]] == previous
+            np.equal(indices[1:], indices[:-1], out=same[row : row + len(indices) - 1])
+            previous = lookup[indices[-1]]
+        return same
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The codes of the given rows (ascending row numbers)."""
+        codes = np.empty(len(rows), dtype=self.lookup.dtype)
+        cuts = np.searchsorted(rows, self.offsets)
+        chunks = zip(self.chunk_lookup, self.chunk_indices, self.offsets, cuts, cuts[1:])
+        for lookup, indices, row, lo, hi in chunks:
+            if hi > lo:
+                codes[lo:hi] = lookup[indices[rows[lo:hi] - row]]
+        return codes
+
+
+def _distinct(codes: np.ndarray) -> bool:
+    """Whether non-negative integer codes are all different."""
+    return len(codes) < 2 or int(np.bincount(codes).max()) <= 1
 
 
 def rank_run(run: pa.Table, index: EvidenceIndex, depth: int | None = None):
@@ -312,32 +428,36 @@ def rank_run(run: pa.Table, index: EvidenceIndex, depth: int | None = None):
         pcode: (R,) int64 page code per kept row
         rank: (R,) int32 0-based rank within the query
     """
-    qcode = _codes(run.column("query_id"), index.query_ids, "query", index._arrow_ids("query_ids"))
-    pcode = _codes(run.column("page_id"), index.page_ids, "page", index._arrow_ids("page_ids"))
+    queries = _RunIds(run.column("query_id"), index.query_ids, "query", index._arrow_ids("query_ids"))
+    pages = _RunIds(run.column("page_id"), index.page_ids, "page", index._arrow_ids("page_ids"))
     score = run.column("score").to_numpy()
     if score.dtype != np.float32:  # float32 compares exactly as its float64 widening would
         score = score.astype(np.float64, copy=False)
     if np.isnan(score).any():
         raise RunError(f"the run has {int(np.isnan(score).sum())} NaN scores")
-    n_rows = len(qcode)
+    n_rows = len(queries)
     # Runs written by vldocir are already in this order; checking is O(R) and cheaper than sorting.
     # Within a query, a row is in order if its score is lower than the previous row's, or equal
-    # with a larger page code: only the rows without a lower score need the page codes.
-    same = qcode[1:] == qcode[:-1]
+    # with a larger page code: only rows without a lower score need their page codes.
+    same = queries.same_as_previous()
     suspect = np.flatnonzero(same > (score[1:] < score[:-1]))
-    in_order = bool(((score[suspect + 1] == score[suspect]) & (pcode[suspect + 1] > pcode[suspect])).all())
+    in_order = bool(((score[suspect + 1] == score[suspect]) & (pages.at(suspect + 1) > pages.at(suspect))).all())
     starts = np.concatenate(([0], np.flatnonzero(~same) + 1)) if n_rows else np.zeros(0, np.int64)
     # Each query in one block of rows: the blocks' queries are all different.
-    contiguous = bool(np.bincount(qcode[starts]).max(initial=0) <= 1) if n_rows else True
+    contiguous = _distinct(queries.at(starts))
+    qcode = pcode = None
     if not (in_order and contiguous):
+        qcode, pcode = queries.all(), pages.all()
         order = np.lexsort((pcode, -score, qcode))
         qcode, pcode = qcode[order], pcode[order]
         same = qcode[1:] == qcode[:-1]
         starts = np.concatenate(([0], np.flatnonzero(~same) + 1)) if n_rows else np.zeros(0, np.int64)
-    del same, score
+    del same, score, suspect
     lengths = np.diff(np.concatenate((starts, [n_rows])))
     if depth is None:
         rank = (np.arange(n_rows) - np.repeat(starts, lengths)).astype(np.int32)
+        qcode = queries.all() if qcode is None else qcode
+        pcode = pages.all() if pcode is None else pcode
         qcode, pcode = qcode.astype(np.int64), pcode.astype(np.int64)
     else:
         # Gather the first ``depth`` rows of each query directly.
@@ -345,7 +465,9 @@ def rank_run(run: pa.Table, index: EvidenceIndex, depth: int | None = None):
         first_out = np.cumsum(kept) - kept
         rank = (np.arange(int(kept.sum())) - np.repeat(first_out, kept)).astype(np.int32)
         rows = np.repeat(starts, kept) + rank
-        qcode, pcode = qcode[rows].astype(np.int64), pcode[rows].astype(np.int64)
+        qcode = queries.at(rows) if qcode is None else qcode[rows]
+        pcode = pages.at(rows) if pcode is None else pcode[rows]
+        qcode, pcode = qcode.astype(np.int64), pcode.astype(np.int64)
         lengths = kept
     # A page listed twice for one query would count twice. Each query's rows are one block now:
     # sort the blocks' page codes side by side (padded with distinct negative values) and compare
@@ -382,10 +504,19 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
     n_queries = len(index.query_ids)
     qcode, pcode, rank = rank_run(run, index, depth=ks[-1])
 
-    evidence = index.evidence_pages[qcode]
-    relevant = (evidence == pcode[:, None]).any(axis=1)
-    evidence_docs = index.evidence_docs[qcode]
-    doc_hit = evidence_docs == index.page_doc[pcode][:, None]  # (R, D): which evidence doc this row hits
+    # Only rows that hit an evidence page or an evidence document count: find them once, column by
+    # column of the padded evidence, then count per k over those few rows (kept in row order, so
+    # the sums are the same as over all rows).
+    relevant = np.zeros(len(qcode), dtype=bool)
+    for slot in range(index.evidence_pages.shape[1]):
+        relevant |= index.evidence_pages[:, slot][qcode] == pcode
+    hit_rows = np.flatnonzero(relevant)
+    hit_query, hit_rank = qcode[hit_rows], rank[hit_rows]
+    row_doc = index.page_doc[pcode]
+    doc_hits = []  # per evidence-document slot: (query, rank) of the rows on that document
+    for slot in range(index.evidence_docs.shape[1]):
+        rows = np.flatnonzero(index.evidence_docs[:, slot][qcode] == row_doc)
+        doc_hits.append((qcode[rows], rank[rows]))
 
     n_ev = index.n_evidence
     discounts = 1.0 / np.log2(np.arange(2, ks[-1] + 2))
@@ -396,17 +527,15 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
     out["in_run"] = np.bincount(qcode, minlength=n_queries) > 0
     columns = {}
     for k in ks:
-        top = rank < k
-        hit = relevant & top
-        found = np.bincount(qcode[hit], minlength=n_queries)
-        dcg = np.bincount(qcode[hit], weights=discounts[rank[hit]], minlength=n_queries)
+        top = hit_rank < k
+        found = np.bincount(hit_query[top], minlength=n_queries)
+        dcg = np.bincount(hit_query[top], weights=discounts[hit_rank[top]], minlength=n_queries)
         idcg = ideal_cumulative[np.minimum(n_ev, k) - 1]
         ndcg = dcg / idcg
         complete = (found == n_ev).astype(np.float64)
         docs_found = np.zeros(n_queries, dtype=np.int64)
-        for slot in range(evidence_docs.shape[1]):
-            rows = top & doc_hit[:, slot]
-            docs_found += np.bincount(qcode[rows], minlength=n_queries) > 0
+        for doc_query, doc_rank in doc_hits:
+            docs_found += np.bincount(doc_query[doc_rank < k], minlength=n_queries) > 0
         columns |= {
             f"ndcg@{k}": ndcg,
             f"recall@{k}": found / n_ev,

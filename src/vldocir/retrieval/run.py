@@ -43,13 +43,17 @@ def make_run(query_ids: Sequence[str], page_ids: Sequence[Sequence[str]], scores
 
 
 def write_run(run: pa.Table, path: str | Path) -> None:
-    """Write atomically, ids dictionary-encoded so that readers get codes without re-hashing."""
+    """Write atomically, ids dictionary-encoded so that readers get codes without re-hashing.
+
+    Row groups of up to 64 Mi rows: a paper-scale run (27 M rows) is one row group, so readers map
+    one dictionary of page ids to codes instead of one per row group.
+    """
     atomic_write_parquet(
         run,
         path,
         use_dictionary=["query_id", "page_id"],
         dictionary_pagesize_limit=64 << 20,
-        row_group_size=8 << 20,
+        row_group_size=64 << 20,
         compression="zstd",
     )
 
