@@ -23,8 +23,8 @@ bench-eval: setup  ## evaluation speed at paper scale vs pytrec_eval and ranx (s
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py
 
-mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-mini (500x1000 JPEG pages)
-	$(PYTHON) build.py spec.name=vl-docir-mini images.scale=0.25 images.format=jpeg images.jpeg_quality=80 'out_dir=$${paths.root_dir}/data/vl-docir-mini'
+mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-mini (400x800 JPEG pages)
+	$(PYTHON) build.py spec.name=vl-docir-mini images.scale=0.2 images.format=jpeg images.jpeg_quality=65 'out_dir=$${paths.root_dir}/data/vl-docir-mini'
 
 clean:  ## remove generated data, caches, logs and results (not the committed ones)
 	rm -rf cache logs results/runs data/vl-docir-mini-full data/synthetic-*

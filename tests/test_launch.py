@@ -123,7 +123,8 @@ def test_submitit_local_sweep_fills_the_store(isolated_paths):
         generate(SyntheticSpec(name=name, seed=seed), data_dir / name)
 
     done = run_py(
-        "-m", "hydra/launcher=submitit_local", f"dataset.name={','.join(names)}", "dataset.build=null", timeout=600
+        "-m", "hydra/launcher=submitit_local", "dataset=synthetic_text", f"dataset.name={','.join(names)}",
+        "dataset.build=null", timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
 
@@ -140,7 +141,7 @@ def test_submitit_local_sweep_fills_the_store(isolated_paths):
     sweep_dirs = list((isolated_paths / "logs" / "multirun").glob("*/*"))
     assert len(sweep_dirs) == 1, sweep_dirs
     job_dirs = {p.parent.name for p in sweep_dirs[0].glob("*/.hydra")}
-    assert job_dirs == {f"dataset.build=null,dataset.name={name}" for name in names}
+    assert job_dirs == {f"dataset.build=null,dataset.name={name},dataset=synthetic_text" for name in names}
     assert (sweep_dirs[0] / "multirun.yaml").is_file()
     assert list((sweep_dirs[0] / ".submitit").glob("*/*_log.out")), "submitit job logs are missing"
 

@@ -193,11 +193,11 @@ def run_py(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_default_command_end_to_end(isolated_paths):
-    done = run_py()
+def test_command_end_to_end_on_a_benchmark_built_on_first_use(isolated_paths):
+    done = run_py("dataset=synthetic_text")
     assert done.returncode == 0, done.stderr[-5000:]
-    assert (isolated_paths / "data" / "synthetic-mini" / "benchmark.json").is_file(), "built on first use"
-    run_dir = isolated_paths / "results" / "runs" / "synthetic-mini" / "dom_bm25" / "base"
+    assert (isolated_paths / "data" / "synthetic-text" / "benchmark.json").is_file(), "built on first use"
+    run_dir = isolated_paths / "results" / "runs" / "synthetic-text" / "dom_bm25" / "base"
     for file in STORE_FILES:
         assert (run_dir / file).is_file(), file
     assert re.search(r"^Macro\s+\d", done.stdout, re.M) and re.search(r"^Micro\s+\d", done.stdout, re.M)
@@ -209,11 +209,11 @@ def test_default_command_end_to_end(isolated_paths):
     assert recall["page_multi"] > recall["cross_doc"], recall
 
     manifest = json.loads((run_dir / store.MANIFEST_FILE).read_text())
-    assert manifest["overrides"] == [] and manifest["run"]["reused"] is False
+    assert manifest["overrides"] == ["dataset=synthetic_text"] and manifest["run"]["reused"] is False
 
     # The identical command again: the run is reused, said so, and not rewritten.
     _age(run_dir / store.RUN_FILE)
-    again = run_py()
+    again = run_py("dataset=synthetic_text")
     assert again.returncode == 0, again.stderr[-5000:]
     assert "reused" in again.stdout
     assert not _rewritten(run_dir / store.RUN_FILE)

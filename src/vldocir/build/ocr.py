@@ -26,6 +26,9 @@ INSTALL_HINT = "install Tesseract: apt-get install tesseract-ocr (or set ocr.tes
 class OcrConfig:
     lang: str = "eng"
     psm: int = 3  # Tesseract page segmentation: fully automatic, no OSD
+    scale: float = 0.5
+    """Resize pages by this factor before OCR. Pages are rendered at device scale 2, so half size
+    still gives Tesseract text of its preferred height and reads the same words faster."""
     workers: int | None = None  # default: one per core
     tesseract_cmd: str | None = None
 
@@ -50,7 +53,7 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig = OcrCo
     """
     pytesseract = _tesseract(config)
     version = str(pytesseract.get_tesseract_version())
-    options = f"--psm {config.psm}"
+    options = f"--psm {config.psm} scale={config.scale}"
     store = Path(cache_dir) / "ocr"
 
     def one(path: Path) -> str:
@@ -64,7 +67,10 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig = OcrCo
         from PIL import Image
 
         with Image.open(path) as image:
-            text = pytesseract.image_to_string(image, lang=config.lang, config=options)
+            if config.scale != 1.0:
+                size = (max(1, round(image.width * config.scale)), max(1, round(image.height * config.scale)))
+                image = image.convert("RGB").resize(size, Image.Resampling.LANCZOS)
+            text = pytesseract.image_to_string(image, lang=config.lang, config=f"--psm {config.psm}")
         text = " ".join(text.split())
         atomic_write_text(text, cached)
         return text

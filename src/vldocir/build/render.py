@@ -29,10 +29,10 @@ Output per document, in ``out_dir/<doc_id>/``::
     page-000.png, page-001.png, ...   # page_width x page_height (default 2000 x 4000), white padding
     layout.json                       # written atomically last: its presence marks the document done
 
-``layout.json`` (``"version": 1``)::
+``layout.json`` (``"version": 2``)::
 
     {
-      "version": 1, "doc_id": str, "source": str, "html_path": str,
+      "version": 2, "doc_id": str, "source": str, "html_path": str,
       "page_width": int, "page_height": int, "device_scale_factor": float,
       "document_height": int,             # device pixels of the whole document
       "background": [r, g, b],            # the document's background colour (for blank rows)
@@ -110,7 +110,7 @@ __all__ = [
 
 LAYOUT_FILE = "layout.json"
 FAILURES_FILE = "failures.jsonl"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 MAX_BLOCKED_LOGGED = 100
 CONTAINER_TYPES = frozenset({"table", "list"})
 ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula")
@@ -1054,7 +1054,9 @@ class Renderer:
         pages: list[RenderedPage] = []
         start = 0
         t_cut = t_shot = 0.0
-        while start < prep.doc_h:
+        # Below the last recorded element there is only margin: it does not get a page of its own.
+        content_end = int(np.ceil(prep.boxes[:, 3].max())) if len(prep.boxes) else prep.doc_h
+        while start < min(prep.doc_h, content_end) or not pages:
             t0 = time.monotonic()
             decision = self._decide_cut(shooter, start, prep.atomic_boxes, prep.doc_h, prep.background)
             t1 = time.monotonic()

@@ -159,6 +159,8 @@ def compute_fingerprint(root: Path) -> str:
     digest = hashlib.blake2b(digest_size=16)
     for name, spec in TABLES.items():
         table = _sort_canonically(spec, _read(_table_location(root, name)))
+        if name == "pages":
+            table = table.append_column("image_file_size", _image_file_sizes(root, table))
         table = table.select(sorted(table.column_names)).combine_chunks()
         digest.update(name.encode())
         sink = pa.BufferOutputStream()
@@ -166,6 +168,22 @@ def compute_fingerprint(root: Path) -> str:
             writer.write_table(table, max_chunksize=1 << 20)
         digest.update(sink.getvalue())
     return digest.hexdigest()
+
+
+def _image_file_sizes(root: Path, pages: pa.Table) -> pa.Array:
+    """Byte size of each page's image file (-1 where the image is inline or absent).
+
+    Images referenced by path are not hashed (a full benchmark has hundreds of GB of them); their
+    sizes make a re-encoded or re-rendered image set change the fingerprint all the same.
+    """
+    paths = pages.column("image").combine_chunks().field("path").to_pylist()
+    sizes = []
+    for relative in paths:
+        try:
+            sizes.append((root / relative).stat().st_size if relative else -1)
+        except OSError:
+            sizes.append(-1)
+    return pa.array(sizes, pa.int64())
 
 
 def resolve_source(source: str | Path, revision: str | None = None, cache_dir: str | Path | None = None) -> Path:

@@ -1,0 +1,180 @@
+"""Build a rendered benchmark from generated HTML: write → render → paginate → place facts →
+sample queries → OCR → the five tables.
+
+Each step keeps its artifact in ``work_dir`` and is resumable: HTML is rewritten identically from
+the seed, documents already rendered (``layout.json`` present) are skipped, OCR is cached per
+image. Documents that fail to render are reported and left out; the build goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+from tqdm.auto import tqdm
+
+from vldocir.cache import content_key
+from vldocir.build.html_docs import HtmlCorpusSpec, write_corpus
+from vldocir.build.ocr import OcrConfig, ocr_pages
+from vldocir.build.queries import DocumentInfo, PlacedFact, page_id, resolve_element_pages, sample_queries
+from vldocir.build.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch
+from vldocir.data.benchmark import Benchmark, write_benchmark
+from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+
+RENDER_KEY_EXCLUDED = ("chromium_path", "extra_args", "no_sandbox", "context_reuse", "cut_probes")
+"""Render settings that change how fast pages are made, not the pages: left out of the cache key."""
+
+
+@dataclass
+class ShippedImages:
+    """How page images are stored in the benchmark directory.
+
+    ``scale`` < 1 stores downscaled copies (a compact benchmark that ships with the code); boxes and
+    ``width``/``height`` always refer to the full-size page, so a reader scales boxes by
+    ``image size / (width, height)``.
+    """
+
+    scale: float = 1.0
+    format: str = "png"  # png | jpeg
+    jpeg_quality: int = 90
+
+
+@dataclass
+class RenderedBenchmarkSpec:
+    name: str = "vl-docir-mini"
+    seed: int = 0
+    documents: dict[str, int] = field(default_factory=lambda: {"wikipedia": 6, "arxiv": 6, "pubmed": 6, "sec": 6})
+    pages: dict[str, tuple[int, int]] = field(
+        default_factory=lambda: {"wikipedia": (1, 8), "arxiv": (5, 15), "pubmed": (4, 12), "sec": (10, 36)}
+    )
+    queries_per_cell: int = 12
+    """Queries per source × structure."""
+    near_max_gap: int = 4
+    generators: tuple[str, ...] = ("Qwen3-VL-32B-Instruct", "GPT-4.1-mini")
+    facts_per_page: int = 6
+    quirks: bool = False
+    ocr: bool = True
+
+
+def _write_page_image(source: Path, target: Path, images: ShippedImages) -> None:
+    if images.scale == 1.0 and source.suffix.lstrip(".") == {"png": "png", "jpeg": "jpg"}[images.format]:
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(source.read_bytes())
+        return
+    with Image.open(source) as image:
+        image = image.convert("RGB")
+        if images.scale != 1.0:
+            size = (round(image.width * images.scale), round(image.height * images.scale))
+            image = image.resize(size, Image.Resampling.LANCZOS)
+        with atomic_path(target) as tmp:
+            if images.format == "jpeg":
+                image.save(tmp, format="JPEG", quality=images.jpeg_quality, optimize=True)
+            else:
+                image.save(tmp, format="PNG", optimize=True)
+
+
+def build_rendered_benchmark(
+    spec: RenderedBenchmarkSpec,
+    out_dir: str | Path,
+    cache_dir: str | Path,
+    render: RenderConfig | None = None,
+    images: ShippedImages | None = None,
+    ocr: OcrConfig | None = None,
+) -> Benchmark:
+    """Build the benchmark of ``spec`` into ``out_dir`` and load it.
+
+    HTML and full-size renders go to ``cache_dir/build/<key>/``, the key hashing everything that
+    changes them (seed, documents, page ranges, facts per page, quirks, render settings), so a
+    changed spec never reuses stale renders and benchmarks differing only in how images are stored
+    share one rendering. OCR text is cached per image under ``cache_dir/ocr/``.
+    """
+    out_dir = Path(out_dir)
+    render = render or RenderConfig()
+    images = images or ShippedImages()
+    html_params = {k: v for k, v in asdict(spec).items() if k in ("seed", "documents", "pages", "facts_per_page", "quirks")}
+    render_params = {k: v for k, v in render.to_dict().items() if k not in RENDER_KEY_EXCLUDED}
+    key = {"html": html_params, "render": render_params, "layout_version": LAYOUT_VERSION}
+    work_dir = Path(cache_dir) / "build" / content_key(key)
+    corpus = write_corpus(
+        HtmlCorpusSpec(seed=spec.seed, documents=dict(spec.documents), pages={k: tuple(v) for k, v in spec.pages.items()},
+                       quirks=spec.quirks, facts_per_page=spec.facts_per_page),
+        work_dir / "html",
+    )
+    report = render_batch([(d.doc_id, d.source, d.html_path) for d in corpus], work_dir / "rendered", render)
+    if report.failed:
+        log.warning("%d document(s) failed to render and are left out: %s", len(report.failed), report.errors)
+
+    documents, pages, elements = [], [], []
+    facts: dict[str, list[PlacedFact]] = {}
+    infos: list[DocumentInfo] = []
+    unplaced = 0
+    for doc in tqdm([d for d in corpus if d.doc_id not in report.failed], desc="assemble tables", unit="doc"):
+        layout = load_layout(work_dir / "rendered" / doc.doc_id)
+        n_pages = len(layout.pages)
+        documents.append((doc.doc_id, doc.source, doc.domain, doc.title, n_pages, f"synthetic://{doc.doc_id}", "CC-BY-4.0"))
+        infos.append(DocumentInfo(doc.doc_id, doc.source, doc.domain, doc.entity, n_pages))
+        for page in layout.pages:
+            suffix = ".jpg" if images.format == "jpeg" else ".png"
+            relative = f"pages/{doc.doc_id}/page-{page.page_index:03d}{suffix}"
+            _write_page_image(layout.page_path(page.page_index), out_dir / relative, images)
+            pages.append((page_id(doc.doc_id, page.page_index), doc.doc_id, page.page_index, {"bytes": None, "path": relative},
+                          page.width, page.height, page.dom_text, layout.page_path(page.page_index)))
+        doc_elements = pd.DataFrame(
+            [(doc.doc_id, e.element_id, e.page_index, e.bbox, e.element_type, e.spans_pages, e.text, e.fact) for e in layout.elements],
+            columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
+        )
+        elements.append(doc_elements)
+        by_fact = doc_elements.dropna(subset=["fact"]).drop_duplicates("fact").set_index("fact")
+        placed = []
+        for fact in doc.facts:
+            if fact.fact_id not in by_fact.index:
+                unplaced += 1  # its element was removed or not recorded: the fact cannot be evidence
+                continue
+            element = by_fact.loc[fact.fact_id]
+            page = resolve_element_pages(doc_elements, doc.doc_id, [element["element_id"]])[element["element_id"]]
+            placed.append(PlacedFact(doc.doc_id, page, element["element_id"], fact.attribute, fact.value, element["element_type"]))
+        facts[doc.doc_id] = placed
+    if unplaced:
+        log.warning("%d fact(s) have no recorded element and are not used as evidence", unplaced)
+
+    rng = np.random.default_rng(spec.seed)
+    counts = {s: {e: spec.queries_per_cell for e in EVIDENCE_STRUCTURES} for s in spec.documents if spec.documents[s]}
+    queries, qrels = sample_queries(rng, infos, facts, counts, spec.near_max_gap, spec.generators)
+
+    page_frame = pd.DataFrame(
+        pages, columns=["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text", "full_size_path"]
+    )
+    if spec.ocr:
+        page_frame["ocr_text"] = ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig())
+    else:
+        page_frame["ocr_text"] = None
+    tables = {
+        "documents": pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
+        "pages": page_frame.drop(columns="full_size_path"),
+        "elements": pd.concat(elements, ignore_index=True),
+        "queries": queries,
+        "qrels": qrels,
+    }
+    info = {
+        "name": spec.name,
+        "version": "1",
+        "rendered": True,
+        "images": {"stored_scale": images.scale, "format": images.format, "page_size": [render.page_width, render.page_height]},
+        "built_by": {
+            "generator": "vldocir.build.rendered",
+            "spec": asdict(spec),
+            "render": render_params,
+            "failed_documents": report.errors,
+            "unplaced_facts": unplaced,
+            "rebuild": "make mini",
+        },
+    }
+    return write_benchmark(out_dir, tables, info)
