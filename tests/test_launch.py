@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from omegaconf import OmegaConf, open_dict
 from vldocir import store
 from vldocir.build.synthetic import SyntheticSpec, generate
 from vldocir.retrieval.base import NotImplementedYet
+from helpers import run_py
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "conf"
@@ -31,17 +31,6 @@ EXPERIMENT_FILES = sorted((CONFIG_DIR / "experiment").glob("*.yaml"))
 SLURM_LAUNCHERS = sorted(p.stem for p in LAUNCHER_FILES if p.stem.startswith("slurm_"))
 STORE_FILES = (store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.MANIFEST_FILE)
 
-
-def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python run.py ARGS` from the repository root, in the current environment (plus ``env``)."""
-    return subprocess.run(
-        [sys.executable, "run.py", *args],
-        cwd=REPO_ROOT,
-        env={**os.environ, "HYDRA_FULL_ERROR": "1", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def compose_config(overrides: list[str], config_dir: Path = CONFIG_DIR):

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -25,6 +23,7 @@ from vldocir.data.benchmark import load_benchmark
 from vldocir.pipeline import evaluate
 from vldocir.retrieval.run import read_run, write_run
 from vldocir.tracking import NullTracker
+from helpers import run_py
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "conf"
@@ -180,16 +179,6 @@ def test_query_missing_from_the_run_scores_zero(run_eval):
 
 # --- `python run.py` as a subprocess ------------------------------------------------------------
 
-
-def run_py(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "run.py", *args],
-        cwd=REPO_ROOT,
-        env={**os.environ, "HYDRA_FULL_ERROR": "1"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.mark.slow

@@ -8,10 +8,7 @@ protobuf records in LevelDB log framing) and the table files under ``files/media
 from __future__ import annotations
 
 import json
-import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,21 +18,12 @@ from vldocir.tracking.manifest import REDACTED, redact_overrides, redact_secrets
 
 pytest.importorskip("wandb")
 from wandb.proto import wandb_internal_pb2  # noqa: E402
+from helpers import run_py
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAKE_API_KEY = "fakekey-0123456789abcdef0123456789abcdef01234567"
 CONFIG_SECRET = "cfg-secret-5f1e2d3c4b5a"
 
-
-def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "run.py", *args],
-        cwd=REPO_ROOT,
-        env={**os.environ, "HYDRA_FULL_ERROR": "1", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture
