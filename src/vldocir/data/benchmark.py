@@ -73,7 +73,7 @@ def _check_schema(spec: TableSpec, schema: pa.Schema) -> None:
             )
 
 
-def _table_location(root: Path, name: str) -> Path:
+def table_location(root: Path, name: str) -> Path:
     """``<name>.parquet``, or a folder ``<name>/`` of Parquet shards (the Hugging Face layout)."""
     single = root / f"{name}.parquet"
     if single.is_file():
@@ -117,7 +117,7 @@ class Benchmark:
         return compute_fingerprint(self.root)
 
     def arrow(self, name: str, columns: Iterable[str] | None = None) -> pa.Table:
-        return _read(_table_location(self.root, name), columns)
+        return _read(table_location(self.root, name), columns)
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in self._tables:
@@ -144,9 +144,6 @@ class Benchmark:
     def qrels(self) -> pd.DataFrame:
         return self.table("qrels")
 
-    def image_path(self, relative: str) -> Path:
-        return self.root / relative
-
     def summary(self) -> dict:
         return {"name": self.name, "fingerprint": self.fingerprint, **self.info.get("counts", {})}
 
@@ -158,7 +155,7 @@ def compute_fingerprint(root: Path) -> str:
     """
     digest = hashlib.blake2b(digest_size=16)
     for name, spec in TABLES.items():
-        table = _sort_canonically(spec, _read(_table_location(root, name)))
+        table = _sort_canonically(spec, _read(table_location(root, name)))
         if name == "pages":
             table = table.append_column("image_file_size", _image_file_sizes(root, table))
         table = table.select(sorted(table.column_names)).combine_chunks()
@@ -230,7 +227,7 @@ def load_benchmark(
     if not isinstance(info, dict) or not info.get("name"):
         raise BenchmarkError(INFO_FILE, None, "must be an object with a non-empty 'name'")
     for spec in TABLES.values():
-        _check_schema(spec, pq.read_schema(_schema_file(_table_location(root, spec.name))))
+        _check_schema(spec, pq.read_schema(_schema_file(table_location(root, spec.name))))
     bench = Benchmark(root=root, info=info)
     if validate:
         validate_tables(bench, BenchmarkError)

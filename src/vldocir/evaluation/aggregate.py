@@ -17,7 +17,6 @@ from vldocir.data.schema import EVIDENCE_STRUCTURES, MULTI_PAGE_STRUCTURES
 from vldocir.evaluation.metrics import metric_columns
 
 STRUCTURE = "evidence_structure"
-GROUPINGS = ("source", "domain", "evidence_type", "generator")
 
 
 def _records(frame: pd.DataFrame) -> dict:

@@ -28,7 +28,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vldocir.data.schema import EVIDENCE_STRUCTURES
 
 METRICS = ("ndcg", "recall", "ndcgall", "recallall")
 
@@ -545,9 +544,3 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
             f"docs_found@{k}": docs_found,
         }
     return pd.concat([out, pd.DataFrame(columns)], axis=1)
-
-
-def structure_order(values) -> list[str]:
-    """The paper's structure order, followed by any unknown values (never silently dropped)."""
-    present = list(dict.fromkeys(values))
-    return [s for s in EVIDENCE_STRUCTURES] + sorted(s for s in present if s not in EVIDENCE_STRUCTURES)

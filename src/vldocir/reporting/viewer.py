@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from vldocir.data.benchmark import _table_location  # the benchmark's own rule for finding a table
+from vldocir.data.benchmark import table_location
 from vldocir.store import MANIFEST_FILE, PER_QUERY_FILE, RUN_FILE
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class ViewerData:
 def _read_filtered(root: Path, table: str, column: str, values: Iterable[str], columns: Sequence[str] | None = None) -> pd.DataFrame:
     """Rows of a benchmark table whose ``column`` is in ``values``, without reading the rest."""
     values = sorted(set(values))
-    location = _table_location(root, table)
+    location = table_location(root, table)
     data = pq.read_table(location, columns=list(columns) if columns else None, filters=[(column, "in", values)] if values else None)
     if not values:
         data = data.slice(0, 0)
