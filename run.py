@@ -4,6 +4,7 @@
     python run.py retriever=colqwen25 setting=ctx n_ctx=256
     python run.py -m retriever=dom_bm25,ocr_bm25 hydra/launcher=submitit_local
     python run.py -m hydra/launcher=slurm_h100 --cfg hydra   # check a sweep's launcher, launch nothing
+    python run.py -m stage=encode retriever=colqwen25 encode.num_tasks=8 'encode.task=range(8)' hydra/launcher=slurm_h100
 """
 
 import sys
@@ -15,15 +16,17 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    from vldocir.pipeline import evaluate
+    from vldocir.pipeline import run_stage
 
     tracker = instantiate(cfg.logger)
     failed = True
     try:
-        metrics = evaluate(cfg, tracker)
+        metrics = run_stage(cfg, tracker)
         failed = False
     finally:
         tracker.finish(failed=failed)
+    if cfg.stage != "evaluate":
+        return None
     aggregate, metric = cfg.optimized_metric.split("/")
     return metrics["aggregates"][aggregate][metric]
 

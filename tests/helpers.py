@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,3 +22,35 @@ def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subproc
         text=True,
         timeout=timeout,
     )
+
+
+MINI_DIR = REPO_ROOT / "data" / "vl-docir-mini"
+
+
+def mini_subset(dest: Path, doc_ids: list[str], *, corrupt_page: str | None = None, name: str = "mini-subset") -> Path:
+    """A benchmark of some of the shipped mini's documents, page images inline as bytes.
+
+    Keeps the queries whose evidence lies entirely in ``doc_ids``. ``corrupt_page`` gets a
+    truncated JPEG instead of its image (a page that fails to decode).
+    """
+    import pyarrow.compute as pc
+
+    from vldocir.data.benchmark import load_benchmark, write_benchmark
+
+    mini = load_benchmark(MINI_DIR)
+    docs = mini.arrow("documents").filter(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))
+    pages = mini.arrow("pages").filter(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))
+    images = []
+    for page_id, image in zip(pages.column("page_id").to_pylist(), pages.column("image").to_pylist()):
+        data = (MINI_DIR / image["path"]).read_bytes()
+        images.append({"bytes": data[: len(data) // 3] if page_id == corrupt_page else data, "path": None})
+    pages = pages.set_column(pages.schema.get_field_index("image"), "image", pa.array(images, pages.schema.field("image").type))
+    elements = mini.arrow("elements").filter(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))
+    qrels = mini.arrow("qrels")
+    outside = set(qrels.filter(pc.invert(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))).column("query_id").to_pylist())
+    keep = [q for q in set(qrels.column("query_id").to_pylist()) if q not in outside]
+    queries = mini.arrow("queries").filter(pc.is_in(pc.field("query_id"), pa.array(keep)))
+    qrels = qrels.filter(pc.is_in(pc.field("query_id"), pa.array(keep)))
+    tables = {"documents": docs, "pages": pages, "elements": elements, "queries": queries, "qrels": qrels}
+    write_benchmark(dest, tables, {"name": name, "version": "test"})
+    return dest

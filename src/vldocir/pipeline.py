@@ -20,6 +20,7 @@ from vldocir import store
 from vldocir.cache import ArtifactCache, content_key
 from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.evaluation.aggregate import summarise
+from vldocir.io import atomic_write_json
 from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
 from vldocir.reporting.console import format_report, structure_table
 from vldocir.tracking.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
@@ -43,18 +44,61 @@ def _overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
-def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
-    """Run the stages ``cfg`` asks for and record them; returns ``metrics.json``'s content."""
-    started = time.perf_counter()
-    timings: dict[str, float] = {}
-    cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
-    manifest: dict[str, Any] = {
+def _start_manifest(cfg: DictConfig) -> dict[str, Any]:
+    return {
         "config": redact_secrets(OmegaConf.to_container(cfg, resolve=True)),
         "overrides": redact_overrides(_overrides()),
         "git": git_state(Path(cfg.paths.root_dir)),
         "packages": package_versions(),
         "hardware": hardware(),
     }
+
+
+def run_stage(cfg: DictConfig, tracker) -> dict[str, Any]:
+    """``stage=evaluate`` (the default) or ``stage=encode`` (page embeddings only, one job-array task)."""
+    stages = {"evaluate": evaluate, "encode": encode}
+    if cfg.stage not in stages:
+        raise ValueError(f"stage must be one of {sorted(stages)}, got {cfg.stage!r}")
+    return stages[cfg.stage](cfg, tracker)
+
+
+def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
+    """Encode task ``encode.task`` of ``encode.num_tasks``' page shards into the embedding store.
+
+    A Hydra multirun over ``encode.task`` is a SLURM job array (hydra-submitit-launcher); the
+    evaluation run afterwards finds every shard present and goes straight to search.
+    """
+    cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
+    manifest = _start_manifest(cfg)
+    tracker.start(manifest)
+    bench = open_benchmark(cfg.dataset)
+    retriever = instantiate(cfg.retriever.model)
+    if not hasattr(retriever, "encode_pages"):
+        raise ValueError(f"retriever {cfg.retriever.id} keeps no page embeddings: stage=encode applies to embedding retrievers")
+    task, num_tasks = int(cfg.encode.task), int(cfg.encode.num_tasks)
+    store = retriever.encode_pages(bench, cache, task=task, num_tasks=num_tasks)
+    stats = retriever.stats.get("encode_pages", {"shards_encoded": 0, "shards_reused": None})
+    manifest.update(benchmark=bench.summary(), encode={"task": task, "num_tasks": num_tasks, **stats},
+                    encoder=retriever.encoder.describe(), cache=cache.events)
+    record = store.directory / "tasks" / f"task-{task:04d}-of-{num_tasks:04d}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(manifest, record)
+    missing = store.missing_shards()
+    print(
+        f"encode task {task}/{num_tasks}: {stats.get('shards_encoded', 0)} shard(s) encoded, "
+        f"{stats.get('shards_reused') or 0} already present; store {store.directory} "
+        + ("complete" if not missing else f"still misses {len(missing)} of {store.n_shards} shard(s)"),
+        flush=True,
+    )
+    return {"store": str(store.directory), "complete": not missing, **stats}
+
+
+def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
+    """Run the stages ``cfg`` asks for and record them; returns ``metrics.json``'s content."""
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
+    manifest = _start_manifest(cfg)
     # Started before anything can fail, so that a failed job is recorded (and finished) as failed.
     tracker.start(manifest)
 
@@ -82,6 +126,7 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
         queries = bench.queries
         query_texts = dict(zip(queries["query_id"], queries["text"]))
         run = setting.apply(retriever, bench, query_texts, int(cfg.depth), cache)
+        manifest["retrieval"] = getattr(retriever, "stats", {})
     timings["retrieve_s"] = time.perf_counter() - tick
 
     tick = time.perf_counter()

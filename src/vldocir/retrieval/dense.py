@@ -1,0 +1,164 @@
+"""Embedding retrievers: an encoder + the sharded embedding store + exact search.
+
+Every visual retriever of the paper and OCR-dense are this one class with a different encoder
+(``conf/retriever/<name>.yaml``). Page embeddings are keyed by the benchmark fingerprint and the
+encoder's cache parameters (model, revision, processor settings, dtype) plus the storage dtype,
+so every setting, depth and k reuses them; query embeddings are keyed by the same plus the
+query texts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from vldocir.cache import ArtifactCache, content_key
+from vldocir.data.benchmark import Benchmark
+from vldocir.retrieval.base import Retriever
+from vldocir.retrieval.embeddings import (
+    BadPagesError,
+    PageEmbeddingStore,
+    PageInputs,
+    encode_shards,
+    finish_if_complete,
+    open_page_store,
+    read_ragged,
+    write_ragged,
+)
+from vldocir.retrieval.encoders import Encoder
+from vldocir.retrieval.run import make_run
+from vldocir.retrieval.search import RaggedVectors, exact_search, resolve_device
+
+log = logging.getLogger(__name__)
+
+BAD_PAGE_POLICIES = ("fail", "skip")
+
+
+def _gpu_seconds(device: str, seconds: float) -> float:
+    return round(seconds, 3) if resolve_device(device).type == "cuda" else 0.0
+
+
+class EmbeddingRetriever(Retriever):
+    """Encode pages once into a sharded store, encode queries, exact top-N search.
+
+    Args:
+        encoder: the model (an :class:`~vldocir.retrieval.encoders.Encoder`).
+        shard_size: pages per shard file (the unit of resumption and of job-array work).
+        storage_dtype: ``float16`` or ``bfloat16`` for stored vectors.
+        on_bad_page: ``fail`` (stop before search, listing undecodable pages) or ``skip``
+            (leave them out of the ranking; recorded in the manifest).
+        search: ``query_batch_size``, ``page_block_tokens``, ``device`` for :func:`exact_search`.
+        progress: show progress bars.
+    """
+
+    def __init__(self, encoder: Encoder, shard_size: int = 1024, storage_dtype: str = "float16",
+                 on_bad_page: str = "fail", search: dict | None = None, progress: bool = True):
+        if on_bad_page not in BAD_PAGE_POLICIES:
+            raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
+        self.encoder, self.shard_size, self.storage_dtype = encoder, shard_size, storage_dtype
+        self.on_bad_page = on_bad_page
+        self.search = {"query_batch_size": 64, "page_block_tokens": 8192, "device": "auto", **dict(search or {})}
+        self.progress = progress
+        self.stats: dict[str, Any] = {}
+
+    def cache_params(self) -> dict[str, Any]:
+        # on_bad_page changes the run (skipped pages are never retrieved); shard size does not.
+        return {"kind": self.encoder.kind, "encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype,
+                "on_bad_page": self.on_bad_page}
+
+    # -- pages ---------------------------------------------------------------------------------
+    def _page_key_parts(self, bench: Benchmark) -> dict[str, Any]:
+        return {"benchmark": bench.fingerprint, "encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype}
+
+    def page_store(self, bench: Benchmark, cache: ArtifactCache) -> tuple[PageEmbeddingStore, PageInputs]:
+        parts = self._page_key_parts(bench)
+        key = cache.key_for("page-embeddings", **parts)
+        inputs = PageInputs(bench, self.encoder.page_input)
+        return open_page_store(cache, key, parts, inputs.page_ids, self.shard_size, self.storage_dtype), inputs
+
+    def encode_pages(self, bench: Benchmark, cache: ArtifactCache, task: int = 0, num_tasks: int = 1) -> PageEmbeddingStore:
+        """Encode this task's shards (shard ``i`` belongs to task ``i % num_tasks``); resumable."""
+        if not 0 <= task < num_tasks:
+            raise ValueError(f"encode task {task} is outside 0..{num_tasks - 1}")
+        store, inputs = self.page_store(bench, cache)
+        overwrite = cache.policy == "overwrite"
+        if store.complete and not overwrite:
+            cache.record("page-embeddings", store.directory.name, "hit")
+            return store
+        cache.record("page-embeddings", store.directory.name, "overwrite" if overwrite else "miss")
+        if overwrite:
+            (store.directory / "artifact.json").unlink(missing_ok=True)
+        mine = [s for s in range(store.n_shards) if s % num_tasks == task]
+        stats = encode_shards(store, inputs, self.encoder.encode_pages, mine, overwrite=overwrite,
+                              batch_size=self.encoder.batch_size, progress=self.progress)
+        finish_if_complete(store, cache, self._page_key_parts(bench))
+        device = getattr(self.encoder, "device_name", "cpu")
+        stats.update(pages_per_s=round(stats["pages_encoded"] / stats["encode_s"], 3) if stats["encode_s"] else None,
+                     gpu_s=_gpu_seconds(device, stats["encode_s"]), encode_s=round(stats["encode_s"], 3))
+        self.stats["encode_pages"] = stats
+        return store
+
+    # -- queries -------------------------------------------------------------------------------
+    def query_vectors(self, bench: Benchmark, queries: dict[str, str], cache: ArtifactCache) -> RaggedVectors:
+        ids = list(queries)
+        parts = {"encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype,
+                 "queries": content_key([[q, queries[q]] for q in ids])}
+        key = cache.key_for("query-embeddings", **parts)
+        path = cache.lookup("query-embeddings", key)
+        if path is None:
+            tick = time.perf_counter()
+            texts = [queries[q] for q in ids]
+            vectors = []
+            from tqdm.auto import tqdm
+
+            step = getattr(self.encoder, "query_batch_size", 64)
+            for start in tqdm(range(0, len(texts), step), desc="encode queries", unit="batch", disable=not self.progress):
+                vectors += self.encoder.encode_queries(texts[start : start + step])
+            with cache.build("query-embeddings", key, parts) as staging:
+                write_ragged(staging, vectors, self.storage_dtype, {})
+                (staging / "query_ids.json").write_text(json.dumps(ids))
+            path = cache.directory("query-embeddings", key)
+            elapsed = time.perf_counter() - tick
+            self.stats["encode_queries"] = {"queries": len(ids), "encode_s": round(elapsed, 3),
+                                            "gpu_s": _gpu_seconds(getattr(self.encoder, "device_name", "cpu"), elapsed)}
+        stored_ids = json.loads((path / "query_ids.json").read_text())
+        if stored_ids != ids:  # the key covers ids and texts; a mismatch means a corrupted artifact
+            raise RuntimeError(f"{path}: stored query ids differ from the requested ones; delete it and rerun")
+        return read_ragged(path)
+
+    # -- retrieve ------------------------------------------------------------------------------
+    def retrieve(self, bench: Benchmark, queries: dict[str, str], depth: int, cache: ArtifactCache) -> pa.Table:
+        store = self.encode_pages(bench, cache)
+        if not store.complete:
+            missing = store.missing_shards()
+            raise RuntimeError(f"{store.directory}: shards {missing[:10]}{'...' if len(missing) > 10 else ''} are missing")
+        bad = store.bad_pages()
+        if bad:
+            if self.on_bad_page == "fail":
+                raise BadPagesError(bad, store.directory)
+            log.warning("skipping %d undecodable page(s): %s", len(bad), ", ".join(b["page_id"] for b in bad[:10]))
+            self.stats["skipped_pages"] = bad
+        query_vectors = self.query_vectors(bench, queries, cache)
+
+        tick = time.perf_counter()
+        top = exact_search(query_vectors, store.shards(), depth, total_items=store.n_pages, progress=self.progress, **self.search)
+        elapsed = time.perf_counter() - tick
+        self.stats["search"] = {"search_s": round(elapsed, 3), "gpu_s": _gpu_seconds(self.search["device"], elapsed),
+                                "device": str(resolve_device(self.search["device"])), "queries": len(queries),
+                                "pages": store.n_pages}
+        self.stats["encoder"] = self.encoder.describe()
+        self.stats["page_embeddings"] = {"dir": str(store.directory), "shards": store.n_shards, "shard_size": store.shard_size,
+                                         "dtype": store.dtype}
+
+        page_ids = np.asarray(store.page_ids(), dtype=object)
+        hits, scores = [], []
+        for row_idx, row_scores in zip(top.indices, top.scores):
+            keep = row_idx >= 0
+            hits.append(page_ids[row_idx[keep]])
+            scores.append(row_scores[keep])
+        return make_run(list(queries), hits, scores)

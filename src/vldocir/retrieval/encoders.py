@@ -1,0 +1,447 @@
+"""Encoders: the model half of an embedding retriever (STYLE.md #7).
+
+An encoder turns page inputs (images, or a text column of the pages table) and query texts into
+vectors: one (n_tokens, dim) array per input. Multi-vector models return many tokens,
+single-vector models one. Everything else (sharding, caching, exact search, runs) lives in
+:mod:`vldocir.retrieval.dense`, shared by every model.
+
+A new model is one ``Encoder`` subclass (often not even that: any colpali-engine model works
+with :class:`ColEngineEncoder`) plus one YAML file in ``conf/retriever/``.
+
+Models load lazily, on the first encode: a run whose embeddings are all cached loads no model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+KINDS = ("multi_vector", "single_vector")
+
+
+class ModelLoadError(RuntimeError):
+    """A checkpoint that could not be loaded, with what to do about it."""
+
+
+class Checkpoint:
+    """Where a model's weights come from: a hub id at a revision, or a local copy of it.
+
+    Args:
+        hub_id: the model's Hugging Face hub id (kept in every record, even when loading locally).
+        revision: a branch, tag or commit of ``hub_id``.
+        local_path: a directory holding the same files (``huggingface-cli download <hub_id>
+            --local-dir <dir>``), for compute nodes without network access.
+        remote_code: the model runs Python code from its hub repository (a fact about the
+            model, stated in its YAML).
+        trust_remote_code: the user's explicit opt-in to run that code; off by default.
+    """
+
+    def __init__(self, hub_id: str, revision: str | None = "main", local_path: str | None = None,
+                 remote_code: bool = False, trust_remote_code: bool = False):
+        self.hub_id, self.revision, self.local_path = hub_id, revision, local_path
+        self.remote_code, self.trust_remote_code = remote_code, trust_remote_code
+        self.resolved_commit: str | None = None
+
+    @property
+    def source(self) -> str:
+        return str(Path(self.local_path).expanduser()) if self.local_path else self.hub_id
+
+    def cache_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"hub_id": self.hub_id, "revision": self.revision}
+        if self.local_path:
+            # A local copy may differ from the hub revision: key it by its files too (names and
+            # sizes: cheap, and a different checkpoint virtually always changes some size).
+            root = Path(self.local_path).expanduser()
+            listing = sorted(
+                (str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts
+            )
+            params["local_files"] = hashlib.blake2b(repr(listing).encode(), digest_size=8).hexdigest()
+        return params
+
+    def pretrained_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {} if self.local_path else {"revision": self.revision}
+        if self.remote_code:
+            kwargs["trust_remote_code"] = True
+        return kwargs
+
+    def load(self, loader, what: str, **kwargs):
+        """``loader.from_pretrained(source, ...)``, turning failures into an actionable error."""
+        if self.remote_code and not self.trust_remote_code:
+            raise ModelLoadError(
+                f"{self.hub_id} runs Python code from its hub repository, which is off by default. "
+                "Review that code, then opt in with retriever.model.encoder.checkpoint.trust_remote_code=true."
+            )
+        try:
+            loaded = loader.from_pretrained(self.source, **self.pretrained_kwargs(), **kwargs)
+        except (OSError, ValueError) as error:
+            where = f"local directory {self.source}" if self.local_path else f"hub id {self.hub_id} (revision {self.revision})"
+            raise ModelLoadError(
+                f"could not load the {what} from {where}: {error}\n"
+                f"Without network access, download it once elsewhere (huggingface-cli download "
+                f"{self.hub_id} --revision {self.revision} --local-dir <dir>), copy <dir> here, and "
+                f"set retriever.model.encoder.checkpoint.local_path=<dir>; or pre-fill the Hugging "
+                f"Face cache (HF_HOME) and set HF_HUB_OFFLINE=1."
+            ) from error
+        commit = getattr(getattr(loaded, "config", None), "_commit_hash", None)
+        self.resolved_commit = self.resolved_commit or commit
+        return loaded
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "hub_id": self.hub_id,
+            "revision": self.revision,
+            "resolved_commit": self.resolved_commit,
+            "local_path": self.local_path,
+            "remote_code": self.remote_code,
+        }
+
+
+def as_checkpoint(checkpoint: "Checkpoint | dict") -> Checkpoint:
+    """Accept the YAML mapping (``checkpoint: {hub_id: ..., revision: ...}``) or a Checkpoint."""
+    return checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint(**checkpoint)
+
+
+def _import(dotted: str):
+    from hydra.utils import get_class
+
+    return get_class(dotted)
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    try:
+        return getattr(torch, name)
+    except AttributeError:
+        raise ValueError(f"unknown torch dtype {name!r} (use float32, float16 or bfloat16)") from None
+
+
+class Encoder(ABC):
+    """Turns page inputs and queries into vectors.
+
+    Attributes:
+        kind: ``multi_vector`` (MaxSim) or ``single_vector`` (dot product).
+        page_input: ``image``, or the pages-table text column the model reads (``ocr_text``).
+        batch_size: pages per forward pass (memory only; results do not depend on it).
+    """
+
+    kind: str = "multi_vector"
+    page_input: str = "image"
+    batch_size: int = 8
+
+    @abstractmethod
+    def cache_params(self) -> dict[str, Any]:
+        """Everything that changes the vectors: model, revision, processor settings, dtype."""
+
+    @abstractmethod
+    def encode_pages(self, pages: Sequence[Any]) -> list[np.ndarray]:
+        """One float32 array (n_tokens, dim) per page input."""
+
+    @abstractmethod
+    def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """One float32 array (n_tokens, dim) per query."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the manifest (resolved revision, visual-token cap, device): after loading."""
+        return {"class": type(self).__name__, **self.cache_params()}
+
+
+class TorchEncoder(Encoder):
+    """Shared plumbing of encoders that run a torch model: device, dtype, lazy loading."""
+
+    def __init__(self, checkpoint: Checkpoint, dtype: str = "bfloat16", attn_implementation: str | None = "sdpa",
+                 batch_size: int = 8, query_batch_size: int = 64, device: str = "auto"):
+        self.checkpoint = as_checkpoint(checkpoint)
+        self.dtype, self.attn_implementation = dtype, attn_implementation
+        self.batch_size, self.query_batch_size = batch_size, query_batch_size
+        self.device_name = device
+        self._loaded = False
+
+    @property
+    def device(self):
+        from vldocir.retrieval.search import resolve_device
+
+        return resolve_device(self.device_name)
+
+    def model_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"dtype": _torch_dtype(self.dtype)}
+        if self.attn_implementation:
+            kwargs["attn_implementation"] = self.attn_implementation
+        return kwargs
+
+    def ensure_loaded(self) -> None:
+        if not self._loaded:
+            self.load()
+            self._loaded = True
+
+    @abstractmethod
+    def load(self) -> None: ...
+
+    def cache_params(self) -> dict[str, Any]:
+        return {
+            "encoder": type(self).__name__,
+            **self.checkpoint.cache_params(),
+            "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        import torch
+
+        device = self.device
+        return {
+            "class": type(self).__name__,
+            **self.checkpoint.describe(),
+            "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
+            "device": str(device),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        }
+
+
+def _split_by_mask(embeddings, mask) -> list[np.ndarray]:
+    """(B, L, D) tensor + (B, L) attention mask -> B float32 arrays of the unmasked tokens.
+
+    Padding positions are dropped rather than kept as zero vectors, so a page's vectors do not
+    depend on which other pages shared its batch.
+    """
+    embeddings = embeddings.float().cpu().numpy()
+    mask = mask.bool().cpu().numpy()
+    return [e[m] for e, m in zip(embeddings, mask)]
+
+
+class ColEngineEncoder(TorchEncoder):
+    """Any colpali-engine late-interaction model (ColPali, ColQwen2.5, ColIdefics3, ColModernVBert, ...).
+
+    Args:
+        model_class, processor_class: dotted class paths, e.g. ``colpali_engine.models.ColQwen2_5``.
+        checkpoint: see :class:`Checkpoint`.
+        processor_kwargs: passed to ``processor_class.from_pretrained``; this is where the visual
+            token cap lives (``max_num_visual_tokens`` for the Qwen family). Part of the cache key.
+        dtype, attn_implementation: model loading; part of the cache key.
+    """
+
+    def __init__(self, model_class: str, processor_class: str, checkpoint: Checkpoint, processor_kwargs: dict | None = None, **kwargs):
+        super().__init__(checkpoint, **kwargs)
+        self.model_class, self.processor_class = model_class, processor_class
+        self.processor_kwargs = dict(processor_kwargs or {})
+        self.visual_tokens: list[int] = []
+
+    def cache_params(self) -> dict[str, Any]:
+        return {**super().cache_params(), "model_class": self.model_class, "processor_class": self.processor_class,
+                "processor_kwargs": self.processor_kwargs}
+
+    def load(self) -> None:
+        import torch
+
+        self.model = self.checkpoint.load(_import(self.model_class), "model", device_map=str(self.device), **self.model_kwargs()).eval()
+        self.processor = self.checkpoint.load(_import(self.processor_class), "processor", **self.processor_kwargs)
+        self._no_grad = torch.inference_mode
+
+    def _forward(self, batch) -> list[np.ndarray]:
+        with self._no_grad():
+            batch = batch.to(self.model.device)
+            output = self.model(**batch)
+        embeddings = output if not hasattr(output, "embeddings") else output.embeddings
+        return _split_by_mask(embeddings, batch["attention_mask"])
+
+    def encode_pages(self, pages):
+        self.ensure_loaded()
+        batch = self.processor.process_images(list(pages))
+        image_token = getattr(self.processor, "image_token_id", None)
+        if image_token is not None:
+            self.visual_tokens.extend((batch["input_ids"] == image_token).sum(dim=1).tolist())
+        return self._forward(batch)
+
+    def encode_queries(self, texts):
+        self.ensure_loaded()
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), self.query_batch_size):
+            out += self._forward(self.processor.process_queries(list(texts[start : start + self.query_batch_size])))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        facts = {**super().describe(), "model_class": self.model_class, "processor_class": self.processor_class,
+                 "processor_kwargs": self.processor_kwargs}
+        if self._loaded:
+            image_processor = getattr(self.processor, "image_processor", None)
+            facts["image_processor_max_pixels"] = getattr(image_processor, "max_pixels", None)
+        if self.visual_tokens:
+            facts["visual_tokens_per_page"] = {"max": int(max(self.visual_tokens)), "mean": float(np.mean(self.visual_tokens))}
+        return facts
+
+
+class LastTokenEncoder(TorchEncoder):
+    """Single-vector embedder on a generative VLM: the last token's final hidden state, L2-normalised.
+
+    This is how GME (Qwen2-VL) embeds: each input is wrapped in a chat turn with a system
+    instruction, the turn ends with ``<|endoftext|>``, and that token's hidden state is the vector.
+
+    Args:
+        model_class, processor_class: dotted classes (``transformers.AutoModelForImageTextToText``).
+        min_visual_tokens, max_visual_tokens: the image resolution bounds, in merged 28x28 tokens.
+        query_instruction, page_instruction: system prompts for queries and pages.
+        template: the chat turn, with ``{instruction}`` and ``{content}``.
+        image_placeholder: the content of a page turn (the vision tokens).
+    """
+
+    kind = "single_vector"
+
+    def __init__(self, checkpoint: Checkpoint, model_class: str = "transformers.AutoModelForImageTextToText",
+                 processor_class: str = "transformers.AutoProcessor", min_visual_tokens: int = 256,
+                 max_visual_tokens: int = 1280, query_instruction: str = "", page_instruction: str = "",
+                 template: str = "", image_placeholder: str = "", max_length: int = 1800, **kwargs):
+        super().__init__(checkpoint, **kwargs)
+        self.model_class, self.processor_class = model_class, processor_class
+        self.min_visual_tokens, self.max_visual_tokens = min_visual_tokens, max_visual_tokens
+        self.query_instruction, self.page_instruction = query_instruction, page_instruction
+        self.template, self.image_placeholder, self.max_length = template, image_placeholder, max_length
+
+    def cache_params(self) -> dict[str, Any]:
+        return {**super().cache_params(), "model_class": self.model_class, "min_visual_tokens": self.min_visual_tokens,
+                "max_visual_tokens": self.max_visual_tokens, "query_instruction": self.query_instruction,
+                "page_instruction": self.page_instruction, "template": self.template,
+                "image_placeholder": self.image_placeholder, "max_length": self.max_length}
+
+    def load(self) -> None:
+        import torch
+
+        self.model = self.checkpoint.load(_import(self.model_class), "model", device_map=str(self.device), **self.model_kwargs()).eval()
+        self.processor = self.checkpoint.load(
+            _import(self.processor_class), "processor",
+            min_pixels=self.min_visual_tokens * 28 * 28, max_pixels=self.max_visual_tokens * 28 * 28,
+        )
+        self.processor.tokenizer.padding_side = "right"
+        self._no_grad = torch.inference_mode
+
+    def _embed(self, texts: list[str], images: list | None) -> list[np.ndarray]:
+        import torch
+
+        inputs = self.processor(text=texts, images=images, padding=True, truncation=images is None,
+                                max_length=self.max_length if images is None else None, return_tensors="pt")
+        inputs = inputs.to(self.model.device)
+        with self._no_grad():
+            hidden = self.model.model(**inputs, use_cache=False).last_hidden_state  # (B, L, D)
+        last = inputs["attention_mask"].sum(dim=1) - 1  # right padding: the last real token
+        pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=-1)
+        return [row[None, :] for row in pooled.cpu().numpy()]
+
+    def encode_pages(self, pages):
+        self.ensure_loaded()
+        prompt = self.template.format(instruction=self.page_instruction, content=self.image_placeholder)
+        return self._embed([prompt] * len(pages), list(pages))
+
+    def encode_queries(self, texts):
+        self.ensure_loaded()
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), self.query_batch_size):
+            batch = texts[start : start + self.query_batch_size]
+            out += self._embed([self.template.format(instruction=self.query_instruction, content=t) for t in batch], None)
+        return out
+
+
+class JinaV4Encoder(TorchEncoder):
+    """jina-embeddings-v4 through its own hub code (``encode_image`` / ``encode_text``).
+
+    Args:
+        multivector: late-interaction mode (128-d per token) instead of the 2048-d single vector.
+    """
+
+    def __init__(self, checkpoint: Checkpoint, multivector: bool, task: str = "retrieval", **kwargs):
+        super().__init__(checkpoint, **kwargs)
+        self.multivector, self.task = multivector, task
+        self.kind = "multi_vector" if multivector else "single_vector"
+
+    def cache_params(self) -> dict[str, Any]:
+        return {**super().cache_params(), "multivector": self.multivector, "task": self.task}
+
+    def load(self) -> None:
+        from transformers import AutoModel
+
+        self.model = self.checkpoint.load(AutoModel, "model", device_map=str(self.device), **self.model_kwargs()).eval()
+
+    def _as_arrays(self, output) -> list[np.ndarray]:
+        rows = output if isinstance(output, (list, tuple)) else list(output)
+        arrays = [np.asarray(r.float().cpu() if hasattr(r, "float") else r, dtype=np.float32) for r in rows]
+        return [a if a.ndim == 2 else a[None, :] for a in arrays]
+
+    def encode_pages(self, pages):
+        self.ensure_loaded()
+        return self._as_arrays(self.model.encode_image(images=list(pages), task=self.task, batch_size=self.batch_size,
+                                                       return_multivector=self.multivector, return_numpy=False))
+
+    def encode_queries(self, texts):
+        self.ensure_loaded()
+        return self._as_arrays(self.model.encode_text(texts=list(texts), task=self.task, prompt_name="query",
+                                                      batch_size=self.query_batch_size,
+                                                      return_multivector=self.multivector, return_numpy=False))
+
+
+class SentenceTransformerEncoder(Encoder):
+    """Single-vector text embedder over a text column of the pages (OCR-dense: BGE-M3 on Tesseract text).
+
+    Args:
+        checkpoint: any sentence-transformers model (hub id or local directory).
+        page_input: the pages-table column to embed (``ocr_text`` or ``dom_text``).
+        query_prompt, page_prompt: prefixes some models expect (empty for BGE-M3).
+        max_seq_length: truncation length in tokens; part of the cache key.
+    """
+
+    kind = "single_vector"
+
+    def __init__(self, checkpoint: Checkpoint, page_input: str = "ocr_text", query_prompt: str = "", page_prompt: str = "",
+                 max_seq_length: int | None = 8192, normalize: bool = True, batch_size: int = 32, device: str = "auto"):
+        self.checkpoint, self.page_input = as_checkpoint(checkpoint), page_input
+        self.query_prompt, self.page_prompt = query_prompt, page_prompt
+        self.max_seq_length, self.normalize = max_seq_length, normalize
+        self.batch_size, self.device_name = batch_size, device
+        self.model = None
+
+    def cache_params(self) -> dict[str, Any]:
+        return {"encoder": type(self).__name__, **self.checkpoint.cache_params(), "page_input": self.page_input,
+                "query_prompt": self.query_prompt, "page_prompt": self.page_prompt,
+                "max_seq_length": self.max_seq_length, "normalize": self.normalize}
+
+    def _model(self):
+        if self.model is None:
+            from sentence_transformers import SentenceTransformer
+
+            from vldocir.retrieval.search import resolve_device
+
+            self.model = self.checkpoint.load(_SentenceTransformerLoader(SentenceTransformer, str(resolve_device(self.device_name))), "model")
+            if self.max_seq_length:
+                self.model.max_seq_length = min(self.max_seq_length, self.model.max_seq_length or self.max_seq_length)
+        return self.model
+
+    def _encode(self, texts, prompt):
+        vectors = self._model().encode([prompt + t for t in texts], batch_size=self.batch_size, convert_to_numpy=True,
+                                       normalize_embeddings=self.normalize, show_progress_bar=False)
+        return [v[None, :].astype(np.float32) for v in vectors]
+
+    def encode_pages(self, pages):
+        return self._encode(pages, self.page_prompt)
+
+    def encode_queries(self, texts):
+        return self._encode(texts, self.query_prompt)
+
+    def describe(self) -> dict[str, Any]:
+        return {"class": type(self).__name__, **self.checkpoint.describe(), "page_input": self.page_input,
+                "max_seq_length": self.max_seq_length}
+
+
+class _SentenceTransformerLoader:
+    """Adapts ``SentenceTransformer(path, revision=...)`` to the ``from_pretrained`` shape."""
+
+    def __init__(self, cls, device: str):
+        self.cls, self.device = cls, device
+
+    def from_pretrained(self, source, revision=None, trust_remote_code=False):
+        return self.cls(source, revision=revision, device=self.device, trust_remote_code=trust_remote_code)

