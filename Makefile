@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval mini mini-ship clean
+.PHONY: setup run test test-fast bench-eval bench-maxsim mini mini-ship clean
 
 setup:
 	@bash scripts/setup.sh
@@ -19,6 +19,9 @@ test-fast: setup  ## everything except the slow end-to-end tests
 
 bench-eval: setup  ## evaluation speed at paper scale vs pytrec_eval and ranx (several minutes)
 	$(PYTHON) benchmarks/bench_evaluate.py
+
+bench-maxsim: setup  ## exact MaxSim search on CPU vs colpali-engine score_multi_vector and fp32 matmul (ARGS="--pages 20000")
+	$(PYTHON) benchmarks/bench_maxsim.py $(ARGS)
 
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py

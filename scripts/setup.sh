@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One idempotent setup for a fresh Linux machine: the locked Python environment (uv, .venv) and the
-# system packages the construction pipeline and tests use (Chromium, Tesseract).
+# system packages the construction pipeline and tests use (Chromium, the Liberation fonts, Tesseract).
 # Needs no network beyond the package registries. Safe to run again: it only fills in what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,9 @@ uv sync --frozen --quiet
 missing=()
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "${VLDOCIR_CHROMIUM:-}" ] || missing+=(chromium)
 command -v tesseract >/dev/null 2>&1 || missing+=(tesseract-ocr)
+# The generated documents ask for the Liberation fonts; without them Chromium falls back to wider
+# fonts, pages break elsewhere and the mini benchmark no longer rebuilds identically.
+{ command -v fc-list >/dev/null 2>&1 && fc-list : family | grep -q "Liberation Serif"; } || missing+=(fonts-liberation)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${missing[*]} with apt-get" >&2

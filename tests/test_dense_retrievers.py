@@ -282,3 +282,17 @@ def test_ocr_dense_with_a_sentence_transformers_model(subset_dir, isolated_paths
     assert np.load(store_dir / "shards" / "00000" / "vectors.npy").shape == (21, 384)
     # A real text embedder finds the evidence of these template queries far above chance (21 pages).
     assert metrics["aggregates"]["micro"]["recall@10"] > 0.6
+
+
+def test_rankings_do_not_depend_on_encoding_or_search_batch_sizes(subset_dir, tiny, tmp_path):
+    runs = []
+    for name, batches in (("a", ["retriever.model.encoder.batch_size=1", "retriever.model.search.query_batch_size=1",
+                                  "retriever.model.search.page_block_tokens=10"]),
+                          ("b", ["retriever.model.encoder.batch_size=7", "retriever.model.encoder.query_batch_size=5",
+                                  "retriever.model.search.query_batch_size=64"])):
+        retriever, bench, cache = _encode_subset(subset_dir, tiny, tmp_path / name, *batches)
+        queries = dict(zip(bench.queries["query_id"], bench.queries["text"]))
+        runs.append(retriever.retrieve(bench, queries, 21, cache).to_pandas())
+    a, b = runs
+    assert a[["query_id", "page_id", "rank"]].equals(b[["query_id", "page_id", "rank"]])
+    np.testing.assert_allclose(a["score"], b["score"], rtol=1e-4, atol=1e-4)

@@ -116,7 +116,7 @@ class EmbeddingRetriever(Retriever):
             vectors = []
             from tqdm.auto import tqdm
 
-            step = getattr(self.encoder, "query_batch_size", 64)
+            step = self.encoder.query_batch_size
             for start in tqdm(range(0, len(texts), step), desc="encode queries", unit="batch", disable=not self.progress):
                 vectors += self.encoder.encode_queries(texts[start : start + step])
             with cache.build("query-embeddings", key, parts) as staging:

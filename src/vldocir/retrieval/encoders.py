@@ -129,12 +129,14 @@ class Encoder(ABC):
     Attributes:
         kind: ``multi_vector`` (MaxSim) or ``single_vector`` (dot product).
         page_input: ``image``, or the pages-table text column the model reads (``ocr_text``).
-        batch_size: pages per forward pass (memory only; results do not depend on it).
+        batch_size, query_batch_size: inputs per forward pass; the callers batch, the encoder
+            encodes what it is given in one pass (memory only; results do not depend on it).
     """
 
     kind: str = "multi_vector"
     page_input: str = "image"
     batch_size: int = 8
+    query_batch_size: int = 64
 
     @abstractmethod
     def cache_params(self) -> dict[str, Any]:
@@ -239,14 +241,14 @@ class ColEngineEncoder(TorchEncoder):
                 "processor_kwargs": self.processor_kwargs}
 
     def load(self) -> None:
-        import torch
 
         self.model = self.checkpoint.load(_import(self.model_class), "model", device_map=str(self.device), **self.model_kwargs()).eval()
         self.processor = self.checkpoint.load(_import(self.processor_class), "processor", **self.processor_kwargs)
-        self._no_grad = torch.inference_mode
 
     def _forward(self, batch) -> list[np.ndarray]:
-        with self._no_grad():
+        import torch
+
+        with torch.inference_mode():
             batch = batch.to(self.model.device)
             output = self.model(**batch)
         embeddings = output if not hasattr(output, "embeddings") else output.embeddings
@@ -262,10 +264,7 @@ class ColEngineEncoder(TorchEncoder):
 
     def encode_queries(self, texts):
         self.ensure_loaded()
-        out: list[np.ndarray] = []
-        for start in range(0, len(texts), self.query_batch_size):
-            out += self._forward(self.processor.process_queries(list(texts[start : start + self.query_batch_size])))
-        return out
+        return self._forward(self.processor.process_queries(list(texts)))
 
     def describe(self) -> dict[str, Any]:
         facts = {**super().describe(), "model_class": self.model_class, "processor_class": self.processor_class,
@@ -311,7 +310,6 @@ class LastTokenEncoder(TorchEncoder):
                 "image_placeholder": self.image_placeholder, "max_length": self.max_length}
 
     def load(self) -> None:
-        import torch
 
         self.model = self.checkpoint.load(_import(self.model_class), "model", device_map=str(self.device), **self.model_kwargs()).eval()
         self.processor = self.checkpoint.load(
@@ -319,7 +317,6 @@ class LastTokenEncoder(TorchEncoder):
             min_pixels=self.min_visual_tokens * 28 * 28, max_pixels=self.max_visual_tokens * 28 * 28,
         )
         self.processor.tokenizer.padding_side = "right"
-        self._no_grad = torch.inference_mode
 
     def _embed(self, texts: list[str], images: list | None) -> list[np.ndarray]:
         import torch
@@ -327,7 +324,7 @@ class LastTokenEncoder(TorchEncoder):
         inputs = self.processor(text=texts, images=images, padding=True, truncation=images is None,
                                 max_length=self.max_length if images is None else None, return_tensors="pt")
         inputs = inputs.to(self.model.device)
-        with self._no_grad():
+        with torch.inference_mode():
             hidden = self.model.model(**inputs, use_cache=False).last_hidden_state  # (B, L, D)
         last = inputs["attention_mask"].sum(dim=1) - 1  # right padding: the last real token
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
@@ -341,11 +338,7 @@ class LastTokenEncoder(TorchEncoder):
 
     def encode_queries(self, texts):
         self.ensure_loaded()
-        out: list[np.ndarray] = []
-        for start in range(0, len(texts), self.query_batch_size):
-            batch = texts[start : start + self.query_batch_size]
-            out += self._embed([self.template.format(instruction=self.query_instruction, content=t) for t in batch], None)
-        return out
+        return self._embed([self.template.format(instruction=self.query_instruction, content=t) for t in texts], None)
 
 
 class JinaV4Encoder(TorchEncoder):
@@ -398,11 +391,12 @@ class SentenceTransformerEncoder(Encoder):
     kind = "single_vector"
 
     def __init__(self, checkpoint: Checkpoint, page_input: str = "ocr_text", query_prompt: str = "", page_prompt: str = "",
-                 max_seq_length: int | None = 8192, normalize: bool = True, batch_size: int = 32, device: str = "auto"):
+                 max_seq_length: int | None = 8192, normalize: bool = True, batch_size: int = 32,
+                 query_batch_size: int = 64, device: str = "auto"):
         self.checkpoint, self.page_input = as_checkpoint(checkpoint), page_input
         self.query_prompt, self.page_prompt = query_prompt, page_prompt
         self.max_seq_length, self.normalize = max_seq_length, normalize
-        self.batch_size, self.device_name = batch_size, device
+        self.batch_size, self.query_batch_size, self.device_name = batch_size, query_batch_size, device
         self.model = None
 
     def cache_params(self) -> dict[str, Any]:
@@ -421,16 +415,16 @@ class SentenceTransformerEncoder(Encoder):
                 self.model.max_seq_length = min(self.max_seq_length, self.model.max_seq_length or self.max_seq_length)
         return self.model
 
-    def _encode(self, texts, prompt):
-        vectors = self._model().encode([prompt + t for t in texts], batch_size=self.batch_size, convert_to_numpy=True,
+    def _encode(self, texts, prompt, batch_size):
+        vectors = self._model().encode([prompt + t for t in texts], batch_size=batch_size, convert_to_numpy=True,
                                        normalize_embeddings=self.normalize, show_progress_bar=False)
         return [v[None, :].astype(np.float32) for v in vectors]
 
     def encode_pages(self, pages):
-        return self._encode(pages, self.page_prompt)
+        return self._encode(pages, self.page_prompt, self.batch_size)
 
     def encode_queries(self, texts):
-        return self._encode(texts, self.query_prompt)
+        return self._encode(texts, self.query_prompt, self.query_batch_size)
 
     def describe(self) -> dict[str, Any]:
         return {"class": type(self).__name__, **self.checkpoint.describe(), "page_input": self.page_input,

@@ -42,10 +42,10 @@ class DocumentContext(Setting):
 
     def __init__(self, n_ctx: int):
         self.n_ctx = n_ctx
-        raise NotImplementedYet("document-context scoring (setting=ctx)", "Retrievers of the paper")
+        raise NotImplementedYet("document-context scoring (setting=ctx)", "retrieval settings")
 
     def cache_params(self) -> dict[str, Any]:
         return {"setting": "ctx", "n_ctx": self.n_ctx}
 
     def apply(self, retriever, bench, queries, depth, cache):
-        raise NotImplementedYet("document-context scoring (setting=ctx)", "Retrievers of the paper")
+        raise NotImplementedYet("document-context scoring (setting=ctx)", "retrieval settings")
