@@ -62,7 +62,7 @@ class EmbeddingRetriever(Retriever):
             raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
         self.encoder, self.shard_size, self.storage_dtype = encoder, shard_size, storage_dtype
         self.on_bad_page = on_bad_page
-        self.search = {"query_batch_size": 64, "page_block_tokens": 8192, "device": "auto", **dict(search or {})}
+        self.search = {"query_batch_size": 32, "page_block_tokens": 4096, "device": "auto", **dict(search or {})}
         self.progress = progress
         self.stats: dict[str, Any] = {}
 
