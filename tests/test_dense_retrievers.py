@@ -296,3 +296,22 @@ def test_rankings_do_not_depend_on_encoding_or_search_batch_sizes(subset_dir, ti
     a, b = runs
     assert a[["query_id", "page_id", "rank"]].equals(b[["query_id", "page_id", "rank"]])
     np.testing.assert_allclose(a["score"], b["score"], rtol=1e-4, atol=1e-4)
+
+
+def test_broken_model_output_names_the_page_and_keeps_finished_shards(subset_dir, tiny, tmp_path):
+    retriever, bench, cache = _encode_subset(subset_dir, tiny, tmp_path)
+    real_encode = retriever.encoder.encode_pages
+    calls = []
+
+    def nan_on_third_shard(pages):
+        calls.append(1)
+        out = real_encode(pages)
+        if len(calls) == 3:
+            out[1][0, 0] = np.nan
+        return out
+
+    retriever.encoder.encode_pages = nan_on_third_shard
+    store_, _ = retriever.page_store(bench, cache)
+    with pytest.raises(ValueError, match=f"non-finite values for page {store_.page_ids()[11]}"):
+        retriever.encode_pages(bench, cache)
+    assert [store_.has_shard(s) for s in range(store_.n_shards)] == [True, True, False, False, False]
