@@ -59,3 +59,33 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA device; none is visible (torch.cuda.is_available() is False)")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random checkpoints of ColQwen2.5, ColPali and a GME-style Qwen2-VL embedder, built offline."""
+    from tiny_models import build_tiny_colpali, build_tiny_colqwen25, build_tiny_qwen2vl_embedder
+
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {
+        "colqwen25": build_tiny_colqwen25(root / "colqwen25"),
+        "colpali13": build_tiny_colpali(root / "colpali13"),
+        "gme_qwen2vl": build_tiny_qwen2vl_embedder(root / "gme_qwen2vl"),
+    }
+
+
+@pytest.fixture(scope="session")
+def subset_dir(tmp_path_factory) -> Path:
+    """Three documents of the shipped mini benchmark (21 pages, 21 queries), images inline."""
+    from helpers import mini_subset
+
+    return mini_subset(tmp_path_factory.mktemp("subset") / "b", ["arxiv-00003", "wikipedia-00000", "wikipedia-00001"])
+
+
+@pytest.fixture(autouse=True)
+def _reset_hydra_config():
+    """Tests that compose configs set Hydra's global config (as run.py does); clear it after each."""
+    yield
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().cfg = None

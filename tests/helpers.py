@@ -54,3 +54,44 @@ def mini_subset(dest: Path, doc_ids: list[str], *, corrupt_page: str | None = No
     tables = {"documents": docs, "pages": pages, "elements": elements, "queries": queries, "qrels": qrels}
     write_benchmark(dest, tables, {"name": name, "version": "test"})
     return dest
+
+
+def tiny_overrides(name: str, tiny: dict[str, Path]) -> list[str]:
+    """What a user with a local copy of the checkpoint would set, plus CPU-friendly sizes."""
+    over = [f"retriever={name}", f"retriever.model.encoder.checkpoint.local_path={tiny[name]}",
+            "retriever.model.encoder.dtype=float32", "retriever.model.progress=false"]
+    if name == "colqwen25":
+        over.append("retriever.model.encoder.processor_kwargs.max_num_visual_tokens=64")
+    if name == "gme_qwen2vl":
+        over += ["retriever.model.encoder.min_visual_tokens=4", "retriever.model.encoder.max_visual_tokens=64"]
+    return over
+
+
+def compose_cfg(*overrides: str):
+    """The job config `python run.py <overrides>` would run, with Hydra's global config set."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def evaluate(*overrides: str):
+    """Run the pipeline in process like `python run.py <overrides>`; (metrics, manifest, run dir)."""
+    import json
+
+    from vldocir import store
+    from vldocir.data.benchmark import load_benchmark
+    from vldocir.pipeline import run_stage
+    from vldocir.tracking import NullTracker
+
+    cfg = compose_cfg(*overrides)
+    metrics = run_stage(cfg, NullTracker())
+    bench = load_benchmark(cfg.dataset.source)
+    run_dir = store.run_directory(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
+    return metrics, json.loads((run_dir / store.MANIFEST_FILE).read_text()), run_dir

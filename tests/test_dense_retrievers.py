@@ -13,20 +13,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import open_dict
 
-from helpers import MINI_DIR, mini_subset, run_py
-from tiny_models import build_tiny_colpali, build_tiny_colqwen25, build_tiny_qwen2vl_embedder
+from helpers import MINI_DIR, compose_cfg, evaluate, mini_subset, run_py, tiny_overrides
 from vldocir import store
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import load_benchmark
-from vldocir.pipeline import run_stage
 from vldocir.retrieval.embeddings import BadPagesError
 from vldocir.retrieval.encoders import ModelLoadError
-from vldocir.tracking import NullTracker
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "conf"
@@ -45,56 +39,6 @@ ALL_RETRIEVERS = {
     "ocr_bm25": ("BM25Retriever", None),
     "dom_bm25": ("BM25Retriever", None),
 }
-
-
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("checkpoints")
-    return {
-        "colqwen25": build_tiny_colqwen25(root / "colqwen25"),
-        "colpali13": build_tiny_colpali(root / "colpali13"),
-        "gme_qwen2vl": build_tiny_qwen2vl_embedder(root / "gme_qwen2vl"),
-    }
-
-
-def tiny_overrides(name: str, tiny: dict[str, Path]) -> list[str]:
-    """What a user with a local copy of the checkpoint would set, plus CPU-friendly sizes."""
-    over = [f"retriever={name}", f"retriever.model.encoder.checkpoint.local_path={tiny[name]}",
-            "retriever.model.encoder.dtype=float32", "retriever.model.progress=false"]
-    if name == "colqwen25":
-        over.append("retriever.model.encoder.processor_kwargs.max_num_visual_tokens=64")
-    if name == "gme_qwen2vl":
-        over += ["retriever.model.encoder.min_visual_tokens=4", "retriever.model.encoder.max_visual_tokens=64"]
-    return over
-
-
-@pytest.fixture(scope="module")
-def subset_dir(tmp_path_factory) -> Path:
-    """Three mini documents (21 pages, 21 queries), images inline."""
-    return mini_subset(tmp_path_factory.mktemp("subset") / "b", ["arxiv-00003", "wikipedia-00000", "wikipedia-00001"])
-
-
-@pytest.fixture(autouse=True)
-def _reset_hydra_config():
-    yield
-    HydraConfig.instance().cfg = None
-
-
-def compose_cfg(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
-
-
-def evaluate(*overrides: str):
-    cfg = compose_cfg(*overrides)
-    metrics = run_stage(cfg, NullTracker())
-    bench = load_benchmark(cfg.dataset.source)
-    run_dir = store.run_directory(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
-    return metrics, json.loads((run_dir / store.MANIFEST_FILE).read_text()), run_dir
 
 
 def page_store_dirs(cache: Path) -> list[Path]:

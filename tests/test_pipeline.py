@@ -31,12 +31,6 @@ STORE_FILES = (store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.M
 OLD = 1_000_000_000  # an mtime (2001) that no write made by a test can have
 
 
-@pytest.fixture(autouse=True)
-def _reset_hydra_config():
-    yield
-    HydraConfig.instance().cfg = None
-
-
 @pytest.fixture
 def run_eval(isolated_paths, small_bench_dir, capsys):
     """``run_eval(*overrides)`` evaluates DOM-BM25 on the small benchmark like `python run.py` does;

@@ -3,7 +3,7 @@ reproductions. One line per cell:
 
     OK       table13_overall  DOM-BM25 | Macro | RecallAll@5   48.37 vs 48.37  (+0.00, tol 0.05)
     DIFF     ...
-    MISSING  ...              no run vl-docir/colnomic7b/base (retrievers issue)
+    MISSING  ...              no run vl-docir/colnomic7b/base (runnable on a GPU node)
 
 then the commands that would make the missing runs, and a summary. The exit status is 1 when a
 cell differs by more than its tolerance (``experiments/paper.yaml``: ``tolerance``, per table or

@@ -16,13 +16,6 @@ from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import Benchmark
 
 
-class NotImplementedYet(NotImplementedError):
-    """A component whose configuration is declared but whose code lands with a later issue."""
-
-    def __init__(self, what: str, issue: str):
-        super().__init__(f"{what} is not implemented yet (it lands with the issue '{issue}'); the config composes so that sweeps can be planned now")
-
-
 class Retriever(ABC):
     @abstractmethod
     def cache_params(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,9 @@ from vldocir.retrieval.embeddings import (
 from vldocir.retrieval.encoders import Encoder
 from vldocir.retrieval.run import make_run
 from vldocir.retrieval.search import RaggedVectors, exact_search, resolve_device
+
+if TYPE_CHECKING:
+    from vldocir.retrieval.settings import DocumentContext
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +135,9 @@ class EmbeddingRetriever(Retriever):
         return read_ragged(path)
 
     # -- retrieve ------------------------------------------------------------------------------
-    def retrieve(self, bench: Benchmark, queries: dict[str, str], depth: int, cache: ArtifactCache) -> pa.Table:
+    def retrieve(self, bench: Benchmark, queries: dict[str, str], depth: int, cache: ArtifactCache,
+                 context: "DocumentContext | None" = None) -> pa.Table:
+        """The top ``depth`` pages per query; with ``context`` (setting=ctx), scored by paper Eq. 8."""
         store = self.encode_pages(bench, cache)
         if not store.complete:
             missing = store.missing_shards()
@@ -144,9 +149,13 @@ class EmbeddingRetriever(Retriever):
             log.warning("skipping %d undecodable page(s): %s", len(bad), ", ".join(b["page_id"] for b in bad[:10]))
             self.stats["skipped_pages"] = bad
         query_vectors = self.query_vectors(bench, queries, cache)
+        context_vectors = None
+        if context is not None:
+            context_vectors = context.vectors(store, bench, cache, progress=self.progress, stats=self.stats)
 
         tick = time.perf_counter()
-        top = exact_search(query_vectors, store.shards(), depth, total_items=store.n_pages, progress=self.progress, **self.search)
+        top = exact_search(query_vectors, store.shards(), depth, total_items=store.n_pages, progress=self.progress,
+                           context=context_vectors.for_shard if context_vectors else None, **self.search)
         elapsed = time.perf_counter() - tick
         self.stats["search"] = {"search_s": round(elapsed, 3), "gpu_s": _gpu_seconds(self.search["device"], elapsed),
                                 "device": str(resolve_device(self.search["device"])), "queries": len(queries),

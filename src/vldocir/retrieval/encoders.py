@@ -158,7 +158,7 @@ class Encoder(ABC):
 class TorchEncoder(Encoder):
     """Shared plumbing of encoders that run a torch model: device, dtype, lazy loading."""
 
-    def __init__(self, checkpoint: Checkpoint, dtype: str = "bfloat16", attn_implementation: str | None = "sdpa",
+    def __init__(self, checkpoint: Checkpoint | dict, dtype: str = "bfloat16", attn_implementation: str | None = "sdpa",
                  batch_size: int = 8, query_batch_size: int = 64, device: str = "auto"):
         self.checkpoint = as_checkpoint(checkpoint)
         self.dtype, self.attn_implementation = dtype, attn_implementation
@@ -230,7 +230,7 @@ class ColEngineEncoder(TorchEncoder):
         dtype, attn_implementation: model loading; part of the cache key.
     """
 
-    def __init__(self, model_class: str, processor_class: str, checkpoint: Checkpoint, processor_kwargs: dict | None = None, **kwargs):
+    def __init__(self, model_class: str, processor_class: str, checkpoint: Checkpoint | dict, processor_kwargs: dict | None = None, **kwargs):
         super().__init__(checkpoint, **kwargs)
         self.model_class, self.processor_class = model_class, processor_class
         self.processor_kwargs = dict(processor_kwargs or {})
@@ -241,7 +241,6 @@ class ColEngineEncoder(TorchEncoder):
                 "processor_kwargs": self.processor_kwargs}
 
     def load(self) -> None:
-
         self.model = self.checkpoint.load(_import(self.model_class), "model", device_map=str(self.device), **self.model_kwargs()).eval()
         self.processor = self.checkpoint.load(_import(self.processor_class), "processor", **self.processor_kwargs)
 
@@ -293,7 +292,7 @@ class LastTokenEncoder(TorchEncoder):
 
     kind = "single_vector"
 
-    def __init__(self, checkpoint: Checkpoint, model_class: str = "transformers.AutoModelForImageTextToText",
+    def __init__(self, checkpoint: Checkpoint | dict, model_class: str = "transformers.AutoModelForImageTextToText",
                  processor_class: str = "transformers.AutoProcessor", min_visual_tokens: int = 256,
                  max_visual_tokens: int = 1280, query_instruction: str = "", page_instruction: str = "",
                  template: str = "", image_placeholder: str = "", max_length: int = 1800, **kwargs):
@@ -310,7 +309,6 @@ class LastTokenEncoder(TorchEncoder):
                 "image_placeholder": self.image_placeholder, "max_length": self.max_length}
 
     def load(self) -> None:
-
         self.model = self.checkpoint.load(_import(self.model_class), "model", device_map=str(self.device), **self.model_kwargs()).eval()
         self.processor = self.checkpoint.load(
             _import(self.processor_class), "processor",
@@ -348,7 +346,7 @@ class JinaV4Encoder(TorchEncoder):
         multivector: late-interaction mode (128-d per token) instead of the 2048-d single vector.
     """
 
-    def __init__(self, checkpoint: Checkpoint, multivector: bool, task: str = "retrieval", **kwargs):
+    def __init__(self, checkpoint: Checkpoint | dict, multivector: bool, task: str = "retrieval", **kwargs):
         super().__init__(checkpoint, **kwargs)
         self.multivector, self.task = multivector, task
         self.kind = "multi_vector" if multivector else "single_vector"
@@ -390,7 +388,7 @@ class SentenceTransformerEncoder(Encoder):
 
     kind = "single_vector"
 
-    def __init__(self, checkpoint: Checkpoint, page_input: str = "ocr_text", query_prompt: str = "", page_prompt: str = "",
+    def __init__(self, checkpoint: Checkpoint | dict, page_input: str = "ocr_text", query_prompt: str = "", page_prompt: str = "",
                  max_seq_length: int | None = 8192, normalize: bool = True, batch_size: int = 32,
                  query_batch_size: int = 64, device: str = "auto"):
         self.checkpoint, self.page_input = as_checkpoint(checkpoint), page_input

@@ -8,8 +8,8 @@ one shard (upcast to fp32) plus one query batch's score buffer, whatever the cor
 (queries x pages) score matrix is ever materialised.
 
 Exactness notes:
-- Pages of a shard are padded to the shard's longest page by repeating one of the page's own
-  token vectors. A repeated token cannot change a maximum, so the padded MaxSim equals the
+- Pages are scored in blocks of similar length, each padded to its block's longest page by
+  repeating one of the page's own token vectors. A repeated token cannot change a maximum, so the padded MaxSim equals the
   unpadded one. (colpali-engine's ``score_multi_vector`` pads with zero vectors instead, which
   raises a page's score wherever all of a query token's dot products with it are negative;
   its scores equal ours whenever the pages of a batch have equal lengths.)
@@ -21,7 +21,7 @@ Exactness notes:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -127,11 +127,49 @@ def _merge(best_scores, best_indices, new_scores, new_indices, depth):
     return scores.gather(1, order), indices.gather(1, order)
 
 
+def _page_blocks(shard: RaggedVectors, page_block_tokens: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A shard's pages as fp32 blocks of about ``page_block_tokens`` tokens, upcast once per shard.
+
+    Pages are grouped by length (sorted), so padding to a block's longest page wastes little when
+    token counts vary (pages of other aspect ratios, image-splitting processors). Returns
+    (positions within the shard, (n_block, width, dim) tensor) pairs.
+    """
+    lengths = shard.lengths
+    order = np.argsort(lengths, kind="stable")
+    blocks, start = [], 0
+    while start < len(order):
+        stop = start + 1
+        while stop < len(order) and (stop + 1 - start) * max(int(lengths[order[stop]]), 1) <= page_block_tokens:
+            stop += 1
+        members = order[start:stop]
+        blocks.append((torch.from_numpy(members).to(device), shard.padded_fp32(members, device)))
+        start = stop
+    return blocks
+
+
+def _maxsim(flat_queries: torch.Tensor, n_batch: int, blocks, n_items: int) -> torch.Tensor:
+    """(n_batch, n_items) MaxSim of a zero-padded query batch, flattened to (n_batch * Lq, dim),
+    against items given as :func:`_page_blocks`."""
+    query_tokens = flat_queries.shape[0] // n_batch
+    scores = torch.empty((n_batch, n_items), device=flat_queries.device)
+    for positions, block in blocks:
+        n_block, width, dim = block.shape
+        sims = flat_queries @ block.view(-1, dim).T  # (B*Lq, nb*Lp)
+        scores[:, positions] = sims.view(n_batch, query_tokens, n_block, width).amax(dim=3).sum(dim=1)
+    return scores
+
+
+Context = Callable[[RaggedVectors], tuple[RaggedVectors, np.ndarray]]
+"""For a shard: the context vectors of the groups (documents) its items belong to, as one
+:class:`RaggedVectors` with an item per group, and each item's group position in it."""
+
+
 def exact_search(
     queries: RaggedVectors,
     shards: Iterable[RaggedVectors],
     depth: int,
     *,
+    context: Context | None = None,
     query_batch_size: int = 32,
     page_block_tokens: int = 4096,
     device: str = "auto",
@@ -139,6 +177,10 @@ def exact_search(
     progress: bool = True,
 ) -> TopN:
     """MaxSim (sum over query tokens of the max dot product over page tokens), top ``depth`` per query.
+
+    With ``context``, an item's score is its MaxSim plus the MaxSim of the query against its
+    group's context vectors (document-context scoring, paper Eq. 8), still exact: the group term
+    is computed for every item, shard by shard.
 
     Args:
         queries: the query token vectors (any float dtype; upcast to fp32).
@@ -172,22 +214,18 @@ def exact_search(
             n_items = len(shard)
             if n_items == 0:
                 continue
-            pages = shard.padded_fp32(np.arange(n_items), target)
+            blocks = _page_blocks(shard, page_block_tokens, target)
             empty = torch.from_numpy(shard.lengths == 0).to(target)
-            width = pages.shape[1]
-            pages_per_block = max(1, page_block_tokens // width)
             shard_indices = torch.arange(n_items, device=target, dtype=torch.int64) + shard.first_index
+            if context is not None:
+                groups, group_of_item = context(shard)
+                group_blocks = _page_blocks(groups, page_block_tokens, target)
+                group_of_item = torch.from_numpy(np.asarray(group_of_item, dtype=np.int64)).to(target)
             for b, flat_queries in enumerate(query_tensors):
                 n_batch = len(batches[b])
-                query_tokens = flat_queries.shape[0] // n_batch
-                scores = torch.empty((n_batch, n_items), device=target)
-                for start in range(0, n_items, pages_per_block):
-                    block = pages[start : start + pages_per_block]
-                    n_block = block.shape[0]
-                    sims = flat_queries @ block.reshape(-1, block.shape[-1]).T  # (B*Lq, nb*Lp)
-                    scores[:, start : start + n_block] = (
-                        sims.view(n_batch, query_tokens, n_block, width).amax(dim=3).sum(dim=1)
-                    )
+                scores = _maxsim(flat_queries, n_batch, blocks, n_items)
+                if context is not None:
+                    scores += _maxsim(flat_queries, n_batch, group_blocks, len(groups))[:, group_of_item]
                 scores[:, empty] = float("-inf")
                 best[b] = _merge(best[b][0], best[b][1], scores, shard_indices[None, :], depth)
             bar.update(n_items)

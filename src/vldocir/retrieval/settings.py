@@ -1,7 +1,7 @@
 """Retrieval settings: how a retriever's scores become the evaluated run (paper §4.2).
 
 A setting maps a retriever (and, for combinations, other runs) to one run. ``Base`` is the
-retriever's own ranking; the others are declared here so that their configs compose now.
+retriever's own ranking; ``DocumentContext`` adds document-context scoring (paper Eq. 8).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import Benchmark
-from vldocir.retrieval.base import NotImplementedYet, Retriever
+from vldocir.retrieval.base import Retriever
 
 
 class Setting(ABC):
@@ -38,14 +38,36 @@ class Base(Setting):
 
 
 class DocumentContext(Setting):
-    """Page score plus the MaxSim of the query against its document's ``n_ctx`` context vectors."""
+    """Page MaxSim plus the MaxSim of the query against its document's ``n_ctx`` context vectors.
 
-    def __init__(self, n_ctx: int):
-        self.n_ctx = n_ctx
-        raise NotImplementedYet("document-context scoring (setting=ctx)", "retrieval settings")
+    Paper Eq. 8: s(q, p, d) = s_page(q, p) + s_doc(q, d), where the document's context vectors are
+    spherical k-means centroids of all its page token vectors (:mod:`vldocir.retrieval.context`).
+    Needs an embedding retriever; reuses its page embeddings, builds the context vectors once per
+    ``n_ctx`` and searches exactly.
+
+    Args:
+        n_ctx: context vectors per document.
+        kmeans_iterations, seed: spherical k-means settings (part of the cache key).
+    """
+
+    def __init__(self, n_ctx: int, kmeans_iterations: int = 20, seed: int = 0):
+        self.n_ctx, self.kmeans_iterations, self.seed = n_ctx, kmeans_iterations, seed
 
     def cache_params(self) -> dict[str, Any]:
-        return {"setting": "ctx", "n_ctx": self.n_ctx}
+        return {"setting": "ctx", "n_ctx": self.n_ctx, "kmeans_iterations": self.kmeans_iterations, "seed": self.seed}
+
+    def vectors(self, store, bench, cache, progress: bool = True, stats: dict | None = None):
+        from vldocir.retrieval.context import document_context_vectors
+
+        return document_context_vectors(store, bench, cache, self.n_ctx, self.kmeans_iterations, self.seed,
+                                        progress=progress, stats=stats)
 
     def apply(self, retriever, bench, queries, depth, cache):
-        raise NotImplementedYet("document-context scoring (setting=ctx)", "retrieval settings")
+        from vldocir.retrieval.dense import EmbeddingRetriever
+
+        if not isinstance(retriever, EmbeddingRetriever):
+            raise ValueError(
+                f"setting=ctx scores pages with document-context vectors built from page embeddings; "
+                f"{type(retriever).__name__} has none (use an embedding retriever such as retriever=colqwen25)"
+            )
+        return retriever.retrieve(bench, queries, depth, cache, context=self)

@@ -1,0 +1,115 @@
+"""Document-context vectors (paper Eq. 8): ``n_ctx`` spherical k-means centroids per document.
+
+For each document, the token vectors of all its pages (as the page-embedding store holds them,
+L2-normalised) are clustered with faiss's spherical k-means into ``n_ctx`` unit centroids. A
+document with at most ``n_ctx`` token vectors keeps the vectors themselves (the limit of k-means
+with one point per cluster). The result is one cached artifact per (page store, n_ctx, k-means
+settings), ``<cache>/doc-context/<key>/``, reused by every run and sweep point with that ``n_ctx``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from vldocir.cache import ArtifactCache
+from vldocir.data.benchmark import Benchmark
+from vldocir.retrieval.embeddings import PageEmbeddingStore, read_ragged, write_ragged
+from vldocir.retrieval.search import RaggedVectors
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DocumentContextVectors:
+    """Context vectors of every document, and which document each page (store order) belongs to."""
+
+    vectors: RaggedVectors  # one item per document, in ``doc_ids`` order
+    doc_ids: list[str]
+    doc_of_page: np.ndarray  # (n_pages,) int64 positions in ``doc_ids``
+
+    def for_shard(self, shard: RaggedVectors) -> tuple[RaggedVectors, np.ndarray]:
+        """The context vectors of the shard's documents, and each page's position among them."""
+        docs = self.doc_of_page[shard.first_index : shard.first_index + len(shard)]
+        local, position = np.unique(docs, return_inverse=True)
+        starts, stops = self.vectors.offsets[local], self.vectors.offsets[local + 1]
+        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(local) else np.zeros(0, np.int64)
+        offsets = np.zeros(len(local) + 1, dtype=np.int64)
+        np.cumsum(stops - starts, out=offsets[1:])
+        subset = RaggedVectors(np.asarray(self.vectors.vectors[rows]), offsets, self.vectors.bfloat16)
+        return subset, position
+
+
+def spherical_kmeans(tokens: np.ndarray, n_ctx: int, iterations: int, seed: int) -> np.ndarray:
+    """(n_tokens, dim) float32 -> (min(n_ctx, n_tokens), dim) unit-norm centroids."""
+    tokens = np.ascontiguousarray(tokens, dtype=np.float32)
+    norms = np.linalg.norm(tokens, axis=1, keepdims=True)
+    tokens = tokens / np.where(norms > 0, norms, 1)
+    if len(tokens) <= n_ctx:
+        return tokens
+    import faiss
+
+    # Every token takes part (no subsampling) and no warning for few points per centroid.
+    kmeans = faiss.Kmeans(tokens.shape[1], n_ctx, niter=iterations, spherical=True, seed=seed, verbose=False,
+                          min_points_per_centroid=1, max_points_per_centroid=len(tokens))
+    kmeans.train(tokens)
+    return np.asarray(kmeans.centroids, dtype=np.float32)
+
+
+def doc_of_page(bench: Benchmark, page_ids: list[str]) -> tuple[list[str], np.ndarray]:
+    """Document ids (in order of first appearance) and each store page's document position."""
+    pages = bench.arrow("pages", ["page_id", "doc_id"]).to_pandas()
+    doc_by_page = dict(zip(pages["page_id"], pages["doc_id"]))
+    docs = [doc_by_page[p] for p in page_ids]
+    doc_ids = list(dict.fromkeys(docs))
+    position = {d: i for i, d in enumerate(doc_ids)}
+    return doc_ids, np.fromiter((position[d] for d in docs), dtype=np.int64, count=len(docs))
+
+
+def document_context_vectors(
+    store: PageEmbeddingStore, bench: Benchmark, cache: ArtifactCache, n_ctx: int, iterations: int, seed: int,
+    progress: bool = True, stats: dict[str, Any] | None = None,
+) -> DocumentContextVectors:
+    """Build (once) or load the context vectors of every document of ``store``."""
+    if n_ctx < 1:
+        raise ValueError(f"n_ctx must be at least 1, got {n_ctx}")
+    page_ids = store.page_ids()
+    doc_ids, page_doc = doc_of_page(bench, page_ids)
+    parts = {"page_embeddings": store.directory.name, "n_ctx": n_ctx, "method": "faiss-spherical-kmeans",
+             "iterations": iterations, "seed": seed}
+    key = cache.key_for("doc-context", **parts)
+    path = cache.lookup("doc-context", key)
+    if path is None:
+        tick = time.perf_counter()
+        shards = list(store.shards())
+        first_of_shard = np.array([s.first_index for s in shards])
+        pages_of_doc = np.split(np.argsort(page_doc, kind="stable"), np.cumsum(np.bincount(page_doc, minlength=len(doc_ids)))[:-1])
+        contexts = []
+        for pages in tqdm(pages_of_doc, desc=f"document context (n_ctx={n_ctx})", unit="doc", disable=not progress):
+            parts_of_doc = []
+            for page in pages:
+                shard = shards[int(np.searchsorted(first_of_shard, page, side="right")) - 1]
+                parts_of_doc.append(np.asarray(_fp32(shard, page - shard.first_index)))
+            tokens = np.concatenate(parts_of_doc) if parts_of_doc else np.zeros((0, shards[0].dim), np.float32)
+            contexts.append(spherical_kmeans(tokens, n_ctx, iterations, seed))
+        with cache.build("doc-context", key, parts) as staging:
+            write_ragged(staging, contexts, store.dtype, {})
+            (staging / "doc_ids.json").write_text(json.dumps(doc_ids))
+        path = cache.directory("doc-context", key)
+        if stats is not None:
+            stats["doc_context"] = {"n_ctx": n_ctx, "documents": len(doc_ids), "build_s": round(time.perf_counter() - tick, 3)}
+    if json.loads((path / "doc_ids.json").read_text()) != doc_ids:
+        raise RuntimeError(f"{path}: stored document order differs from the benchmark's; delete it and rerun")
+    return DocumentContextVectors(read_ragged(path), doc_ids, page_doc)
+
+
+def _fp32(shard: RaggedVectors, item: int) -> np.ndarray:
+    import torch
+
+    return shard.padded_fp32(np.array([item]), torch.device("cpu"))[0, : shard.lengths[item]].numpy()
