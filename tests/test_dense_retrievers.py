@@ -143,17 +143,21 @@ def test_cache_key_follows_processor_settings_not_batch_sizes(subset_dir, tiny, 
 
 
 @pytest.mark.slow
-def test_multirun_over_three_depths_encodes_the_corpus_once(subset_dir, tiny, isolated_paths):
-    done = run_py("-m", *tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "depth=5,10,20", timeout=900)
+def test_multirun_over_three_settings_encodes_the_corpus_once(subset_dir, tiny, isolated_paths):
+    done = run_py("-m", *tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "setting=ctx", "n_ctx=2,4,8",
+                  timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(page_store_dirs(isolated_paths / "cache")) == 1
-    runs = isolated_paths / "results" / "runs" / "mini-subset" / "colqwen25" / "base"
-    manifest = json.loads((runs / store.MANIFEST_FILE).read_text())  # the last job's
-    assert manifest["config"]["depth"] == 20
-    events = [e["status"] for e in manifest["cache"] if e["kind"] == "page-embeddings"]
-    assert events == ["hit"] and "encode_pages" not in manifest["retrieval"]
-    shard_files = list((page_store_dirs(isolated_paths / "cache")[0] / "shards").glob("*/shard.json"))
-    assert len(shard_files) == 1  # 21 pages, shard size 1024
+    cache = isolated_paths / "cache"
+    (store_dir,) = page_store_dirs(cache)
+    assert len(list((store_dir / "shards").glob("*/shard.json"))) == 1  # 21 pages, shard size 1024
+    assert len(list((cache / "doc-context").glob("[!.]*"))) == 3  # one set of context vectors per n_ctx
+    runs = isolated_paths / "results" / "runs" / "mini-subset" / "colqwen25"
+    assert sorted(p.name for p in runs.iterdir()) == ["ctx-n2", "ctx-n4", "ctx-n8"]
+    manifests = [json.loads((runs / f"ctx-n{n}" / store.MANIFEST_FILE).read_text()) for n in (2, 4, 8)]
+    page_events = [[e["status"] for e in m["cache"] if e["kind"] == "page-embeddings"] for m in manifests]
+    assert page_events == [["miss"], ["hit"], ["hit"]]
+    assert ["encode_pages" in m["retrieval"] for m in manifests] == [True, False, False]
+    assert manifests[0]["retrieval"]["encode_pages"]["pages_encoded"] == 21
 
 
 @pytest.mark.slow
