@@ -232,12 +232,12 @@ def test_ocr_dense_with_a_sentence_transformers_model(subset_dir, isolated_paths
     assert metrics["aggregates"]["micro"]["recall@10"] > 0.6
 
 
-def test_rankings_do_not_depend_on_encoding_or_search_batch_sizes(subset_dir, tiny, tmp_path):
+def test_rankings_do_not_depend_on_batch_sizes_or_decode_threads(subset_dir, tiny, tmp_path):
     runs = []
     for name, batches in (("a", ["retriever.model.encoder.batch_size=1", "retriever.model.search.query_batch_size=1",
-                                  "retriever.model.search.page_block_tokens=10"]),
+                                  "retriever.model.search.page_block_tokens=10", "retriever.model.decode_workers=1"]),
                           ("b", ["retriever.model.encoder.batch_size=7", "retriever.model.encoder.query_batch_size=5",
-                                  "retriever.model.search.query_batch_size=64"])):
+                                  "retriever.model.search.query_batch_size=64", "retriever.model.decode_workers=4"])):
         retriever, bench, cache = _encode_subset(subset_dir, tiny, tmp_path / name, *batches)
         queries = dict(zip(bench.queries["query_id"], bench.queries["text"]))
         runs.append(retriever.retrieve(bench, queries, 21, cache).to_pandas())

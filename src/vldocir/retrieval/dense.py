@@ -56,17 +56,18 @@ class EmbeddingRetriever(Retriever):
         on_bad_page: ``fail`` (stop before search, listing undecodable pages) or ``skip``
             (leave them out of the ranking; recorded in the manifest).
         search: ``query_batch_size``, ``page_block_tokens``, ``device`` for :func:`exact_search`.
+        decode_workers: threads decoding page images one batch ahead of the model.
         progress: show progress bars.
     """
 
     def __init__(self, encoder: Encoder, shard_size: int = 1024, storage_dtype: str = "float16",
-                 on_bad_page: str = "fail", search: dict | None = None, progress: bool = True):
+                 on_bad_page: str = "fail", search: dict | None = None, decode_workers: int = 4, progress: bool = True):
         if on_bad_page not in BAD_PAGE_POLICIES:
             raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
         self.encoder, self.shard_size, self.storage_dtype = encoder, shard_size, storage_dtype
         self.on_bad_page = on_bad_page
         self.search = {"query_batch_size": 32, "page_block_tokens": 4096, "device": "auto", **dict(search or {})}
-        self.progress = progress
+        self.decode_workers, self.progress = decode_workers, progress
         self.stats: dict[str, Any] = {}
 
     def cache_params(self) -> dict[str, Any]:
@@ -98,7 +99,8 @@ class EmbeddingRetriever(Retriever):
             (store.directory / "artifact.json").unlink(missing_ok=True)
         mine = [s for s in range(store.n_shards) if s % num_tasks == task]
         stats = encode_shards(store, inputs, self.encoder.encode_pages, mine, overwrite=overwrite,
-                              batch_size=self.encoder.batch_size, progress=self.progress)
+                              batch_size=self.encoder.batch_size, decode_workers=self.decode_workers,
+                              progress=self.progress)
         finish_if_complete(store, cache, self._page_key_parts(bench))
         device = getattr(self.encoder, "device_name", "cpu")
         stats.update(pages_per_s=round(stats["pages_encoded"] / stats["encode_s"], 3) if stats["encode_s"] else None,

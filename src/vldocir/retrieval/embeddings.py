@@ -114,21 +114,43 @@ class PageInputs:
         self._rows = np.argsort(ids, kind="stable")
         self.page_ids = [str(x) for x in ids[self._rows]]
 
-    def read(self, start: int, stop: int) -> tuple[list[Any], list[dict]]:
-        """Inputs of pages ``start:stop``: PIL images or strings, ``None`` for a bad page, plus the bad pages."""
-        rows = self._rows[start:stop]
+    def raw(self, start: int, stop: int) -> list[Any]:
+        """The stored values of pages ``start:stop``: texts, or image structs (bytes or a path)."""
         dataset = ds.dataset(table_location(self.bench.root, "pages"), format="parquet")
-        values = dataset.take(rows, columns=[self.column]).column(self.column).to_pylist()
+        return dataset.take(self._rows[start:stop], columns=[self.column]).column(self.column).to_pylist()
+
+    def decode(self, value: Any) -> Any:
+        """A page's encoder input: the text, or the decoded RGB image (raises on a broken image)."""
         if self.column != "image":
-            return [v or "" for v in values], []
-        inputs, bad = [], []
-        for page_id, value in zip(self.page_ids[start:stop], values):
-            try:
-                inputs.append(_decode_image(self.bench.root, value))
-            except Exception as error:  # any decoder failure: report the page, keep going
-                inputs.append(None)
-                bad.append({"page_id": page_id, "error": f"{type(error).__name__}: {error}"})
-        return inputs, bad
+            return value or ""
+        return _decode_image(self.bench.root, value)
+
+    def batches(self, start: int, stop: int, batch_size: int, workers: int) -> Iterator[tuple[list[Any], list[dict]]]:
+        """Decoded inputs of pages ``start:stop`` in batches (``None`` for a bad page), plus the bad pages.
+
+        Images are decoded by ``workers`` threads (Pillow releases the GIL while decoding), one
+        batch ahead of the one being encoded: the model never waits for decoding when decoding
+        keeps up, and at most two batches of decoded pages are in memory (a 2000x4000 RGB page
+        is 24 MB; a whole shard would not fit).
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        values = self.raw(start, stop)
+        ids = self.page_ids[start:stop]
+        spans = [(i, min(i + batch_size, len(values))) for i in range(0, len(values), batch_size)]
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            submit = lambda a, b: [pool.submit(self.decode, v) for v in values[a:b]]  # noqa: E731
+            pending = submit(*spans[0]) if spans else []
+            for n, (a, b) in enumerate(spans):
+                current, pending = pending, (submit(*spans[n + 1]) if n + 1 < len(spans) else [])
+                inputs, bad = [], []
+                for page_id, future in zip(ids[a:b], current):
+                    try:
+                        inputs.append(future.result())
+                    except Exception as error:  # any decoder failure: report the page, keep going
+                        inputs.append(None)
+                        bad.append({"page_id": page_id, "error": f"{type(error).__name__}: {error}"})
+                yield inputs, bad
 
 
 def _decode_image(root: Path, value: dict | None):
@@ -218,12 +240,14 @@ def encode_shards(
     *,
     overwrite: bool = False,
     batch_size: int = 8,
+    decode_workers: int = 4,
     progress: bool = True,
 ) -> dict:
     """Encode the given shards (skipping finished ones unless ``overwrite``); returns timing facts.
 
-    A page whose input is ``None`` (undecodable) gets zero tokens and is listed in its shard's
-    ``bad_pages``. ``encode`` maps a batch of inputs to one (n_tokens, dim) array per input.
+    A page whose image does not decode gets zero tokens and is listed in its shard's
+    ``bad_pages``. ``encode`` maps a batch of inputs to one (n_tokens, dim) array per input;
+    ``decode_workers`` threads prepare the next batch meanwhile (:meth:`PageInputs.batches`).
     """
     todo = [s for s in shards if overwrite or not store.has_shard(s)]
     n_pages = sum(store.shard_range(s)[1] - store.shard_range(s)[0] for s in todo)
@@ -234,11 +258,11 @@ def encode_shards(
     for shard in todo:
         tick = time.perf_counter()
         start, stop = store.shard_range(shard)
-        page_inputs, bad = inputs.read(start, stop)
-        vectors: list[np.ndarray] = []
+        vectors: list[np.ndarray | None] = []
+        bad: list[dict] = []
         dim = None
-        for begin in range(0, len(page_inputs), batch_size):
-            batch = page_inputs[begin : begin + batch_size]
+        for batch, batch_bad in inputs.batches(start, stop, batch_size, decode_workers):
+            bad += batch_bad
             good = [x for x in batch if x is not None]
             encoded = iter(encode(good) if good else [])
             for item in batch:
