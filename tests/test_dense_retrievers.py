@@ -111,7 +111,12 @@ def test_interrupted_encoding_resumes_without_reencoding_and_gives_identical_emb
     (store_dir,) = page_store_dirs(tmp_path / "a")
     finished = {d.name: (d / "vectors.npy").stat().st_mtime_ns for d in (store_dir / "shards").iterdir() if not d.name.startswith(".")}
     assert sorted(finished) == ["00000", "00001"] and not (store_dir / "artifact.json").exists()
-    assert not [d for d in (store_dir / "shards").iterdir() if d.name.startswith(".")], "no staging debris"
+    assert not [d for d in (store_dir / "shards").iterdir() if d.name.startswith(".")], "an interrupted write cleans up"
+
+    # A process killed with SIGKILL leaves its half-written staging directory behind: it is ignored.
+    debris = store_dir / "shards" / ".00002.staging-999999-1"
+    debris.mkdir()
+    (debris / "vectors.npy").write_bytes(b"\x93NUMPY truncated")
 
     retriever.encoder.encode_pages = lambda pages: (calls.append(len(pages)), real_encode(pages))[1]
     calls.clear()
