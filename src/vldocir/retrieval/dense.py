@@ -98,6 +98,8 @@ class EmbeddingRetriever(Retriever):
         if overwrite:
             (store.directory / "artifact.json").unlink(missing_ok=True)
         mine = [s for s in range(store.n_shards) if s % num_tasks == task]
+        if overwrite or any(not store.has_shard(s) for s in mine):
+            self.encoder.prepare()
         stats = encode_shards(store, inputs, self.encoder.encode_pages, mine, overwrite=overwrite,
                               batch_size=self.encoder.batch_size, decode_workers=self.decode_workers,
                               progress=self.progress)
@@ -116,6 +118,7 @@ class EmbeddingRetriever(Retriever):
         key = cache.key_for("query-embeddings", **parts)
         path = cache.lookup("query-embeddings", key)
         if path is None:
+            self.encoder.prepare()
             tick = time.perf_counter()
             texts = [queries[q] for q in ids]
             vectors = []

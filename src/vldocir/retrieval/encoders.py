@@ -36,7 +36,7 @@ class Checkpoint:
     Args:
         hub_id: the model's Hugging Face hub id (kept in every record, even when loading locally).
         revision: a branch, tag or commit of ``hub_id``.
-        local_path: a directory holding the same files (``huggingface-cli download <hub_id>
+        local_path: a directory holding the same files (``hf download <hub_id>
             --local-dir <dir>``), for compute nodes without network access.
         remote_code: the model runs Python code from its hub repository (a fact about the
             model, stated in its YAML).
@@ -84,7 +84,7 @@ class Checkpoint:
             where = f"local directory {self.source}" if self.local_path else f"hub id {self.hub_id} (revision {self.revision})"
             raise ModelLoadError(
                 f"could not load the {what} from {where}: {error}\n"
-                f"Without network access, download it once elsewhere (huggingface-cli download "
+                f"Without network access, download it once elsewhere (hf download "
                 f"{self.hub_id} --revision {self.revision} --local-dir <dir>), copy <dir> here, and "
                 f"set retriever.model.encoder.checkpoint.local_path=<dir>; or pre-fill the Hugging "
                 f"Face cache (HF_HOME) and set HF_HUB_OFFLINE=1."
@@ -150,6 +150,10 @@ class Encoder(ABC):
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         """One float32 array (n_tokens, dim) per query."""
 
+    def prepare(self) -> None:
+        """Load the model now (called before encoding starts, so that a missing checkpoint fails
+        before any progress bar); models otherwise load on first use."""
+
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest (resolved revision, visual-token cap, device): after loading."""
         return {"class": type(self).__name__, **self.cache_params()}
@@ -182,6 +186,9 @@ class TorchEncoder(Encoder):
         if not self._loaded:
             self.load()
             self._loaded = True
+
+    def prepare(self) -> None:
+        self.ensure_loaded()
 
     @abstractmethod
     def load(self) -> None: ...
@@ -412,6 +419,9 @@ class SentenceTransformerEncoder(Encoder):
             if self.max_seq_length:
                 self.model.max_seq_length = min(self.max_seq_length, self.model.max_seq_length or self.max_seq_length)
         return self.model
+
+    def prepare(self) -> None:
+        self._model()
 
     def _encode(self, texts, prompt, batch_size):
         vectors = self._model().encode([prompt + t for t in texts], batch_size=batch_size, convert_to_numpy=True,
