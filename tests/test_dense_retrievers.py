@@ -268,3 +268,43 @@ def test_broken_model_output_names_the_page_and_keeps_finished_shards(subset_dir
     with pytest.raises(ValueError, match=f"non-finite values for page {store_.page_ids()[11]}"):
         retriever.encode_pages(bench, cache)
     assert [store_.has_shard(s) for s in range(store_.n_shards)] == [True, True, False, False, False]
+
+
+@pytest.mark.slow
+def test_encode_job_killed_with_sigkill_resumes_at_the_missing_shards(tiny, isolated_paths):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["stage=encode", *tiny_overrides("colqwen25", tiny), f"dataset.source={MINI_DIR}",
+            "retriever.model.shard_size=8", "retriever.model.encoder.batch_size=1"]
+    job = subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO_ROOT, env=os.environ.copy(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shards = isolated_paths / "cache" / "page-embeddings"
+    deadline = time.monotonic() + 300
+    while len(list(shards.glob("*/shards/*/shard.json"))) < 2:
+        assert job.poll() is None and time.monotonic() < deadline, "the job ended before two shards were written"
+        time.sleep(0.05)
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    (store_dir,) = page_store_dirs(isolated_paths / "cache")
+    before = {p.parent.name: p.stat().st_mtime_ns for p in store_dir.glob("shards/*/vectors.npy")}
+    assert 2 <= len(before) < 40 and not (store_dir / "artifact.json").exists()
+
+    done = run_py(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (store_dir / "artifact.json").is_file()
+    assert all((store_dir / "shards" / name / "vectors.npy").stat().st_mtime_ns == t for name, t in before.items())
+    (record,) = (store_dir / "tasks").iterdir()
+    encoded = json.loads(record.read_text())["encode"]
+    assert encoded["shards_reused"] == len(before) and encoded["shards_encoded"] == 40 - len(before)
+
+    # ... and the resumed store is byte-identical to one encoded without interruption.
+    cfg = compose_cfg(*args[1:], f"paths.cache_dir={isolated_paths / 'fresh'}")
+    fresh = instantiate(cfg.retriever.model).encode_pages(load_benchmark(MINI_DIR), ArtifactCache(isolated_paths / "fresh"))
+    assert fresh.directory.name == store_dir.name
+    for shard in range(fresh.n_shards):
+        for file in ("vectors.npy", "offsets.npy"):
+            assert (fresh.shard_dir(shard) / file).read_bytes() == (store_dir / "shards" / f"{shard:05d}" / file).read_bytes()
