@@ -23,7 +23,6 @@ from vldocir.retrieval.embeddings import BadPagesError
 from vldocir.retrieval.encoders import ModelLoadError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "conf"
 ALL_RETRIEVERS = {
     # name: (model class or encoder class, hub id)
     "colpali13": ("colpali_engine.models.ColPali", "vidore/colpali-v1.3"),

@@ -14,19 +14,15 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from vldocir import store
 from vldocir.data.benchmark import load_benchmark
 from vldocir.pipeline import evaluate
 from vldocir.retrieval.run import read_run, write_run
 from vldocir.tracking import NullTracker
-from helpers import run_py
+from helpers import compose_cfg, run_py
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "conf"
 STORE_FILES = (store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.MANIFEST_FILE)
 OLD = 1_000_000_000  # an mtime (2001) that no write made by a test can have
 
@@ -37,15 +33,7 @@ def run_eval(isolated_paths, small_bench_dir, capsys):
     returns (metrics, manifest, printed report, run directory)."""
 
     def run(*overrides: str):
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(
-                config_name="config",
-                overrides=[f"dataset.source={small_bench_dir}", "dataset.build=null", *overrides],
-                return_hydra_config=True,
-            )
-        HydraConfig.instance().set_config(cfg)  # as hydra.core.utils.run_job does
-        with open_dict(cfg):
-            del cfg["hydra"]
+        cfg = compose_cfg(f"dataset.source={small_bench_dir}", "dataset.build=null", *overrides)
         capsys.readouterr()
         metrics = evaluate(cfg, NullTracker())
         printed = capsys.readouterr().out

@@ -73,11 +73,14 @@ def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
     tracker.start(manifest)
     bench = open_benchmark(cfg.dataset)
     retriever = instantiate(cfg.retriever.model)
-    if not hasattr(retriever, "encode_pages"):
+    from vldocir.retrieval.dense import EmbeddingRetriever
+
+    if not isinstance(retriever, EmbeddingRetriever):
         raise ValueError(f"retriever {cfg.retriever.id} keeps no page embeddings: stage=encode applies to embedding retrievers")
     task, num_tasks = int(cfg.encode.task), int(cfg.encode.num_tasks)
     store = retriever.encode_pages(bench, cache, task=task, num_tasks=num_tasks)
-    stats = retriever.stats.get("encode_pages", {"shards_encoded": 0, "shards_reused": None})
+    # A complete store is a cache hit and encodes nothing: all of this task's shards are reused.
+    stats = retriever.stats.get("encode_pages") or {"shards_encoded": 0, "shards_reused": len(range(task, store.n_shards, num_tasks))}
     manifest.update(benchmark=bench.summary(), encode={"task": task, "num_tasks": num_tasks, **stats},
                     encoder=retriever.encoder.describe(), cache=cache.events)
     record = store.directory / "tasks" / f"task-{task:04d}-of-{num_tasks:04d}.json"
@@ -85,8 +88,8 @@ def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
     atomic_write_json(manifest, record)
     missing = store.missing_shards()
     print(
-        f"encode task {task}/{num_tasks}: {stats.get('shards_encoded', 0)} shard(s) encoded, "
-        f"{stats.get('shards_reused') or 0} already present; store {store.directory} "
+        f"encode task {task}/{num_tasks}: {stats['shards_encoded']} shard(s) encoded, "
+        f"{stats['shards_reused']} already present; store {store.directory} "
         + ("complete" if not missing else f"still misses {len(missing)} of {store.n_shards} shard(s)"),
         flush=True,
     )

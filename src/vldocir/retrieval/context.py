@@ -38,12 +38,7 @@ class DocumentContextVectors:
         """The context vectors of the shard's documents, and each page's position among them."""
         docs = self.doc_of_page[shard.first_index : shard.first_index + len(shard)]
         local, position = np.unique(docs, return_inverse=True)
-        starts, stops = self.vectors.offsets[local], self.vectors.offsets[local + 1]
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(local) else np.zeros(0, np.int64)
-        offsets = np.zeros(len(local) + 1, dtype=np.int64)
-        np.cumsum(stops - starts, out=offsets[1:])
-        subset = RaggedVectors(np.asarray(self.vectors.vectors[rows]), offsets, self.vectors.bfloat16)
-        return subset, position
+        return self.vectors.subset(local), position
 
 
 def spherical_kmeans(tokens: np.ndarray, n_ctx: int, iterations: int, seed: int) -> np.ndarray:
@@ -92,11 +87,10 @@ def document_context_vectors(
         pages_of_doc = np.split(np.argsort(page_doc, kind="stable"), np.cumsum(np.bincount(page_doc, minlength=len(doc_ids)))[:-1])
         contexts = []
         for pages in tqdm(pages_of_doc, desc=f"document context (n_ctx={n_ctx})", unit="doc", disable=not progress):
-            parts_of_doc = []
-            for page in pages:
-                shard = shards[int(np.searchsorted(first_of_shard, page, side="right")) - 1]
-                parts_of_doc.append(np.asarray(_fp32(shard, page - shard.first_index)))
-            tokens = np.concatenate(parts_of_doc) if parts_of_doc else np.zeros((0, shards[0].dim), np.float32)
+            # A document's pages may straddle shards: take each shard's part of them.
+            in_shard = np.searchsorted(first_of_shard, pages, side="right") - 1
+            tokens = np.concatenate([shards[s].subset(pages[in_shard == s] - shards[s].first_index).fp32().numpy()
+                                     for s in np.unique(in_shard)])
             contexts.append(spherical_kmeans(tokens, n_ctx, iterations, seed))
         with cache.build("doc-context", key, parts) as staging:
             write_ragged(staging, contexts, store.dtype, {})
@@ -107,9 +101,3 @@ def document_context_vectors(
     if json.loads((path / "doc_ids.json").read_text()) != doc_ids:
         raise RuntimeError(f"{path}: stored document order differs from the benchmark's; delete it and rerun")
     return DocumentContextVectors(read_ragged(path), doc_ids, page_doc)
-
-
-def _fp32(shard: RaggedVectors, item: int) -> np.ndarray:
-    import torch
-
-    return shard.padded_fp32(np.array([item]), torch.device("cpu"))[0, : shard.lengths[item]].numpy()

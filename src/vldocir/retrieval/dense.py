@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+from tqdm.auto import tqdm
 
 from vldocir.cache import ArtifactCache, content_key
 from vldocir.data.benchmark import Benchmark
@@ -66,7 +67,7 @@ class EmbeddingRetriever(Retriever):
             raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
         self.encoder, self.shard_size, self.storage_dtype = encoder, shard_size, storage_dtype
         self.on_bad_page = on_bad_page
-        self.search = {"query_batch_size": 32, "page_block_tokens": 4096, "device": "auto", **dict(search or {})}
+        self.search = dict(search or {})  # exact_search's keyword arguments; its defaults otherwise
         self.decode_workers, self.progress = decode_workers, progress
         self.stats: dict[str, Any] = {}
 
@@ -103,10 +104,9 @@ class EmbeddingRetriever(Retriever):
         stats = encode_shards(store, inputs, self.encoder.encode_pages, mine, overwrite=overwrite,
                               batch_size=self.encoder.batch_size, decode_workers=self.decode_workers,
                               progress=self.progress)
-        finish_if_complete(store, cache, self._page_key_parts(bench))
-        device = getattr(self.encoder, "device_name", "cpu")
+        finish_if_complete(store, self._page_key_parts(bench))
         stats.update(pages_per_s=round(stats["pages_encoded"] / stats["encode_s"], 3) if stats["encode_s"] else None,
-                     gpu_s=_gpu_seconds(device, stats["encode_s"]), encode_s=round(stats["encode_s"], 3))
+                     gpu_s=_gpu_seconds(self.encoder.device_name, stats["encode_s"]), encode_s=round(stats["encode_s"], 3))
         self.stats["encode_pages"] = stats
         return store
 
@@ -122,8 +122,6 @@ class EmbeddingRetriever(Retriever):
             tick = time.perf_counter()
             texts = [queries[q] for q in ids]
             vectors = []
-            from tqdm.auto import tqdm
-
             step = self.encoder.query_batch_size
             for start in tqdm(range(0, len(texts), step), desc="encode queries", unit="batch", disable=not self.progress):
                 vectors += self.encoder.encode_queries(texts[start : start + step])
@@ -133,7 +131,7 @@ class EmbeddingRetriever(Retriever):
             path = cache.directory("query-embeddings", key)
             elapsed = time.perf_counter() - tick
             self.stats["encode_queries"] = {"queries": len(ids), "encode_s": round(elapsed, 3),
-                                            "gpu_s": _gpu_seconds(getattr(self.encoder, "device_name", "cpu"), elapsed)}
+                                            "gpu_s": _gpu_seconds(self.encoder.device_name, elapsed)}
         stored_ids = json.loads((path / "query_ids.json").read_text())
         if stored_ids != ids:  # the key covers ids and texts; a mismatch means a corrupted artifact
             raise RuntimeError(f"{path}: stored query ids differ from the requested ones; delete it and rerun")
@@ -162,8 +160,9 @@ class EmbeddingRetriever(Retriever):
         top = exact_search(query_vectors, store.shards(), depth, total_items=store.n_pages, progress=self.progress,
                            context=context_vectors.for_shard if context_vectors else None, **self.search)
         elapsed = time.perf_counter() - tick
-        self.stats["search"] = {"search_s": round(elapsed, 3), "gpu_s": _gpu_seconds(self.search["device"], elapsed),
-                                "device": str(resolve_device(self.search["device"])), "queries": len(queries),
+        device = self.search.get("device", "auto")
+        self.stats["search"] = {"search_s": round(elapsed, 3), "gpu_s": _gpu_seconds(device, elapsed),
+                                "device": str(resolve_device(device)), "queries": len(queries),
                                 "pages": store.n_pages}
         self.stats["encoder"] = self.encoder.describe()
         self.stats["page_embeddings"] = {"dir": str(store.directory), "shards": store.n_shards, "shard_size": store.shard_size,

@@ -83,8 +83,8 @@ def read_ragged(directory: Path, first_index: int = 0) -> RaggedVectors:
     return RaggedVectors(vectors, offsets, meta["dtype"] == "bfloat16", first_index)
 
 
-def _write_atomically(final: Path, fill: Callable[[Path], None]) -> bool:
-    """Fill a staging directory and rename it to ``final``; False if another writer got there first."""
+def _write_atomically(final: Path, fill: Callable[[Path], None]) -> None:
+    """Fill a staging directory and rename it to ``final`` (if another writer got there first, keep theirs)."""
     staging = final.with_name(f".{final.name}.staging-{os.getpid()}-{time.time_ns()}")
     staging.mkdir(parents=True)
     try:
@@ -92,10 +92,8 @@ def _write_atomically(final: Path, fill: Callable[[Path], None]) -> bool:
         try:
             staging.rename(final)
         except OSError:
-            if (final / SHARD_FILE).is_file():
-                return False  # a concurrent task wrote the same shard: keep theirs
-            raise
-        return True
+            if not (final / SHARD_FILE).is_file():
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -293,11 +291,8 @@ def encode_shards(
     return stats
 
 
-def finish_if_complete(store: PageEmbeddingStore, cache: ArtifactCache, description: dict) -> bool:
+def finish_if_complete(store: PageEmbeddingStore, description: dict) -> None:
     """Mark the store done (``artifact.json``) once every shard exists."""
-    if store.complete:
-        return True
-    if store.missing_shards():
-        return False
-    atomic_write_json({"kind": "page-embeddings", "key": store.directory.name, "description": description}, store.directory / DONE_FILE)
-    return True
+    if not store.complete and not store.missing_shards():
+        atomic_write_json({"kind": "page-embeddings", "key": store.directory.name, "description": description},
+                          store.directory / DONE_FILE)

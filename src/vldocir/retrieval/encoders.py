@@ -72,14 +72,14 @@ class Checkpoint:
         return kwargs
 
     def load(self, loader, what: str, **kwargs):
-        """``loader.from_pretrained(source, ...)``, turning failures into an actionable error."""
+        """``loader(source, revision=..., **kwargs)`` (a ``from_pretrained``), turning failures into an actionable error."""
         if self.remote_code and not self.trust_remote_code:
             raise ModelLoadError(
                 f"{self.hub_id} runs Python code from its hub repository, which is off by default. "
                 "Review that code, then opt in with retriever.model.encoder.checkpoint.trust_remote_code=true."
             )
         try:
-            loaded = loader.from_pretrained(self.source, **self.pretrained_kwargs(), **kwargs)
+            loaded = loader(self.source, **self.pretrained_kwargs(), **kwargs)
         except (OSError, ValueError) as error:
             where = f"local directory {self.source}" if self.local_path else f"hub id {self.hub_id} (revision {self.revision})"
             raise ModelLoadError(
@@ -137,6 +137,7 @@ class Encoder(ABC):
     page_input: str = "image"
     batch_size: int = 8
     query_batch_size: int = 64
+    device_name: str = "auto"
 
     @abstractmethod
     def cache_params(self) -> dict[str, Any]:
@@ -181,6 +182,11 @@ class TorchEncoder(Encoder):
         if self.attn_implementation:
             kwargs["attn_implementation"] = self.attn_implementation
         return kwargs
+
+    def load_model(self, model_class: str):
+        """``model_class.from_pretrained`` on this encoder's device, dtype and attention, in eval mode."""
+        return self.checkpoint.load(_import(model_class).from_pretrained, "model", device_map=str(self.device),
+                                    **self.model_kwargs()).eval()
 
     def ensure_loaded(self) -> None:
         if not self._loaded:
@@ -248,8 +254,8 @@ class ColEngineEncoder(TorchEncoder):
                 "processor_kwargs": self.processor_kwargs}
 
     def load(self) -> None:
-        self.model = self.checkpoint.load(_import(self.model_class), "model", device_map=str(self.device), **self.model_kwargs()).eval()
-        self.processor = self.checkpoint.load(_import(self.processor_class), "processor", **self.processor_kwargs)
+        self.model = self.load_model(self.model_class)
+        self.processor = self.checkpoint.load(_import(self.processor_class).from_pretrained, "processor", **self.processor_kwargs)
 
     def _forward(self, batch) -> list[np.ndarray]:
         import torch
@@ -316,9 +322,9 @@ class LastTokenEncoder(TorchEncoder):
                 "image_placeholder": self.image_placeholder, "max_length": self.max_length}
 
     def load(self) -> None:
-        self.model = self.checkpoint.load(_import(self.model_class), "model", device_map=str(self.device), **self.model_kwargs()).eval()
+        self.model = self.load_model(self.model_class)
         self.processor = self.checkpoint.load(
-            _import(self.processor_class), "processor",
+            _import(self.processor_class).from_pretrained, "processor",
             min_pixels=self.min_visual_tokens * 28 * 28, max_pixels=self.max_visual_tokens * 28 * 28,
         )
         self.processor.tokenizer.padding_side = "right"
@@ -362,9 +368,7 @@ class JinaV4Encoder(TorchEncoder):
         return {**super().cache_params(), "multivector": self.multivector, "task": self.task}
 
     def load(self) -> None:
-        from transformers import AutoModel
-
-        self.model = self.checkpoint.load(AutoModel, "model", device_map=str(self.device), **self.model_kwargs()).eval()
+        self.model = self.load_model("transformers.AutoModel")
 
     def _as_arrays(self, output) -> list[np.ndarray]:
         rows = output if isinstance(output, (list, tuple)) else list(output)
@@ -415,7 +419,7 @@ class SentenceTransformerEncoder(Encoder):
 
             from vldocir.retrieval.search import resolve_device
 
-            self.model = self.checkpoint.load(_SentenceTransformerLoader(SentenceTransformer, str(resolve_device(self.device_name))), "model")
+            self.model = self.checkpoint.load(SentenceTransformer, "model", device=str(resolve_device(self.device_name)))
             if self.max_seq_length:
                 self.model.max_seq_length = min(self.max_seq_length, self.model.max_seq_length or self.max_seq_length)
         return self.model
@@ -437,13 +441,3 @@ class SentenceTransformerEncoder(Encoder):
     def describe(self) -> dict[str, Any]:
         return {"class": type(self).__name__, **self.checkpoint.describe(), "page_input": self.page_input,
                 "max_seq_length": self.max_seq_length}
-
-
-class _SentenceTransformerLoader:
-    """Adapts ``SentenceTransformer(path, revision=...)`` to the ``from_pretrained`` shape."""
-
-    def __init__(self, cls, device: str):
-        self.cls, self.device = cls, device
-
-    def from_pretrained(self, source, revision=None, trust_remote_code=False):
-        return self.cls(source, revision=revision, device=self.device, trust_remote_code=trust_remote_code)

@@ -60,14 +60,28 @@ class RaggedVectors:
         return self.vectors[self.offsets[i] : self.offsets[i + 1]]
 
     @classmethod
-    def from_list(cls, items: Sequence[np.ndarray], dtype=np.float32, first_index: int = 0) -> "RaggedVectors":
-        """Pack ``items`` (each (n_i, dim)) into one flat array."""
-        lengths = np.fromiter((len(x) for x in items), dtype=np.int64, count=len(items))
+    def from_list(cls, items: Sequence[np.ndarray], first_index: int = 0) -> "RaggedVectors":
+        """Pack ``items`` (each (n_i, dim)) into one flat float32 array."""
         offsets = np.zeros(len(items) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        np.cumsum([len(x) for x in items], out=offsets[1:])
         dim = next((x.shape[1] for x in items if len(x)), 0)
-        vectors = np.concatenate([np.asarray(x, dtype=dtype).reshape(-1, dim) for x in items]) if len(items) else np.zeros((0, dim), dtype)
-        return cls(vectors.reshape(-1, dim), offsets, False, first_index)
+        vectors = np.concatenate([np.asarray(x, dtype=np.float32).reshape(-1, dim) for x in items]) if len(items) else np.zeros((0, dim), np.float32)
+        return cls(vectors, offsets, False, first_index)
+
+    def subset(self, items: np.ndarray) -> "RaggedVectors":
+        """The given items (in that order) as a new, in-memory RaggedVectors."""
+        starts, stops = self.offsets[items], self.offsets[np.asarray(items) + 1]
+        offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+        np.cumsum(stops - starts, out=offsets[1:])
+        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(starts) else np.zeros(0, np.int64)
+        return RaggedVectors(np.asarray(self.vectors[rows]), offsets, self.bfloat16)
+
+    def fp32(self, rows: np.ndarray | slice = slice(None), device: torch.device | str = "cpu") -> torch.Tensor:
+        """Rows of ``vectors`` upcast to a float32 tensor (16-bit arithmetic on CPU is slow)."""
+        block = torch.from_numpy(np.ascontiguousarray(self.vectors[rows]))
+        if self.bfloat16:
+            block = block.view(torch.bfloat16)
+        return block.to(device=device, non_blocking=True).float()
 
     def padded_fp32(self, items: np.ndarray, device: torch.device, pad: str = "repeat") -> torch.Tensor:
         """The given items as one fp32 tensor of shape (len(items), max_len, dim) on ``device``.
@@ -85,15 +99,11 @@ class RaggedVectors:
         steps = np.minimum(np.arange(width)[None, :], np.maximum(lengths, 1)[:, None] - 1)
         index = self.offsets[items][:, None] + steps
         index = np.clip(index, 0, len(self.vectors) - 1)
-        block = torch.from_numpy(np.ascontiguousarray(self.vectors[index.reshape(-1)]))
-        if self.bfloat16:
-            block = block.view(torch.bfloat16)
-        block = block.to(device=device, non_blocking=True).float().view(len(items), width, self.dim)
-        if pad == "zero" or (lengths == 0).any():
-            keep = torch.from_numpy(np.arange(width)[None, :] < lengths[:, None]).to(device)
-            if pad == "repeat":
-                keep |= torch.from_numpy(lengths[:, None] > 0).to(device)
-            block = block * keep[..., None]
+        block = self.fp32(index.reshape(-1), device).view(len(items), width, self.dim)
+        if pad == "zero":
+            block *= torch.from_numpy(np.arange(width)[None, :, None] < lengths[:, None, None]).to(device)
+        elif (lengths == 0).any():
+            block[torch.from_numpy(lengths == 0).to(device)] = 0
         return block
 
 
