@@ -7,8 +7,11 @@ The browser tests are ``slow`` and are skipped, saying why, where no Chromium is
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
 import shutil
+import socket
 import threading
 import time
 from html.parser import HTMLParser
@@ -20,8 +23,10 @@ import pytest
 from vldocir.build import render as render_mod
 from vldocir.build.paginate import crossing_rows
 from vldocir.build.render import (
+    CHROMIUM_ARGS,
     FAILURES_FILE,
     LAYOUT_FILE,
+    NO_WEBRTC_ARGS,
     ChromiumNotFoundError,
     RenderConfig,
     Renderer,
@@ -387,6 +392,103 @@ def test_unreachable_images_are_blocked_and_do_not_hang(rendered):
     # the red image outside the document's folder was not drawn
     px = _image(doc.directory / doc.pages[0].image)
     assert not _near(px, (255, 0, 0), tol=30).any()
+
+
+class _Listeners:
+    """A UDP socket and a TCP listener on 127.0.0.1 (ephemeral ports) that count what reaches them:
+    the first two bytes of each datagram (a STUN message type: 0001 binding request, 0003 TURN
+    allocate; QUIC long headers start with c0-cf) and the TCP connections accepted."""
+
+    def __init__(self):
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(16)
+        self.udp_port, self.tcp_port = self.udp.getsockname()[1], self.tcp.getsockname()[1]
+        self.datagrams: list[str] = []
+        self.connections = 0
+
+    def page(self, folder: Path) -> Path:
+        """tests/data/render/webrtc.html aimed at these listeners, as folder/webrtc.html."""
+        folder.mkdir(parents=True, exist_ok=True)
+        html = (DATA / "webrtc.html").read_text()
+        html = html.replace("__UDP_PORT__", str(self.udp_port)).replace("__TCP_PORT__", str(self.tcp_port))
+        (folder / "webrtc.html").write_text(html)
+        return folder / "webrtc.html"
+
+    def listen(self, seconds: float, until=None) -> None:
+        """Collect for ``seconds`` at most (less once ``until(self)`` holds)."""
+        end = time.monotonic() + seconds
+        while not (until and until(self)):
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            ready, _, _ = select.select([self.udp, self.tcp], [], [], left)
+            if self.udp in ready:
+                data, _ = self.udp.recvfrom(65535)
+                self.datagrams.append(data[:2].hex())
+            if self.tcp in ready:
+                conn, _ = self.tcp.accept()
+                conn.close()
+                self.connections += 1
+
+    def close(self) -> None:
+        self.udp.close()
+        self.tcp.close()
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_webrtc_and_other_udp_cannot_leave_the_browser(tmp_path):
+    """A page that tries STUN and TURN (UDP and TCP) through RTCPeerConnection, from its own realm
+    and an iframe's, and WebTransport (QUIC) from the page and a worker, sends nothing: neither with
+    the launch flags alone nor in the renderer (flags and init script). The control, the same
+    browser launched without NO_WEBRTC_ARGS, does send STUN and TURN packets to the listener."""
+    control = _Listeners()
+    flags_only = _Listeners()
+    rendered_ = _Listeners()
+    try:
+        with Renderer(RenderConfig(timeout_s=60)) as r:
+            # Control: proves that the page and the listener work (and that the flags are needed).
+            args = [a for a in CHROMIUM_ARGS if a not in NO_WEBRTC_ARGS]
+            if os.geteuid() == 0:
+                args.append("--no-sandbox")
+            bare = r._pw.chromium.launch(executable_path=r._executable, headless=True, args=args)
+            try:
+                page = bare.new_page()
+                page.goto(control.page(tmp_path / "control").as_uri())
+                control.listen(15, until=lambda c: {"0001", "0003"} <= set(c.datagrams))
+                state = page.evaluate("window.__webrtc")
+            finally:
+                bare.close()
+            assert {"0001", "0003"} <= set(control.datagrams), (control.datagrams, state)
+            assert state["started"] > 0 and state["candidates"], state
+
+            # The renderer's browser with its launch flags only (a plain context: no init script).
+            ctx = r._browser.new_context()
+            try:
+                page = ctx.new_page()
+                page.goto(flags_only.page(tmp_path / "flags").as_uri())
+                page.wait_for_function("window.__webrtc && window.__webrtc.done", timeout=15_000)
+                flags_only.listen(1.5)
+                state = page.evaluate("window.__webrtc")
+            finally:
+                ctx.close()
+            assert state["started"] >= 10 and state["candidates"] == [], state  # tried, gathered nothing
+            assert state["worker"] == "started", state
+            assert flags_only.datagrams == [] and flags_only.connections == 0, (flags_only.datagrams, state)
+
+            # The renderer proper: the document renders, and nothing reaches the listeners while it
+            # is loaded and after (its page stays open until the renderer closes).
+            t0 = time.monotonic()
+            doc = r.render("webrtc", "generic", rendered_.page(tmp_path / "rendered"), tmp_path / "out")
+            rendered_.listen(max(1.5, 3.5 - (time.monotonic() - t0)))
+        assert doc.pages[0].dom_text.split("\n")[0] == "WebRTC egress probe"
+        assert rendered_.datagrams == [] and rendered_.connections == 0, rendered_.datagrams
+    finally:
+        for listeners in (control, flags_only, rendered_):
+            listeners.close()
 
 
 @pytest.mark.slow

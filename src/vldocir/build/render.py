@@ -2,7 +2,10 @@
 
 One headless Chromium (driven by Playwright) renders many documents, one after the other in one
 page (its browser context is replaced every ``context_reuse`` documents and after any failure);
-every request outside the current document's own folder is aborted. Per document:
+every request outside the current document's own folder is aborted, and nothing else leaves the
+browser: no host name resolves (which also stops WebTransport and TURN over TCP), WebRTC may not
+use UDP (launch flags) and its interfaces are removed from every document (an init script). Per
+document:
 
 1. load the file (bounded by ``navigation_timeout_s``), finish CSS animations, make lazy images
    eager, scroll through the document a viewport at a time (lazy content), wait for images and web
@@ -115,6 +118,31 @@ MAX_BLOCKED_LOGGED = 100
 CONTAINER_TYPES = frozenset({"table", "list"})
 ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula")
 
+NO_WEBRTC_ARGS: tuple[str, ...] = (
+    # WebRTC's UDP sockets (STUN binding requests, TURN allocations, host candidates) bypass both
+    # the request interception and the resolver rules, even to IP literals: a page could send
+    # packets anywhere. UDP only through a proxy, and there is none: no candidate, no packet.
+    # (``--force-webrtc-ip-handling-policy`` has no effect on Chromium 156: packets still go out.)
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--no-proxy-server",
+)
+"""Flags that keep WebRTC from sending anything (part of :data:`CHROMIUM_ARGS`); the WebRTC
+interfaces are also removed from every document by :data:`NO_WEBRTC_SCRIPT`."""
+
+NO_WEBRTC_SCRIPT = r"""
+(() => {
+  // Installed in every frame before the document's own scripts: no way to open a peer connection
+  // (or a WebTransport session) from a page. The launch flags (NO_WEBRTC_ARGS) hold even without it.
+  for (const name of ['RTCPeerConnection', 'webkitRTCPeerConnection', 'RTCDataChannel', 'RTCRtpSender',
+                      'RTCRtpReceiver', 'RTCRtpTransceiver', 'RTCIceCandidate', 'RTCIceTransport',
+                      'RTCDtlsTransport', 'RTCSctpTransport', 'RTCSessionDescription', 'RTCCertificate',
+                      'RTCRtpScriptTransform', 'RTCEncodedAudioFrame', 'RTCEncodedVideoFrame', 'WebTransport']) {
+    try { delete globalThis[name]; } catch (e) {}
+  }
+})();
+"""
+"""Init script of every browser context: removes the WebRTC and WebTransport interfaces."""
+
 CHROMIUM_ARGS: tuple[str, ...] = (
     "--disable-background-networking",
     "--disable-component-update",
@@ -125,9 +153,11 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     "--disable-extensions",
     "--hide-scrollbars",
     "--mute-audio",
-    # Defence in depth behind the request interception: no host name resolves.
+    # Defence in depth behind the request interception: no host name resolves. It also stops the
+    # connections that the interception never sees, even to IP literals: WebTransport (QUIC over
+    # UDP, from pages and workers alike) and TURN over TCP.
     "--host-resolver-rules=MAP * ~NOTFOUND",
-)
+) + NO_WEBRTC_ARGS
 """Flags for every launch (``--no-sandbox`` is added when running as root, see RenderConfig)."""
 
 SYSTEM_CHROMIUM_PATHS: tuple[str, ...] = ("/usr/bin/chromium",)
@@ -968,6 +998,7 @@ class Renderer:
                 session.blocked.append(url)
             route.abort("blockedbyclient")
 
+        context.add_init_script(script=NO_WEBRTC_SCRIPT)
         context.route("**/*", handle)
         try:
             context.route_web_socket("**/*", lambda ws: ws.close())
