@@ -371,6 +371,164 @@ def unknown_element(t: Tables) -> Expect:
     return Expect("qrels", row, f"element id 'e99999' is not in 'elements' for document {frame.loc[6, 'doc_id']}")
 
 
+# ----------------------------------------------------------------------------------------------
+# Empty tables, unreadable files, null values
+# ----------------------------------------------------------------------------------------------
+
+
+def empty_queries_and_qrels(t: Tables) -> Expect:
+    for name in ("queries", "qrels"):
+        pq.write_table(t.arrow(name).slice(0, 0), t.path(name))
+    return Expect("queries", None, "the table has no rows")
+
+
+def empty_elements_but_cited(t: Tables) -> Expect:
+    pq.write_table(t.arrow("elements").slice(0, 0), t.path("elements"))
+    qrels = t.read("qrels")
+    first = qrels[qrels["element_ids"].map(len) > 0].iloc[0]
+    row = f"query_id={first['query_id']}, page_id={first['page_id']}"
+    return Expect("qrels", row, f"cites element id '{first['element_ids'][0]}' but the 'elements' table has no rows")
+
+
+def truncated_queries(t: Tables) -> Expect:
+    data = t.path("queries").read_bytes()
+    t.path("queries").write_bytes(data[: len(data) // 2])
+    return Expect("queries", None, f"cannot read {t.path('queries')}: not a valid Parquet file")
+
+
+def garbage_pages(t: Tables) -> Expect:
+    t.path("pages").write_bytes(np.random.default_rng(0).bytes(5000))
+    return Expect("pages", None, f"cannot read {t.path('pages')}: not a valid Parquet file")
+
+
+def corrupt_key_column(t: Tables) -> Expect:
+    """A valid footer over a damaged data page of a column validation reads."""
+    corrupt_column(t.path("qrels"), "page_id")
+    return Expect("qrels", None, f"cannot read {t.path('qrels')}: not a valid Parquet file")
+
+
+def _null_value(table: str, column: str, position: int, rule: str, value=None) -> Case:
+    def case(t: Tables) -> Expect:
+        frame = t.read(table)
+        frame[column] = frame[column].astype(object)
+        frame.loc[position, column] = value
+        t.write(table, frame)
+        key = {"documents": "doc_id", "pages": "page_id", "queries": "query_id"}.get(table)
+        row = str(frame.loc[position, key]) if key else (
+            f"query_id={frame.loc[position, 'query_id']}, page_id={frame.loc[position, 'page_id']}" if table == "qrels"
+            else f"doc_id={frame.loc[position, 'doc_id']}, element_id={frame.loc[position, 'element_id']}"
+        )
+        return Expect(table, row, rule)
+
+    case.__name__ = f"null_{table}_{column}" if value is None else f"blank_{table}_{column}_{value!r}"
+    return case
+
+
+NULL_CASES: list[Case] = [
+    _null_value("queries", "text", 3, "query text is null, empty or whitespace only"),
+    _null_value("queries", "text", 8, "query text is null, empty or whitespace only", ""),
+    _null_value("queries", "text", 13, "query text is null, empty or whitespace only", " \t\n "),
+    _null_value("queries", "evidence_structure", 2, "column 'evidence_structure' is null"),
+    _null_value("documents", "n_pages", 1, "column 'n_pages' is null"),
+    _null_value("pages", "page_index", 9, "column 'page_index' is null"),
+    _null_value("pages", "doc_id", 11, "column 'doc_id' is null"),
+    _null_value("elements", "page_index", 5, "column 'page_index' is null"),
+    _null_value("qrels", "doc_id", 4, "column 'doc_id' is null"),
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# benchmark.json name and page image paths
+# ----------------------------------------------------------------------------------------------
+
+
+def _bad_name(name: str) -> Case:
+    def case(t: Tables) -> Expect:
+        info = json.loads((t.root / "benchmark.json").read_text())
+        info["name"] = name
+        (t.root / "benchmark.json").write_text(json.dumps(info))
+        return Expect("benchmark.json", None, f"'name' {name!r} must match [A-Za-z0-9._-]+ and not be '.' or '..'")
+
+    case.__name__ = f"name_{name}"
+    return case
+
+
+def give_pages_image_files(t: Tables) -> pd.DataFrame:
+    """Store every page's image as a small file under ``pages/`` (the synthetic benchmark has none)."""
+    frame = t.read("pages")
+    (t.root / "pages").mkdir()
+    images = []
+    for page_id in frame["page_id"]:
+        (t.root / "pages" / f"{page_id}.png").write_bytes(page_id.encode() * 10)
+        images.append({"bytes": None, "path": f"pages/{page_id}.png"})
+    frame["image"] = images
+    t.write("pages", frame)
+    return frame
+
+
+def _image_path(position: int, path: Callable[[Tables], str], rule: str) -> Case:
+    def case(t: Tables) -> Expect:
+        frame = give_pages_image_files(t)
+        value = path(t)
+        frame.at[position, "image"] = {"bytes": None, "path": value}
+        t.write("pages", frame)
+        return Expect("pages", frame.loc[position, "page_id"], f"image path {value!r} {rule}")
+
+    case.__name__ = f"image_path_{rule.split(':')[0].replace(' ', '_')}_{position}"
+    return case
+
+
+def _symlink_outside(t: Tables) -> str:
+    outside = t.root.parent / "outside.png"
+    outside.write_bytes(b"not part of the benchmark")
+    (t.root / "pages" / "link.png").symlink_to(outside)
+    return "pages/link.png"
+
+
+def _directory_link_outside(t: Tables) -> str:
+    (t.root.parent / "elsewhere").mkdir()
+    (t.root.parent / "elsewhere" / "x.png").write_bytes(b"x")
+    (t.root / "pages" / "dir").symlink_to(t.root.parent / "elsewhere")
+    return "pages/dir/x.png"
+
+
+IMAGE_CASES: list[Case] = [
+    _image_path(17, lambda t: str((t.root / "pages" / "p.png").resolve()), "is absolute"),
+    _image_path(18, lambda t: "C:\\images\\p.png", "is absolute"),
+    _image_path(19, lambda t: "../outside.png", "resolves outside the benchmark directory"),
+    _image_path(20, lambda t: "pages/../../bench/pages/../../x.png", "resolves outside the benchmark directory"),
+    _image_path(21, _symlink_outside, "resolves outside the benchmark directory"),
+    _image_path(22, _directory_link_outside, "resolves outside the benchmark directory"),
+    _image_path(23, lambda t: "pages/no-such-page.png", "does not exist"),
+    _image_path(24, lambda t: "pages", "is not a regular file"),
+]
+
+
+def page_without_image(t: Tables) -> Expect:
+    frame = give_pages_image_files(t)
+    frame.at[30, "image"] = {"bytes": None, "path": None}
+    t.write("pages", frame)
+    return Expect("pages", frame.loc[30, "page_id"], "page has no image (neither bytes nor a path) while other pages have one")
+
+
+def page_with_null_image(t: Tables) -> Expect:
+    frame = give_pages_image_files(t)
+    frame.at[31, "image"] = None
+    t.write("pages", frame)
+    return Expect("pages", frame.loc[31, "page_id"], "page has no image (neither bytes nor a path) while other pages have one")
+
+
+def corrupt_column(path: Path, column: str) -> None:
+    """Overwrite the middle of one column chunk with zeros, leaving the footer intact."""
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    chunk = next(meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == column)
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data = bytearray(path.read_bytes())
+    middle = start + chunk.total_compressed_size // 2
+    data[middle - 20 : middle + 20] = bytes(40)
+    path.write_bytes(bytes(data))
+
+
 CASES: list[Case] = [
     missing_info,
     invalid_json,
@@ -406,6 +564,16 @@ CASES: list[Case] = [
     adjacent_not_consecutive,
     cross_doc_in_one_doc,
     unknown_element,
+    empty_queries_and_qrels,
+    empty_elements_but_cited,
+    truncated_queries,
+    garbage_pages,
+    corrupt_key_column,
+    *NULL_CASES,
+    *(_bad_name(name) for name in ("../../x", "/abs/olute", ".", "..", "a b", "x/y")),
+    *IMAGE_CASES,
+    page_without_image,
+    page_with_null_image,
 ]
 
 
@@ -494,3 +662,102 @@ def test_fingerprint_changes_with_one_page_text(small_bench_dir, bench_copy):
     t.write("pages", frame)
     assert compute_fingerprint(bench_copy) != compute_fingerprint(small_bench_dir)
     assert load_benchmark(bench_copy).fingerprint != compute_fingerprint(small_bench_dir)
+
+
+# ----------------------------------------------------------------------------------------------
+# What stays legal, and errors found after load
+# ----------------------------------------------------------------------------------------------
+
+
+def test_empty_elements_table_is_legal_when_no_qrel_cites_an_element(bench_copy):
+    t = Tables(bench_copy)
+    pq.write_table(t.arrow("elements").slice(0, 0), t.path("elements"))
+    qrels = t.read("qrels")
+    qrels["element_ids"] = [[] for _ in range(len(qrels))]
+    t.write("qrels", qrels)
+    bench = load_benchmark(bench_copy)
+    assert len(bench.elements) == 0 and len(bench.queries) > 0
+
+
+def test_image_paths_inside_the_benchmark_are_accepted(bench_copy):
+    """'..' that stays inside, a symlink to a file inside, inline bytes beside a path that is not
+    opened (Hugging Face keeps the original file name there)."""
+    t = Tables(bench_copy)
+    frame = give_pages_image_files(t)
+    first = frame.loc[0, "page_id"]
+    (bench_copy / "pages" / "alias.png").symlink_to(bench_copy / "pages" / f"{first}.png")
+    frame.at[0, "image"] = {"bytes": None, "path": f"pages/../pages/{first}.png"}
+    frame.at[1, "image"] = {"bytes": None, "path": "pages/alias.png"}
+    frame.at[2, "image"] = {"bytes": b"\x89PNG inline", "path": "/original/location/page.png"}
+    t.write("pages", frame)
+    bench = load_benchmark(bench_copy)
+    assert len(bench.pages) == len(frame)
+
+
+def test_unreadable_column_found_after_load_names_table_and_file(bench_copy):
+    """Validation reads key columns only; a damaged text column fails when it is read, naming it."""
+    t = Tables(bench_copy)
+    corrupt_column(t.path("pages"), "dom_text")
+    bench = load_benchmark(bench_copy)
+    with pytest.raises(BenchmarkError) as raised:
+        bench.pages
+    assert raised.value.table == "pages" and raised.value.row is None
+    assert f"cannot read {t.path('pages')}: not a valid Parquet file" in str(raised.value)
+    with pytest.raises(BenchmarkError, match="cannot read .*pages.parquet"):
+        bench.arrow("pages", ["page_id", "dom_text"])
+
+
+def test_damaged_shard_of_a_folder_table_is_named(small_bench_dir, tmp_path):
+    root = tmp_path / "sharded"
+    shutil.copytree(small_bench_dir, root)
+    table = pq.read_table(root / "queries.parquet")
+    (root / "queries.parquet").unlink()
+    (root / "queries").mkdir()
+    half = table.num_rows // 2
+    pq.write_table(table.slice(0, half), root / "queries" / "train-00000-of-00002.parquet")
+    pq.write_table(table.slice(half), root / "queries" / "train-00001-of-00002.parquet")
+    second = root / "queries" / "train-00001-of-00002.parquet"
+    load_benchmark(root)  # (both shards fine)
+    corrupt_column(second, "query_id")
+    with pytest.raises(BenchmarkError, match=f"^queries: cannot read {second}: not a valid Parquet file"):
+        load_benchmark(root)
+    data = second.read_bytes()
+    second.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BenchmarkError, match=f"^queries: cannot read {second}: not a valid Parquet file"):
+        load_benchmark(root)
+
+
+def test_write_benchmark_refuses_an_unsafe_name_before_writing(small_bench, tmp_path):
+    from vldocir.data.benchmark import write_benchmark
+
+    tables = {name: small_bench.arrow(name) for name in ("documents", "pages", "elements", "queries", "qrels")}
+    with pytest.raises(BenchmarkError, match=r"^benchmark.json: 'name' '\.\./escape' must match"):
+        write_benchmark(tmp_path / "out", tables, {"name": "../escape"})
+    assert not (tmp_path / "out").exists()
+
+
+def test_hub_snapshot_images_may_link_into_the_repository_blob_store(small_bench_dir, tmp_path):
+    """``snapshot_download`` stores files in ``blobs/`` and links to them from ``snapshots/<rev>/``."""
+    repo = tmp_path / "hub" / "datasets--org--bench"
+    root = repo / "snapshots" / "0123abcd"
+    shutil.copytree(small_bench_dir, root)
+    (repo / "blobs").mkdir()
+    t = Tables(root)
+    frame = t.read("pages")
+    (root / "pages").mkdir()
+    images = []
+    for page_id in frame["page_id"]:
+        blob = repo / "blobs" / f"blob-{page_id}"
+        blob.write_bytes(page_id.encode())
+        (root / "pages" / f"{page_id}.png").symlink_to(Path("../../../blobs") / blob.name)
+        images.append({"bytes": None, "path": f"pages/{page_id}.png"})
+    frame["image"] = images
+    t.write("pages", frame)
+    load_benchmark(root)
+    # ... but not anywhere else.
+    (tmp_path / "secret").write_bytes(b"x")
+    (root / "pages" / "leak.png").symlink_to(tmp_path / "secret")
+    frame.at[0, "image"] = {"bytes": None, "path": "pages/leak.png"}
+    t.write("pages", frame)
+    with pytest.raises(BenchmarkError, match=r"image path 'pages/leak.png' resolves outside the benchmark directory"):
+        load_benchmark(root)

@@ -1,23 +1,27 @@
 """Load, validate, fingerprint and write benchmarks (DESIGN.md §2).
 
 A benchmark is immutable once written: every cache key downstream starts from its fingerprint,
-a hash of the five tables' contents.
+a hash of the five tables' contents and of the page image files they reference
+(:mod:`vldocir.data.fingerprint`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from vldocir.data.fingerprint import compute_fingerprint
 from vldocir.data.schema import TABLES, TableSpec
 from vldocir.data.validation import validate_tables
 from vldocir.io import atomic_write_json, atomic_write_parquet
@@ -26,6 +30,8 @@ log = logging.getLogger(__name__)
 
 INFO_FILE = "benchmark.json"
 HUB_PREFIX = "hf://"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+"""What a benchmark's name may hold: it becomes a directory of the results store and of caches."""
 
 
 class BenchmarkError(ValueError):
@@ -84,16 +90,119 @@ def table_location(root: Path, name: str) -> Path:
     raise BenchmarkError(name, None, f"table file {single} (or a folder {folder}/ of Parquet files) not found")
 
 
+def table_files(location: Path) -> list[Path]:
+    """The Parquet files of a table: the file itself, or a folder's shards in name order."""
+    return [location] if location.is_file() else sorted(location.rglob("*.parquet"))
+
+
+def _table_name(location: Path) -> str:
+    return location.stem if location.is_file() else location.name
+
+
+def _unreadable(table: str, file: Path, error: Exception) -> BenchmarkError:
+    """The error for a file pyarrow cannot read (truncated, overwritten, not Parquet at all)."""
+    detail = " ".join(str(error).split())  # pyarrow messages can span lines; errors here are one line
+    return BenchmarkError(
+        table, None, f"cannot read {file}: not a valid Parquet file (truncated or corrupt?): {type(error).__name__}: {detail}"
+    )
+
+
+# What pyarrow raises on a damaged file: ArrowInvalid for a bad footer or page header, OSError for
+# corrupt compressed data, ArrowException subclasses for the rest.
+_READ_ERRORS = (pa.ArrowException, OSError)
+
+
+def _has_columns(location: Path, columns: list[str]) -> bool:
+    """Whether the table's first file declares these (top-level) columns."""
+    try:
+        names = set(pq.read_schema(table_files(location)[0]).names)
+    except _READ_ERRORS:
+        return True  # the footer itself is damaged
+    return all(column.split(".")[0] in names for column in columns)
+
+
+def _culprit(location: Path, columns: list[str] | None) -> Path:
+    """The shard of a folder-table that fails to read (pyarrow's message does not name it)."""
+    for file in table_files(location):
+        try:
+            pq.read_table(file, columns=columns)
+        except _READ_ERRORS:
+            return file
+    return location
+
+
+def read_schema(location: Path) -> pa.Schema:
+    """The table's schema from its first file; every shard's footer is read, so a truncated shard
+    fails here, at load, naming its file."""
+    name, schemas = _table_name(location), []
+    for file in table_files(location):
+        try:
+            schemas.append(pq.read_schema(file))
+        except _READ_ERRORS as error:
+            raise _unreadable(name, file, error) from error
+    return schemas[0]
+
+
 def _read(location: Path, columns: Iterable[str] | None = None) -> pa.Table:
-    table = pq.read_table(location, columns=list(columns) if columns is not None else None)
+    columns = list(columns) if columns is not None else None
+    name = _table_name(location)
+    try:
+        table = pq.read_table(location, columns=columns)
+    except MemoryError:
+        raise
+    except _READ_ERRORS as error:
+        if columns is not None and not _has_columns(location, columns):
+            raise  # the caller asked for a column the table lacks: not a damaged file
+        raise _unreadable(name, _culprit(location, columns), error) from error
     # Cast to the canonical types (e.g. large_string -> string, int64 -> int32) so that downstream
     # code and the fingerprint see one representation whatever wrote the file.
-    spec = TABLES[location.stem if location.is_file() else location.name]
+    spec = TABLES[name]
     fields = []
-    for i, name in enumerate(table.column_names):
-        idx = spec.schema.get_field_index(name)
+    for i, column in enumerate(table.column_names):
+        idx = spec.schema.get_field_index(column)
         fields.append(spec.schema.field(idx) if idx >= 0 else table.schema.field(i))
     return table.cast(pa.schema(fields))
+
+
+def read_image_refs(location: Path) -> pa.Table:
+    """``page_id``, image ``path`` and ``has_bytes`` of every page, without reading inline bytes
+    where the Parquet statistics already tell whether they are there (a benchmark may hold
+    hundreds of GB of inline images; validation must not read them)."""
+    parts = [pa.table({"page_id": pa.array([], pa.string()), "path": pa.array([], pa.string()),
+                       "has_bytes": pa.array([], pa.bool_())})]
+    for file in table_files(location):
+        try:  # (only reads here: what fails inside is the file)
+            parquet = pq.ParquetFile(file)
+            groups = [
+                (parquet.read_row_group(g, columns=["page_id", "image.path"]), _read_bytes_if_needed(parquet, g))
+                for g in range(parquet.num_row_groups)
+            ]
+        except _READ_ERRORS as error:
+            raise _unreadable("pages", file, error) from error
+        for refs, image_bytes in groups:
+            has_bytes = (
+                pa.array(np.zeros(refs.num_rows, dtype=bool)) if image_bytes is None
+                else pc.fill_null(pc.greater(pc.binary_length(_leaf(image_bytes, "bytes")), 0), False)
+            )
+            parts.append(pa.table({"page_id": refs.column(0).cast(pa.string()),
+                                   "path": _leaf(refs.column(1), "path").cast(pa.string()), "has_bytes": has_bytes}))
+    return pa.concat_tables(parts)
+
+
+def _read_bytes_if_needed(parquet: pq.ParquetFile, group: int) -> pa.ChunkedArray | None:
+    """One row group's inline image bytes, or None when its statistics say they are all null
+    (text-only or path-only pages: nothing to read)."""
+    meta = parquet.metadata.row_group(group)
+    column = next(i for i in range(meta.num_columns) if meta.column(i).path_in_schema == "image.bytes")
+    stats = meta.column(column).statistics
+    if stats is not None and stats.has_null_count and stats.null_count == meta.num_rows:
+        return None
+    return parquet.read_row_group(group, columns=["image.bytes"]).column(0)
+
+
+def _leaf(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
+    """``read_row_group(columns=["image.path"])`` keeps the parent struct; take the child out."""
+    return pc.struct_field(column, name) if pa.types.is_struct(column.type) else column
 
 
 def _sort_canonically(spec: TableSpec, table: pa.Table) -> pa.Table:
@@ -118,6 +227,10 @@ class Benchmark:
 
     def arrow(self, name: str, columns: Iterable[str] | None = None) -> pa.Table:
         return _read(table_location(self.root, name), columns)
+
+    def image_refs(self) -> pa.Table:
+        """Per page: ``page_id``, image ``path`` and ``has_bytes`` (see :func:`read_image_refs`)."""
+        return read_image_refs(table_location(self.root, "pages"))
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in self._tables:
@@ -146,41 +259,6 @@ class Benchmark:
 
     def summary(self) -> dict:
         return {"name": self.name, "fingerprint": self.fingerprint, **self.info.get("counts", {})}
-
-
-def compute_fingerprint(root: Path) -> str:
-    """Hash of the five tables' contents (canonical row order and column types, all columns).
-
-    Independent of how the files were written (row order, row groups, compression, int widths).
-    """
-    digest = hashlib.blake2b(digest_size=16)
-    for name, spec in TABLES.items():
-        table = _sort_canonically(spec, _read(table_location(root, name)))
-        if name == "pages":
-            table = table.append_column("image_file_size", _image_file_sizes(root, table))
-        table = table.select(sorted(table.column_names)).combine_chunks()
-        digest.update(name.encode())
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table, max_chunksize=1 << 20)
-        digest.update(sink.getvalue())
-    return digest.hexdigest()
-
-
-def _image_file_sizes(root: Path, pages: pa.Table) -> pa.Array:
-    """Byte size of each page's image file (-1 where the image is inline or absent).
-
-    Images referenced by path are not hashed (a full benchmark has hundreds of GB of them); their
-    sizes make a re-encoded or re-rendered image set change the fingerprint all the same.
-    """
-    paths = pages.column("image").combine_chunks().field("path").to_pylist()
-    sizes = []
-    for relative in paths:
-        try:
-            sizes.append((root / relative).stat().st_size if relative else -1)
-        except OSError:
-            sizes.append(-1)
-    return pa.array(sizes, pa.int64())
 
 
 def resolve_source(source: str | Path, revision: str | None = None, cache_dir: str | Path | None = None) -> Path:
@@ -224,18 +302,26 @@ def load_benchmark(
         info = json.loads(info_path.read_text())
     except json.JSONDecodeError as error:
         raise BenchmarkError(INFO_FILE, None, f"invalid JSON: {error}") from error
-    if not isinstance(info, dict) or not info.get("name"):
-        raise BenchmarkError(INFO_FILE, None, "must be an object with a non-empty 'name'")
+    check_info(info)
     for spec in TABLES.values():
-        _check_schema(spec, pq.read_schema(_schema_file(table_location(root, spec.name))))
+        _check_schema(spec, read_schema(table_location(root, spec.name)))
     bench = Benchmark(root=root, info=info)
     if validate:
         validate_tables(bench, BenchmarkError)
     return bench
 
 
-def _schema_file(location: Path) -> Path:
-    return location if location.is_file() else min(location.rglob("*.parquet"))
+def check_info(info) -> None:
+    """``benchmark.json`` must be an object whose name is safe as one directory name: the results
+    store and caches write under ``<dir>/<name>/``, so ``../x`` or ``/x`` would write elsewhere."""
+    if not isinstance(info, dict) or not info.get("name"):
+        raise BenchmarkError(INFO_FILE, None, "must be an object with a non-empty 'name'")
+    name = info["name"]
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name in (".", ".."):
+        raise BenchmarkError(
+            INFO_FILE, None,
+            f"'name' {name!r} must match [A-Za-z0-9._-]+ and not be '.' or '..' (it names a directory of the results store)",
+        )
 
 
 def write_benchmark(root: str | Path, tables: Mapping[str, pd.DataFrame | pa.Table], info: Mapping) -> Benchmark:
@@ -243,6 +329,7 @@ def write_benchmark(root: str | Path, tables: Mapping[str, pd.DataFrame | pa.Tab
 
     ``info`` must name the benchmark; counts and the fingerprint are added here.
     """
+    check_info(dict(info))  # before anything is written
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     counts = {}

@@ -43,6 +43,10 @@ class TableSpec:
     schema: pa.Schema
     key: tuple[str, ...]
     """Columns that identify a row; unique within the table, and used to name a row in errors."""
+    not_null: tuple[str, ...] = ()
+    """Further columns that every row must fill (key columns must be filled and non-empty too)."""
+    may_be_empty: bool = False
+    """Whether the table may have no rows at all."""
 
     @property
     def file_name(self) -> str:
@@ -66,6 +70,7 @@ TABLES: dict[str, TableSpec] = {
                 ]
             ),
             key=("doc_id",),
+            not_null=("n_pages",),
         ),
         TableSpec(
             "pages",
@@ -82,6 +87,7 @@ TABLES: dict[str, TableSpec] = {
                 ]
             ),
             key=("page_id",),
+            not_null=("doc_id", "page_index"),
         ),
         TableSpec(
             "elements",
@@ -95,6 +101,8 @@ TABLES: dict[str, TableSpec] = {
                 ]
             ),
             key=("doc_id", "element_id"),
+            not_null=("page_index",),
+            may_be_empty=True,  # a benchmark whose qrels cite no element ids needs none
         ),
         TableSpec(
             "queries",
@@ -111,6 +119,7 @@ TABLES: dict[str, TableSpec] = {
                 ]
             ),
             key=("query_id",),
+            not_null=("evidence_structure",),  # (text has its own rule: not null, not blank)
         ),
         TableSpec(
             "qrels",
@@ -123,6 +132,7 @@ TABLES: dict[str, TableSpec] = {
                 ]
             ),
             key=("query_id", "page_id"),
+            not_null=("doc_id",),
         ),
     )
 }

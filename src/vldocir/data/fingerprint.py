@@ -1,0 +1,323 @@
+"""The benchmark fingerprint: a content hash of the five tables and of the page image files.
+
+Every cache key downstream starts from it, so it must change whenever anything a retriever sees
+changes, an image file's bytes included, and it must stay cheap to recompute at paper scale
+(388,548 image files). Both parts are therefore memoized outside the benchmark directory (which may
+be read-only), in ``$VLDOCIR_CACHE_DIR/fingerprints/`` or else
+``${XDG_CACHE_HOME:-~/.cache}/vldocir/fingerprints/``, one Parquet file per benchmark directory:
+
+- the tables' digest, keyed by the table files' (path, size, mtime_ns, inode, device);
+- each image file's digest, keyed by its (path, size, mtime_ns, inode, device).
+
+The first fingerprint reads every image byte once; a rerun costs one ``stat`` per file. Like make
+and git, this trusts file metadata: a file rewritten with the same size and mtime in the same inode
+is not seen. Files modified within :data:`RACY_WINDOW_NS` of being hashed are not memoized (their
+mtime may not have ticked yet; git calls them "racily clean"), so they are hashed again next time.
+A missing or unreadable memo only costs time (it is rebuilt); it never changes the fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from vldocir.data.schema import TABLES
+from vldocir.io import atomic_write_parquet
+
+log = logging.getLogger(__name__)
+
+MEMO_VERSION = 1
+"""Bumped whenever what a memo holds, or how a digest is computed, changes."""
+
+RACY_WINDOW_NS = 2_000_000_000
+"""Files modified less than this before being hashed are not memoized (coarse-mtime filesystems)."""
+
+PROGRESS_MIN_FILES = 1000
+"""Show a progress bar when at least this many image files must be hashed."""
+
+HASH_THREADS = 8
+"""Image files are hashed by a few threads: hashlib and file reads release the GIL, and on network
+filesystems the latency of many small reads dominates."""
+
+DIGEST_SIZE = 16
+"""blake2b-128 per file: collisions are out of reach, and the memo stays small (16 bytes a file)."""
+
+MISSING = hashlib.blake2b(b"vldocir: image file missing or unreadable", digest_size=DIGEST_SIZE).digest()
+"""The digest of an image file that cannot be read (possible only with ``validate=False``)."""
+
+_STAT_FIELDS = ("size", "mtime_ns", "ino", "dev")
+
+
+def memo_dir() -> Path:
+    """Where fingerprint memos live: outside the benchmark, which may be read-only or shared."""
+    cache = os.environ.get("VLDOCIR_CACHE_DIR")
+    if cache:
+        return Path(cache).expanduser() / "fingerprints"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(xdg).expanduser() / "vldocir" / "fingerprints"
+
+
+def memo_path(real_root: Path) -> Path:
+    """One memo per benchmark directory, named by a hash of its resolved path."""
+    return memo_dir() / f"{hashlib.blake2b(str(real_root).encode(), digest_size=16).hexdigest()}.parquet"
+
+
+def compute_fingerprint(root: str | Path) -> str:
+    """Hash of the five tables' contents (canonical row order and column types, all columns) and of
+    the bytes of every page image stored as a file (a page whose image is inline is covered by the
+    pages table itself).
+
+    Independent of how the tables were written (row order, row groups, compression, int widths). A
+    benchmark without image files keeps the fingerprint of earlier versions (the tables' digest).
+    """
+    real_root = Path(os.path.realpath(root))
+    memo = _Memo.load(memo_path(real_root), real_root)
+    table_stats = _stat_tables(real_root)
+    if memo is not None and memo.table_stats is not None and memo.table_stats == table_stats:
+        tables_digest, paths = memo.tables_digest, memo.paths
+    else:
+        tables_digest, paths = _hash_tables(real_root)
+    images = _image_digests(real_root, paths, memo)
+    racy_tables = any(mtime_ns > time.time_ns() - RACY_WINDOW_NS for _, _, mtime_ns, _, _ in table_stats)
+    updated = _Memo(None if racy_tables else table_stats, tables_digest, paths, *images)
+    if memo != updated:
+        updated.save(memo_path(real_root), real_root)
+    if not paths:
+        return tables_digest
+    digests = images[1]
+    return hashlib.blake2b(
+        b"tables" + bytes.fromhex(tables_digest) + b"images" + digests.tobytes(), digest_size=16
+    ).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------
+# The tables
+# ----------------------------------------------------------------------------------------------
+
+
+def _stat_tables(real_root: Path) -> list[tuple]:
+    """(relative path, size, mtime_ns, inode, device) of every table file, in a fixed order."""
+    from vldocir.data.benchmark import table_files, table_location  # (benchmark imports this module)
+
+    stats = []
+    for name in TABLES:
+        for file in table_files(table_location(real_root, name)):
+            st = file.stat()
+            stats.append((str(file.relative_to(real_root)), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev))
+    return stats
+
+
+def _hash_tables(real_root: Path) -> tuple[str, list[str]]:
+    """The five tables' digest, and the image files the pages reference, in canonical page order."""
+    from vldocir.data.benchmark import _read, _sort_canonically, table_location
+
+    digest = hashlib.blake2b(digest_size=16)
+    paths: list[str] = []
+    for name, spec in TABLES.items():
+        table = _sort_canonically(spec, _read(table_location(real_root, name)))
+        if name == "pages":
+            paths = _image_files(table)
+            # A constant column, kept so that benchmarks without image files keep the fingerprint
+            # they had when it held each image file's size (their caches stay valid).
+            table = table.append_column("image_file_size", pa.array(np.full(table.num_rows, -1, np.int64)))
+        table = table.select(sorted(table.column_names)).combine_chunks()
+        digest.update(name.encode())
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=1 << 20)
+        digest.update(sink.getvalue())
+    return digest.hexdigest(), paths
+
+
+def _image_files(pages: pa.Table) -> list[str]:
+    """Paths of the images read from files: those with a path and no inline bytes (as decoders and
+    the viewer do, inline bytes win over the path)."""
+    bytes_, path = pages.column("image").combine_chunks().flatten()  # flatten applies struct nulls
+    has_bytes = pc.fill_null(pc.greater(pc.binary_length(bytes_), 0), False)
+    has_path = pc.fill_null(pc.greater(pc.utf8_length(path), 0), False)
+    return path.filter(pc.and_(pc.invert(has_bytes), has_path)).to_pylist()
+
+
+# ----------------------------------------------------------------------------------------------
+# The image files
+# ----------------------------------------------------------------------------------------------
+
+
+def _stat_images(real_root: Path, paths: list[str]) -> np.ndarray:
+    """(size, mtime_ns, inode, device) per file, -1 where it cannot be stat'ed: the only per-file
+    cost of a rerun, so kept to a comprehension around ``os.stat``."""
+    prefix = str(real_root) + os.sep
+    stat, fields = os.stat, attrgetter("st_size", "st_mtime_ns", "st_ino", "st_dev")
+    try:
+        rows = [fields(stat(prefix + relative)) for relative in paths]
+    except (OSError, ValueError):  # some file is missing (validate=False): one at a time
+        rows = [_stat_or_missing(prefix + relative) for relative in paths]
+    flat = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(paths) * len(_STAT_FIELDS))
+    return flat.reshape(len(paths), len(_STAT_FIELDS))
+
+
+def _stat_or_missing(path: str) -> tuple[int, int, int, int]:
+    try:
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+    except (OSError, ValueError):
+        return -1, -1, -1, -1
+
+
+def _image_digests(real_root: Path, paths: list[str], memo: "_Memo | None") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per image file: its stat, its digest (from the memo where the stat matches, else hashed
+    now) as an (n, 16) array, and whether the digest may be memoized."""
+    stats = _stat_images(real_root, paths)
+    digests = np.zeros((len(paths), DIGEST_SIZE), dtype=np.uint8)
+    memoizable = np.zeros(len(paths), dtype=bool)
+    if memo is not None and len(memo.paths):
+        hits, rows = _memo_matches(paths, stats, memo)
+        digests[hits] = memo.digests[rows]
+        memoizable[hits] = True
+    todo = np.flatnonzero(~memoizable)
+    if len(todo):
+        started = time.time_ns()
+        for i, (digest, st) in zip(todo.tolist(), _hash_files(real_root, [paths[i] for i in todo])):
+            digests[i] = np.frombuffer(digest, dtype=np.uint8)
+            # Missing, or modified too recently to trust its mtime: hash it again next time.
+            if st is not None and st[1] <= started - RACY_WINDOW_NS:
+                memoizable[i] = True
+                stats[i] = st  # the identity of the bytes actually read (fstat of the open file)
+    return stats, digests, memoizable
+
+
+def _memo_matches(paths: list[str], stats: np.ndarray, memo: "_Memo") -> tuple[np.ndarray, np.ndarray]:
+    """Indices (in ``paths``, in the memo) of files whose memoized stat equals today's."""
+    if memo.paths == paths:
+        aligned = np.arange(len(paths))
+    else:  # the tables changed: look files up by path
+        where = {p: j for j, p in enumerate(memo.paths)}
+        aligned = np.array([where.get(p, -1) for p in paths], dtype=np.int64)
+    known = np.flatnonzero(aligned >= 0)
+    rows = aligned[known]
+    same = (memo.stats[rows] == stats[known]).all(axis=1) & memo.memoizable[rows] & (stats[known, 0] >= 0)
+    return known[same], rows[same]
+
+
+def _hash_file(path: str) -> tuple[bytes, tuple[int, int, int, int]]:
+    """blake2b-128 of a file's bytes, and the (size, mtime_ns, inode, device) of what was read."""
+    digest = hashlib.blake2b(digest_size=DIGEST_SIZE)
+    with open(path, "rb", buffering=0) as file:
+        st = os.fstat(file.fileno())
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.digest(), (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+
+
+def _hash_batch(prefix: str, paths: list[str]) -> list[tuple[bytes, tuple | None]]:
+    out = []
+    for relative in paths:
+        try:
+            out.append(_hash_file(prefix + relative))
+        except (OSError, ValueError):
+            out.append((MISSING, None))
+    return out
+
+
+def _hash_files(real_root: Path, paths: list[str]) -> list[tuple[bytes, tuple | None]]:
+    """Hash files in batches on a few threads, with a progress bar when there are many."""
+    prefix = str(real_root) + os.sep
+    batch = 256
+    batches = [paths[i : i + batch] for i in range(0, len(paths), batch)]
+    results: list[tuple[bytes, tuple | None]] = []
+    with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool, tqdm(
+        total=len(paths), desc="fingerprint: hashing page images", unit="file",
+        disable=len(paths) < PROGRESS_MIN_FILES,
+    ) as progress:
+        for done in pool.map(lambda part: _hash_batch(prefix, part), batches):
+            results.extend(done)
+            progress.update(len(done))
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# The memo
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Memo:
+    """What one benchmark directory's memo file holds."""
+
+    table_stats: list[tuple] | None
+    """The table files' stats when ``tables_digest`` was computed; None: never trust it."""
+    tables_digest: str
+    paths: list[str]
+    """Image files in canonical page order (what the tables reference)."""
+    stats: np.ndarray
+    """(size, mtime_ns, inode, device) per path."""
+    digests: np.ndarray
+    """(n, 16) uint8: each file's blake2b-128."""
+    memoizable: np.ndarray
+    """Per path: may the digest be reused (False: missing, or modified too recently)?"""
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, _Memo)
+            and self.table_stats == other.table_stats
+            and self.tables_digest == other.tables_digest
+            and self.paths == other.paths
+            and np.array_equal(self.stats, other.stats)
+            and np.array_equal(self.digests[self.memoizable], other.digests[other.memoizable])
+            and np.array_equal(self.memoizable, other.memoizable)
+        )
+
+    @classmethod
+    def load(cls, path: Path, real_root: Path) -> "_Memo | None":
+        """The memo, or None when there is none or it cannot be used (then it is rebuilt)."""
+        if not path.is_file():
+            return None
+        try:
+            table = pq.read_table(path)
+            header = json.loads(table.schema.metadata[b"vldocir.fingerprint"])
+            if header["version"] != MEMO_VERSION or header["root"] != str(real_root):
+                return None  # an older format, or (improbably) another directory's hash
+            table_stats = None if header["table_stats"] is None else [tuple(s) for s in header["table_stats"]]
+            n = table.num_rows
+            stats = np.stack([table.column(f).to_numpy().astype(np.int64) for f in _STAT_FIELDS], axis=1) \
+                if n else np.zeros((0, len(_STAT_FIELDS)), np.int64)
+            digest = table.column("digest").combine_chunks()
+            if digest.type != pa.binary(DIGEST_SIZE):
+                raise ValueError(f"digest column of type {digest.type}")
+            memoizable = digest.is_valid().to_numpy(zero_copy_only=False)
+            digests = np.frombuffer(pc.fill_null(digest, bytes(DIGEST_SIZE)).buffers()[1], dtype=np.uint8)
+            digests = digests[: n * DIGEST_SIZE].reshape(n, DIGEST_SIZE)
+            return cls(table_stats, str(header["tables_digest"]), table.column("path").to_pylist(), stats, digests, memoizable)
+        except Exception as error:  # a memo is only a shortcut: any damage means "rebuild it"
+            log.warning("fingerprint memo %s is unreadable (%s: %s); rebuilding it", path, type(error).__name__, error)
+            return None
+
+    def save(self, path: Path, real_root: Path) -> None:
+        """Write atomically; a cache directory that cannot be written only costs the next run time."""
+        header = {"version": MEMO_VERSION, "root": str(real_root), "table_stats": self.table_stats,
+                  "tables_digest": self.tables_digest}
+        columns = {"path": pa.array(self.paths, pa.string())}
+        for k, name in enumerate(_STAT_FIELDS):
+            columns[name] = pa.array(self.stats[:, k], pa.int64())
+        values = pa.py_buffer(np.ascontiguousarray(self.digests).tobytes())
+        validity = pa.array(self.memoizable).buffers()[1] if not self.memoizable.all() else None
+        columns["digest"] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(DIGEST_SIZE), len(self.paths), [validity, values])
+        table = pa.table(columns).replace_schema_metadata({"vldocir.fingerprint": json.dumps(header)})
+        try:
+            atomic_write_parquet(table, path)
+        except OSError as error:
+            log.warning("cannot write the fingerprint memo %s (%s); the next fingerprint will hash again", path, error)
