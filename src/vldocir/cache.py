@@ -9,6 +9,15 @@ Policies:
 - ``resume``: like ``reuse``, but a stage that builds in parts (encoding shards) keeps the parts
   already written and continues.
 - ``overwrite``: rebuild everything this job touches.
+
+Under ``reuse`` and ``resume`` a finished artifact that fails its integrity check (``verify``
+given to :meth:`ArtifactCache.lookup`) is reported by path and rebuilt.
+
+Staging directories. Every artifact (and every embedding shard) is written into a hidden staging
+directory beside its final place, ``.<name>.staging-<host>-<pid>-<ns>``, and renamed into place.
+A writer killed with SIGKILL (or a preempted SLURM job) leaves its staging directory behind;
+:func:`remove_stale_staging` deletes those whose writer is known to be dead: on this host, a pid
+that no longer exists; from any host (a shared filesystem), anything untouched for 24 hours.
 """
 
 from __future__ import annotations
@@ -16,12 +25,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
 import shutil
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from vldocir.io import atomic_write_json
 
@@ -29,6 +41,17 @@ log = logging.getLogger(__name__)
 
 POLICIES = ("reuse", "resume", "overwrite")
 DONE_FILE = "artifact.json"
+STAGING_MAX_AGE_S = 24 * 3600
+"""A staging directory untouched this long is debris whatever host wrote it (no single write of
+an artifact or a shard takes that long: encoding happens before the staging directory exists)."""
+
+
+class CorruptArtifactError(RuntimeError):
+    """A stored artifact (or one shard of it) is damaged: ``path`` names it, ``reason`` says how."""
+
+    def __init__(self, path: Path | str, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path}: {reason}")
 
 
 def content_key(parts: Any) -> str:
@@ -37,12 +60,81 @@ def content_key(parts: Any) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+# -- staging directories ---------------------------------------------------------------------------
+def _host() -> str:
+    # '-' separates the fields of a staging name; host names may contain it, so it is parsed from
+    # the right (pid and ns never contain it). Other odd characters become '_'.
+    return re.sub(r"[^A-Za-z0-9.\-]", "_", socket.gethostname()) or "unknown"
+
+
+def staging_path(final: Path) -> Path:
+    """A fresh staging directory name beside ``final``: ``.<name>.staging-<host>-<pid>-<ns>``."""
+    return final.with_name(f".{final.name}.staging-{_host()}-{os.getpid()}-{time.time_ns()}")
+
+
+def _writer_of(staging: Path) -> tuple[str, int] | None:
+    """(host, pid) from a staging name; ``None`` for names of older schemes that lack the host."""
+    suffix = staging.name.rpartition(".staging-")[2]
+    parts = suffix.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit() or not parts[0]:
+        return None
+    return parts[0], int(parts[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: existence check only
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _last_touched(path: Path) -> float:
+    """Latest mtime of the directory and its entries (a file being written updates its own mtime)."""
+    times = [path.stat().st_mtime]
+    for child in path.iterdir():
+        try:
+            times.append(child.stat().st_mtime)
+        except FileNotFoundError:
+            pass
+    return max(times)
+
+
+def remove_stale_staging(parent: Path, max_age_s: float = STAGING_MAX_AGE_S) -> list[Path]:
+    """Delete the staging directories in ``parent`` whose writer is dead; returns those removed.
+
+    Dead means: written on this host by a pid that no longer exists, or (any host, any naming
+    scheme) untouched for ``max_age_s``. A live writer's directory is never touched; only hidden
+    ``*.staging-*`` directories are considered.
+    """
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    host, now = _host(), time.time()
+    for path in parent.iterdir():
+        if not (path.name.startswith(".") and ".staging-" in path.name and path.is_dir()):
+            continue
+        writer = _writer_of(path)
+        try:
+            dead = (writer is not None and writer[0] == host and not _pid_alive(writer[1])) or \
+                now - _last_touched(path) > max_age_s
+        except FileNotFoundError:  # its writer finished (renamed it) or another cleaner got it
+            continue
+        if dead:
+            log.info("removing stale staging directory %s (its writer is gone)", path)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 @dataclass
 class ArtifactCache:
     root: Path
     policy: str = "resume"
     events: list[dict] = field(default_factory=list)
-    """Every lookup this job made: kind, key, ``hit`` / ``miss`` / ``overwrite``; goes to the manifest."""
+    """Every lookup this job made: kind, key, ``hit`` / ``miss`` / ``overwrite`` / ``corrupt``; goes to the manifest."""
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -58,10 +150,22 @@ class ArtifactCache:
     def record(self, kind: str, key: str, status: str) -> None:
         self.events.append({"kind": kind, "key": key, "status": status})
 
-    def lookup(self, kind: str, key: str) -> Path | None:
-        """The finished artifact's directory if the policy allows using it, else ``None``."""
+    def lookup(self, kind: str, key: str, verify: Callable[[Path], Any] | None = None) -> Path | None:
+        """The finished artifact's directory if the policy allows using it, else ``None``.
+
+        ``verify(path)`` raises :class:`CorruptArtifactError` for a damaged artifact: it is then
+        reported (a warning naming the path and the damage) and treated as missing, so that the
+        caller rebuilds it (:meth:`build` replaces it).
+        """
         path = self.directory(kind, key)
         if (path / DONE_FILE).is_file() and self.policy != "overwrite":
+            try:
+                if verify is not None:
+                    verify(path)
+            except CorruptArtifactError as error:
+                log.warning("cached %s artifact is damaged, rebuilding it: %s", kind, error)
+                self.record(kind, key, "corrupt")
+                return None
             self.record(kind, key, "hit")
             log.info("cache hit: %s %s", kind, key)
             return path
@@ -72,13 +176,19 @@ class ArtifactCache:
     def build(self, kind: str, key: str, description: dict) -> Iterator[Path]:
         """Yield an empty staging directory; on success it becomes the finished artifact at once."""
         final = self.directory(kind, key)
-        staging = final.with_name(f".{key}.staging-{time.time_ns()}")
-        staging.mkdir(parents=True)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(final.parent)
+        staging = staging_path(final)
+        staging.mkdir()
         try:
             yield staging
             atomic_write_json({"kind": kind, "key": key, "description": description}, staging / DONE_FILE)
             if final.exists():
-                shutil.rmtree(final)
+                # Moved aside first (a staging name, so a crash here leaves only removable debris),
+                # then deleted: the final name is never half deleted.
+                old = staging_path(final)
+                final.rename(old)
+                shutil.rmtree(old, ignore_errors=True)
             staging.rename(final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

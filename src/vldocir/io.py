@@ -45,3 +45,18 @@ def atomic_write_json(obj: Any, target: str | Path) -> None:
 def atomic_write_text(text: str, target: str | Path) -> None:
     with atomic_path(target) as tmp:
         tmp.write_text(text)
+
+
+def file_digest(path: str | Path, algorithm: str = "sha256", chunk_bytes: int = 8 << 20) -> str:
+    """Hex digest of a file's bytes, streamed in ``chunk_bytes`` pieces (never whole in memory).
+
+    hashlib releases the GIL while hashing large buffers, so digests computed in a worker thread
+    overlap with other work (e.g. the search over the previous shard).
+    """
+    import hashlib
+
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()

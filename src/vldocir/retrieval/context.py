@@ -5,6 +5,10 @@ L2-normalised) are clustered with faiss's spherical k-means into ``n_ctx`` unit 
 document with at most ``n_ctx`` token vectors keeps the vectors themselves (the limit of k-means
 with one point per cluster). The result is one cached artifact per (page store, n_ctx, k-means
 settings), ``<cache>/doc-context/<key>/``, reused by every run and sweep point with that ``n_ctx``.
+
+The page shards it is built from are verified in full (checksums) as they are read, and the
+artifact itself is verified in full on every read (it is small: n_ctx vectors per document); a
+damaged one is reported by path and rebuilt.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from vldocir.cache import ArtifactCache
+from vldocir.cache import ArtifactCache, CorruptArtifactError
 from vldocir.data.benchmark import Benchmark
-from vldocir.retrieval.embeddings import PageEmbeddingStore, read_ragged, write_ragged
+from vldocir.retrieval.embeddings import PageEmbeddingStore, read_json, read_ragged, verify_ragged, write_ragged
 from vldocir.retrieval.search import RaggedVectors
 
 log = logging.getLogger(__name__)
@@ -79,10 +83,17 @@ def document_context_vectors(
     parts = {"page_embeddings": store.directory.name, "n_ctx": n_ctx, "method": "faiss-spherical-kmeans",
              "iterations": iterations, "seed": seed}
     key = cache.key_for("doc-context", **parts)
-    path = cache.lookup("doc-context", key)
+
+    def verify(path) -> None:
+        verify_ragged(path, full=True)
+        if read_json(path / "doc_ids.json") != doc_ids:
+            raise CorruptArtifactError(path / "doc_ids.json", "differs from the benchmark's document order")
+
+    path = cache.lookup("doc-context", key, verify=verify)
     if path is None:
         tick = time.perf_counter()
-        shards = list(store.shards())
+        # Clustering reads every page token anyway: checksumming the shards as well costs little.
+        shards = list(store.shards(full=True))
         first_of_shard = np.array([s.first_index for s in shards])
         pages_of_doc = np.split(np.argsort(page_doc, kind="stable"), np.cumsum(np.bincount(page_doc, minlength=len(doc_ids)))[:-1])
         contexts = []
@@ -98,6 +109,4 @@ def document_context_vectors(
         path = cache.directory("doc-context", key)
         if stats is not None:
             stats["doc_context"] = {"n_ctx": n_ctx, "documents": len(doc_ids), "build_s": round(time.perf_counter() - tick, 3)}
-    if json.loads((path / "doc_ids.json").read_text()) != doc_ids:
-        raise RuntimeError(f"{path}: stored document order differs from the benchmark's; delete it and rerun")
     return DocumentContextVectors(read_ragged(path), doc_ids, page_doc)

@@ -5,6 +5,12 @@ Every visual retriever of the paper and OCR-dense are this one class with a diff
 encoder's cache parameters (model, revision, processor settings, dtype) plus the storage dtype,
 so every setting, depth and k reuses them; query embeddings are keyed by the same plus the
 query texts.
+
+Integrity (see :mod:`vldocir.retrieval.embeddings`): every encode or search first checks every
+shard cheaply and re-encodes damaged ones; query embeddings are checked in full and rebuilt when
+damaged; page shards are checksummed as the search streams them. Damage found only then (a
+checksum, or NaN/Inf in a block) stops the run with :class:`DamagedStoreError`, after dropping
+the shard from the store so that the next run re-encodes it.
 """
 
 from __future__ import annotations
@@ -12,28 +18,32 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from vldocir.cache import ArtifactCache, content_key
+from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, content_key
 from vldocir.data.benchmark import Benchmark
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.embeddings import (
+    RAGGED_FILES,
     BadPagesError,
     PageEmbeddingStore,
     PageInputs,
     encode_shards,
     finish_if_complete,
     open_page_store,
+    read_json,
     read_ragged,
+    verify_ragged,
     write_ragged,
 )
 from vldocir.retrieval.encoders import Encoder
 from vldocir.retrieval.run import make_run
-from vldocir.retrieval.search import RaggedVectors, exact_search, resolve_device
+from vldocir.retrieval.search import NonFiniteVectorsError, RaggedVectors, exact_search, resolve_device
 
 if TYPE_CHECKING:
     from vldocir.retrieval.settings import DocumentContext
@@ -41,6 +51,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BAD_PAGE_POLICIES = ("fail", "skip")
+VERIFY_LEVELS = ("full", "cheap")
+
+
+class DamagedStoreError(RuntimeError):
+    """A cached artifact turned out damaged during the search; it has been dropped, a rerun rebuilds it."""
 
 
 def _gpu_seconds(device: str, seconds: float) -> float:
@@ -59,12 +74,19 @@ class EmbeddingRetriever(Retriever):
         search: ``query_batch_size``, ``page_block_tokens``, ``device`` for :func:`exact_search`.
         decode_workers: threads decoding page images one batch ahead of the model.
         progress: show progress bars.
+        verify: ``full`` (checksum every page shard as the search streams it, overlapped with the
+            search of the previous shard) or ``cheap`` (sizes, headers and offsets only; NaN/Inf
+            is still caught in the search). Does not change results, so not part of any key.
     """
 
     def __init__(self, encoder: Encoder, shard_size: int = 1024, storage_dtype: str = "float16",
-                 on_bad_page: str = "fail", search: dict | None = None, decode_workers: int = 4, progress: bool = True):
+                 on_bad_page: str = "fail", search: dict | None = None, decode_workers: int = 4, progress: bool = True,
+                 verify: str = "full"):
         if on_bad_page not in BAD_PAGE_POLICIES:
             raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
+        if verify not in VERIFY_LEVELS:
+            raise ValueError(f"verify must be one of {VERIFY_LEVELS}, got {verify!r}")
+        self.verify = verify
         self.encoder, self.shard_size, self.storage_dtype = encoder, shard_size, storage_dtype
         self.on_bad_page = on_bad_page
         self.search = dict(search or {})  # exact_search's keyword arguments; its defaults otherwise
@@ -92,6 +114,8 @@ class EmbeddingRetriever(Retriever):
             raise ValueError(f"encode task {task} is outside 0..{num_tasks - 1}")
         store, inputs = self.page_store(bench, cache)
         overwrite = cache.policy == "overwrite"
+        if not overwrite:  # cheap checks of every shard present; damaged ones are dropped and encoded again
+            store.repair(full=False)
         if store.complete and not overwrite:
             cache.record("page-embeddings", store.directory.name, "hit")
             return store
@@ -116,7 +140,13 @@ class EmbeddingRetriever(Retriever):
         parts = {"encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype,
                  "queries": content_key([[q, queries[q]] for q in ids])}
         key = cache.key_for("query-embeddings", **parts)
-        path = cache.lookup("query-embeddings", key)
+
+        def verify(path: Path) -> None:  # small: checked in full; the key covers ids, so they must match
+            verify_ragged(path, full=True)
+            if read_json(path / "query_ids.json") != ids:
+                raise CorruptArtifactError(path / "query_ids.json", "differs from the requested query ids")
+
+        path = cache.lookup("query-embeddings", key, verify=verify)
         if path is None:
             self.encoder.prepare()
             tick = time.perf_counter()
@@ -132,9 +162,6 @@ class EmbeddingRetriever(Retriever):
             elapsed = time.perf_counter() - tick
             self.stats["encode_queries"] = {"queries": len(ids), "encode_s": round(elapsed, 3),
                                             "gpu_s": _gpu_seconds(self.encoder.device_name, elapsed)}
-        stored_ids = json.loads((path / "query_ids.json").read_text())
-        if stored_ids != ids:  # the key covers ids and texts; a mismatch means a corrupted artifact
-            raise RuntimeError(f"{path}: stored query ids differ from the requested ones; delete it and rerun")
         return read_ragged(path)
 
     # -- retrieve ------------------------------------------------------------------------------
@@ -153,12 +180,16 @@ class EmbeddingRetriever(Retriever):
             self.stats["skipped_pages"] = bad
         query_vectors = self.query_vectors(bench, queries, cache)
         context_vectors = None
-        if context is not None:
-            context_vectors = context.vectors(store, bench, cache, progress=self.progress, stats=self.stats)
-
         tick = time.perf_counter()
-        top = exact_search(query_vectors, store.shards(), depth, total_items=store.n_pages, progress=self.progress,
-                           context=context_vectors.for_shard if context_vectors else None, **self.search)
+        try:
+            if context is not None:
+                context_vectors = context.vectors(store, bench, cache, progress=self.progress, stats=self.stats)
+                tick = time.perf_counter()
+            top = exact_search(query_vectors, store.shards(full=self.verify == "full"), depth, total_items=store.n_pages,
+                               progress=self.progress, context=context_vectors.for_shard if context_vectors else None,
+                               **self.search)
+        except (CorruptArtifactError, NonFiniteVectorsError) as error:
+            raise _drop_damaged(store, cache, error) from error
         elapsed = time.perf_counter() - tick
         device = self.search.get("device", "auto")
         self.stats["search"] = {"search_s": round(elapsed, 3), "gpu_s": _gpu_seconds(device, elapsed),
@@ -175,3 +206,29 @@ class EmbeddingRetriever(Retriever):
             hits.append(page_ids[row_idx[keep]])
             scores.append(row_scores[keep])
         return make_run(list(queries), hits, scores)
+
+
+def _drop_damaged(store: PageEmbeddingStore, cache: ArtifactCache, error: Exception) -> Exception:
+    """Drop what ``error`` found damaged, so that the next run rebuilds it; the error to raise.
+
+    A page shard is discarded (the store is marked incomplete; the next run re-encodes that
+    shard only). Another cached artifact (query embeddings, document context) loses its
+    ``artifact.json``, so the next run rebuilds it. Anything else is left alone.
+    """
+    if isinstance(error, NonFiniteVectorsError) and not error.source:
+        return error  # vectors not read from the cache: nothing to drop
+    path = Path(error.path if isinstance(error, CorruptArtifactError) else error.source)
+    reason = error.reason if isinstance(error, CorruptArtifactError) else "the stored vectors hold NaN or Inf"
+    shard = store.shard_of(path if path.name not in (*RAGGED_FILES, "shard.json") else path.parent)
+    if shard is not None:
+        store.discard_shard(shard, reason)
+        action = (f"The shard was removed and the store {store.directory} marked incomplete; rerun the same command: "
+                  "it re-encodes this shard only and keeps the others.")
+    else:
+        artifact = path if (path / DONE_FILE).is_file() else path.parent
+        if not ((artifact / DONE_FILE).is_file() and cache.root in artifact.parents):
+            return error
+        log.warning("damaged cached artifact %s (%s): marking it unfinished; it is rebuilt", artifact, reason)
+        (artifact / DONE_FILE).unlink(missing_ok=True)
+        action = f"The artifact {artifact} was marked unfinished; rerun the same command: it is rebuilt."
+    return DamagedStoreError(f"{path}: {reason}. {action}")

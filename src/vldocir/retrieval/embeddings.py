@@ -5,7 +5,8 @@ Layout of one page-embedding artifact (``<cache>/page-embeddings/<key>/``)::
     store.json            what the key covers, page count, shard size, storage dtype
     page_ids.json         the page order (the benchmark's pages sorted by page_id)
     shards/00000/         pages [0, shard_size): vectors.npy (n_tokens, dim) 16-bit,
-                          offsets.npy (n_pages + 1,) int64, shard.json (bad pages, timings)
+                          offsets.npy (n_pages + 1,) int64, shard.json (bad pages, timings,
+                          integrity facts)
     shards/00001/ ...
     artifact.json         written once every shard exists: the artifact is complete
 
@@ -13,6 +14,22 @@ Each shard is written into a hidden staging directory and renamed into place, so
 exists whole or not at all. Encoding resumes at the missing shards; separate processes (a SLURM
 job array) can each encode their own subset of shards into the same directory. Vectors are
 memory-mapped on read, so searching a 76 GB store never loads it whole.
+
+Integrity. ``shard.json`` records, when the shard is written, each file's byte size and sha256,
+n_items, n_tokens, dim and ``finite: true`` (every value was checked to be neither NaN nor Inf).
+:func:`verify_ragged` checks a shard against it at two levels:
+
+- cheap (every open): file sizes, the ``.npy`` headers (shape, dtype, bytes promised), the offsets
+  (start at 0, never decrease, end at n_tokens). A few small reads, whatever the shard's size.
+- full: also the sha256 of both files (all bytes read once, ~1.5 GB/s on a core with SHA
+  extensions). Query-embedding and document-context artifacts, which are small, are verified in
+  full on every read; page shards are verified in full as the search streams them, each in a
+  worker thread while the previous shard is searched (``EmbeddingRetriever(verify="cheap")`` skips
+  it). The search also checks every block it upcasts for NaN/Inf, whatever the level.
+
+A damaged shard is reported by path and dropped (the store's ``artifact.json`` first), so the next
+encode writes it anew and keeps every good shard: :meth:`PageEmbeddingStore.repair`.
+The same query-embedding and document-context files are written by :func:`write_ragged`.
 """
 
 from __future__ import annotations
@@ -20,7 +37,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -31,9 +47,9 @@ import numpy as np
 import pyarrow.dataset as ds
 from tqdm.auto import tqdm
 
-from vldocir.cache import DONE_FILE, ArtifactCache
+from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, remove_stale_staging, staging_path
 from vldocir.data.benchmark import Benchmark, table_location
-from vldocir.io import atomic_write_json
+from vldocir.io import atomic_write_json, file_digest
 from vldocir.retrieval.search import RaggedVectors
 
 log = logging.getLogger(__name__)
@@ -41,6 +57,8 @@ log = logging.getLogger(__name__)
 STORE_FILE = "store.json"
 SHARD_FILE = "shard.json"
 STORAGE_DTYPES = ("float16", "bfloat16")
+RAGGED_FILES = ("vectors.npy", "offsets.npy")
+CHECKSUM = "sha256"  # with SHA extensions (x86 since ~2017, ARMv8) faster than blake2b
 
 
 class BadPagesError(RuntimeError):
@@ -62,30 +80,148 @@ def to_storage(vectors: np.ndarray, dtype: str) -> np.ndarray:
     """fp32 -> 16-bit storage: float16, or bfloat16 bits kept in uint16 (round to nearest even)."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if dtype == "float16":
-        return vectors.astype(np.float16)
+        with np.errstate(over="ignore"):  # |x| > 65504 becomes Inf: write_ragged reports it, naming the page
+            return vectors.astype(np.float16)
     import torch
 
     return torch.from_numpy(vectors).to(torch.bfloat16).view(torch.uint16).numpy()
 
 
-def write_ragged(directory: Path, items: Sequence[np.ndarray], dtype: str, extra: dict) -> None:
-    """Write ``items`` (each (n_i, dim) fp32) as vectors.npy + offsets.npy + shard.json."""
+def _nonfinite_row(vectors: np.ndarray, bfloat16: bool, step: int = 1 << 16) -> int | None:
+    """The first row of ``vectors`` (n_tokens, dim) holding NaN or Inf, or ``None``.
+
+    Streamed ``step`` rows at a time, so a memory-mapped shard is never loaded whole. bfloat16 is
+    stored as uint16 bits: a value is non-finite exactly when its 8 exponent bits are all ones.
+    """
+    for start in range(0, len(vectors), step):
+        chunk = np.asarray(vectors[start : start + step])
+        bad = (chunk & 0x7F80) == 0x7F80 if bfloat16 else ~np.isfinite(chunk)
+        rows = np.flatnonzero(bad.any(axis=1))
+        if len(rows):
+            return start + int(rows[0])
+    return None
+
+
+def write_ragged(directory: Path, items: Sequence[np.ndarray], dtype: str, extra: dict,
+                 names: Sequence[str] | None = None) -> dict:
+    """Write ``items`` (each (n_i, dim) fp32) as vectors.npy + offsets.npy + shard.json; returns shard.json.
+
+    The values are checked finite after the 16-bit conversion (float16 overflows to Inf beyond
+    65504); a failure names the item (``names[i]`` when given) and writes nothing. shard.json
+    records the integrity facts :func:`verify_ragged` checks later.
+    """
     packed = RaggedVectors.from_list(items)
-    np.save(directory / "vectors.npy", to_storage(packed.vectors, dtype))
+    stored = to_storage(packed.vectors, dtype)
+    row = _nonfinite_row(stored, dtype == "bfloat16")
+    if row is not None:
+        item = int(np.searchsorted(packed.offsets, row, side="right")) - 1
+        label = names[item] if names is not None else f"item {item}"
+        raise ValueError(f"{label}: non-finite values after conversion to {dtype} (float16 overflows beyond "
+                         "+-65504); nothing was written")
+    np.save(directory / "vectors.npy", stored)
     np.save(directory / "offsets.npy", packed.offsets)
-    atomic_write_json({"dtype": dtype, "n_items": len(items), "n_tokens": int(packed.offsets[-1]), **extra}, directory / SHARD_FILE)
+    files = {name: {"bytes": (directory / name).stat().st_size, CHECKSUM: file_digest(directory / name, CHECKSUM)}
+             for name in RAGGED_FILES}
+    meta = {"dtype": dtype, "n_items": len(items), "n_tokens": int(packed.offsets[-1]), "dim": int(stored.shape[1]),
+            "finite": True, "files": files, **extra}
+    atomic_write_json(meta, directory / SHARD_FILE)
+    return meta
 
 
-def read_ragged(directory: Path, first_index: int = 0) -> RaggedVectors:
-    meta = json.loads((directory / SHARD_FILE).read_text())
+def read_json(path: Path) -> Any:
+    """A JSON file of an artifact; a missing or unreadable one raises :class:`CorruptArtifactError`."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CorruptArtifactError(path, "is missing") from None
+    except (OSError, ValueError) as error:
+        raise CorruptArtifactError(path, f"is unreadable ({type(error).__name__}: {error})") from None
+
+
+def _npy_header(path: Path, recorded: dict | None) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) from a .npy file's header, after checking the file holds exactly those bytes."""
+    if not path.is_file():
+        raise CorruptArtifactError(path, "is missing")
+    size = path.stat().st_size
+    if recorded and size != recorded.get("bytes"):
+        raise CorruptArtifactError(path, f"is {size} bytes; {SHARD_FILE} recorded {recorded.get('bytes')} "
+                                         "when it was written (truncated or overwritten)")
+    try:
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}[version]
+            shape, fortran, dtype = read(handle)
+            data_start = handle.tell()
+    except (OSError, ValueError, KeyError, SyntaxError) as error:
+        raise CorruptArtifactError(path, f"has no readable .npy header ({type(error).__name__}: {error})") from None
+    promised = data_start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if fortran or size != promised:
+        raise CorruptArtifactError(path, f"is {size} bytes; its header describes {promised} "
+                                         f"({shape} {dtype}{', Fortran order' if fortran else ''})")
+    return shape, dtype
+
+
+def verify_ragged(directory: Path, full: bool = False) -> dict:
+    """Check vectors.npy / offsets.npy against shard.json; returns shard.json's content.
+
+    Cheap checks (always): shard.json readable; each file's size as recorded; the headers' shape
+    and dtype agree with shard.json and promise exactly the file's bytes; offsets (n_items + 1,)
+    int64 start at 0, never decrease and end at n_tokens. ``full`` also reads every byte: the
+    sha256 of each file against shard.json, and a NaN/Inf scan for shards written before those
+    facts were recorded. Raises :class:`CorruptArtifactError` naming the damaged file.
+    """
+    meta = read_json(directory / SHARD_FILE)
+    if not isinstance(meta, dict) or not {"dtype", "n_items", "n_tokens"} <= meta.keys():
+        raise CorruptArtifactError(directory / SHARD_FILE, "lacks dtype / n_items / n_tokens")
+    recorded = meta.get("files") or {}
+    n_items, n_tokens = meta["n_items"], meta["n_tokens"]
+    vectors_file, offsets_file = (directory / name for name in RAGGED_FILES)
+    shape, dtype = _npy_header(vectors_file, recorded.get("vectors.npy"))
+    want = np.dtype(np.uint16 if meta["dtype"] == "bfloat16" else np.float16)
+    if dtype != want or len(shape) != 2 or shape[0] != n_tokens or shape[1] != meta.get("dim", shape[1]):
+        raise CorruptArtifactError(vectors_file, f"holds {shape} {dtype}; {SHARD_FILE} says "
+                                                 f"({n_tokens}, {meta.get('dim', 'dim')}) {want}")
+    shape, dtype = _npy_header(offsets_file, recorded.get("offsets.npy"))
+    if dtype != np.int64 or shape != (n_items + 1,):
+        raise CorruptArtifactError(offsets_file, f"holds {shape} {dtype}; {SHARD_FILE} says ({n_items + 1},) int64")
+    offsets = np.load(offsets_file)
+    if offsets[0] != 0 or offsets[-1] != n_tokens or (np.diff(offsets) < 0).any():
+        raise CorruptArtifactError(offsets_file, f"offsets must start at 0, never decrease and end at n_tokens={n_tokens}")
+    if full:
+        _verify_contents(directory, meta)
+    return meta
+
+
+def _verify_contents(directory: Path, meta: dict) -> None:
+    """The full check: checksums as recorded; without them (older shards), a NaN/Inf scan."""
+    recorded = meta.get("files") or {}
+    for name in RAGGED_FILES:
+        expected = (recorded.get(name) or {}).get(CHECKSUM)
+        if expected and file_digest(directory / name, CHECKSUM) != expected:
+            raise CorruptArtifactError(directory / name, f"its {CHECKSUM} differs from the one recorded in "
+                                                         f"{SHARD_FILE} when it was written: its bytes have changed")
+    checksummed = all((recorded.get(name) or {}).get(CHECKSUM) for name in RAGGED_FILES)
+    if not (checksummed and meta.get("finite")):
+        vectors = np.load(directory / "vectors.npy", mmap_mode="r")
+        row = _nonfinite_row(vectors, meta["dtype"] == "bfloat16")
+        if row is not None:
+            raise CorruptArtifactError(directory / "vectors.npy", f"row {row} holds NaN or Inf")
+
+
+def _open_ragged(directory: Path, meta: dict, first_index: int) -> RaggedVectors:
     vectors = np.load(directory / "vectors.npy", mmap_mode="r")
     offsets = np.load(directory / "offsets.npy")
-    return RaggedVectors(vectors, offsets, meta["dtype"] == "bfloat16", first_index)
+    return RaggedVectors(vectors, offsets, meta["dtype"] == "bfloat16", first_index, source=str(directory))
+
+
+def read_ragged(directory: Path, first_index: int = 0, full: bool = False) -> RaggedVectors:
+    """The vectors of a directory written by :func:`write_ragged`, memory-mapped, after :func:`verify_ragged`."""
+    return _open_ragged(directory, verify_ragged(directory, full), first_index)
 
 
 def _write_atomically(final: Path, fill: Callable[[Path], None]) -> None:
     """Fill a staging directory and rename it to ``final`` (if another writer got there first, keep theirs)."""
-    staging = final.with_name(f".{final.name}.staging-{os.getpid()}-{time.time_ns()}")
+    staging = staging_path(final)
     staging.mkdir(parents=True)
     try:
         fill(staging)
@@ -191,9 +327,66 @@ class PageEmbeddingStore:
     def complete(self) -> bool:
         return (self.directory / DONE_FILE).is_file()
 
-    def shards(self) -> Iterator[RaggedVectors]:
+    def shards(self, full: bool = False) -> Iterator[RaggedVectors]:
+        """Every shard in order, memory-mapped, each verified (:func:`verify_ragged`) before it is yielded.
+
+        Shard ``i + 1`` is verified in a worker thread while the caller works on shard ``i``
+        (hashlib and numpy release the GIL), so with ``full`` the checksums mostly overlap the
+        search instead of adding to it. A damaged shard raises :class:`CorruptArtifactError`.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            check = lambda s: pool.submit(verify_ragged, self.shard_dir(s), full)  # noqa: E731
+            pending = check(0)
+            for shard in range(self.n_shards):
+                meta = pending.result()
+                if shard + 1 < self.n_shards:
+                    pending = check(shard + 1)
+                yield _open_ragged(self.shard_dir(shard), meta, self.shard_range(shard)[0])
+
+    def shard_of(self, path: Path) -> int | None:
+        """The number of the shard at ``path`` if it is one of this store's shard directories."""
+        path = Path(path)
+        return int(path.name) if path.parent == self.directory / "shards" and path.name.isdigit() else None
+
+    def verify(self, full: bool = False) -> dict[int, str]:
+        """What is wrong with each damaged shard on disk, by shard number (missing shards are not listed).
+
+        ``full=False`` costs a few small reads per shard; ``full=True`` reads every byte.
+        """
+        found = {}
         for shard in range(self.n_shards):
-            yield read_ragged(self.shard_dir(shard), first_index=self.shard_range(shard)[0])
+            if self.shard_dir(shard).exists():
+                try:
+                    verify_ragged(self.shard_dir(shard), full)
+                except CorruptArtifactError as error:
+                    found[shard] = str(error)
+        return found
+
+    def discard_shard(self, shard: int, reason: str) -> None:
+        """Drop a damaged shard so that the next encode writes it anew; logs a warning naming it.
+
+        ``artifact.json`` goes first, so that a crash in between still leaves the store
+        incomplete. The shard is renamed to a staging name before it is deleted: a crash midway
+        leaves debris that :func:`~vldocir.cache.remove_stale_staging` removes, never a half shard.
+        """
+        path = self.shard_dir(shard)
+        log.warning("damaged embedding shard %s (%s): removing it; it is encoded again, other shards are kept", path, reason)
+        (self.directory / DONE_FILE).unlink(missing_ok=True)
+        aside = staging_path(path)
+        try:
+            path.rename(aside)
+        except FileNotFoundError:  # another job dropped it already
+            return
+        shutil.rmtree(aside, ignore_errors=True)
+
+    def repair(self, full: bool = False) -> dict[int, str]:
+        """Verify every shard present and drop the damaged ones (see :meth:`discard_shard`); returns them."""
+        found = self.verify(full)
+        for shard, reason in found.items():
+            self.discard_shard(shard, reason)
+        return found
 
     def shard_meta(self) -> list[dict]:
         return [json.loads((self.shard_dir(s) / SHARD_FILE).read_text()) for s in range(self.n_shards) if self.has_shard(s)]
@@ -252,6 +445,7 @@ def encode_shards(
     stats = {"shards_encoded": len(todo), "shards_reused": len(shards) - len(todo), "pages_encoded": 0, "encode_s": 0.0}
     if not todo:
         return stats
+    remove_stale_staging(store.directory / "shards")  # debris of killed writers (dead pid, or a day old)
     bar = tqdm(total=n_pages, desc="encode pages", unit="page", disable=not progress)
     for shard in todo:
         tick = time.perf_counter()
@@ -284,7 +478,8 @@ def encode_shards(
         if overwrite and final.exists():
             shutil.rmtree(final)
         final.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(final, lambda d: write_ragged(d, vectors, store.dtype, meta))
+        names = inputs.page_ids[start:stop]
+        _write_atomically(final, lambda d: write_ragged(d, vectors, store.dtype, meta, names=names))
         stats["pages_encoded"] += stop - start
         stats["encode_s"] += elapsed
     bar.close()
