@@ -4,6 +4,8 @@
     python build.py spec.documents.sec=20 spec.name=my-bench
 """
 
+import sys
+
 import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -21,4 +23,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from vldocir.launch import refuse_secret_overrides
+
+    refuse_secret_overrides(sys.argv)  # before Hydra writes the command line anywhere
     main()

@@ -1,4 +1,11 @@
-"""Hydra hooks for multirun launches (``python run.py -m ...``).
+"""Command-line guards and Hydra hooks for ``run.py`` and ``build.py``.
+
+Secrets: Hydra writes the command line verbatim (``.hydra/overrides.yaml``, ``multirun.yaml``, the
+job directory name, submitit's pickles) before any of our code runs, so a secret passed as an
+override cannot be redacted afterwards. :func:`refuse_secret_overrides` stops the entry point
+before Hydra starts; secrets come from the environment only.
+
+Multiruns (``python run.py -m ...``):
 
 ``paths.root_dir`` falls back to ``${hydra:runtime.cwd}``, and the sweep directory and the submitit
 folder are under ``paths.log_dir``. The ``hydra:`` resolver reads Hydra's global config, which Hydra
@@ -8,11 +15,15 @@ before that. :class:`SetHydraConfigForSweep` sets it from the composed multirun 
 
 from __future__ import annotations
 
-from typing import Any
+import re
+import sys
+from typing import Any, TextIO
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from vldocir.tracking.manifest import environment_secrets, is_secret_key, override_key
 
 
 class SetHydraConfigForSweep(Callback):
@@ -37,3 +48,56 @@ def multirun_cfg_argv(argv: list[str]) -> list[str]:
         return argv
     rest = [a for a in argv[1:] if a not in MULTIRUN_FLAGS]
     return [argv[0], "hydra.mode=MULTIRUN", *rest]
+
+
+# Where the secrets this project uses are read from; named in the refusal message.
+SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY")
+REFUSED_STATUS = 2  # as for any command-line usage error
+# Hydra's flags whose next argument is a path or a name, never an override (a path may hold "=").
+PATH_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
+# Exactly one ${oc.env:NAME}, no default (a default would be a literal on the command line).
+ENV_REFERENCE = re.compile(r"""^(['"]?)\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}\1$""")
+
+
+def secret_overrides(argv: list[str]) -> list[str]:
+    """The key paths of the overrides in ``argv`` whose key looks like a secret (tracking.manifest's
+    rule), e.g. ``+aws_access_key_id=x``, ``logger.api_key=x``, ``++hf_auth=x``, ``+token=a,b``.
+
+    Flags (``-m``, ``--cfg job``, ``--config-dir=...``) and their arguments are not overrides: only
+    arguments with a ``=`` that do not start with ``-`` are. Two forms carry no secret and pass: a
+    deletion without a value (``~foo.password``) and a reference to an environment variable
+    (``+retriever.hub_token='${oc.env:HF_TOKEN}'``: Hydra records the reference, the job resolves it,
+    and the manifest redacts it).
+
+    An override under any key whose value holds the value of a secret environment variable is
+    refused too: ``+retriever.note=$HF_TOKEN``, expanded by the shell, would land in the logs as well.
+    """
+    args = argv[1:]
+    overrides = [arg for i, arg in enumerate(args) if i == 0 or args[i - 1] not in PATH_FLAGS]
+    secrets = environment_secrets()
+    return [override_key(arg) for arg in overrides if _passes_a_secret(arg, secrets)]
+
+
+def _passes_a_secret(arg: str, secrets: list[str]) -> bool:
+    if "=" not in arg or arg.startswith("-"):
+        return False
+    value = arg.partition("=")[2].strip()
+    if any(secret in value for secret in secrets):
+        return True
+    return bool(value) and not ENV_REFERENCE.match(value) and is_secret_key(override_key(arg))
+
+
+def refuse_secret_overrides(argv: list[str], stream: TextIO | None = None) -> None:
+    """Exit with status 2 and a one-line message (the key, never the value) if ``argv`` passes a
+    secret-looking override; return quietly otherwise. Call it before Hydra parses ``argv``."""
+    keys = secret_overrides(argv)
+    if not keys:
+        return
+    names = ", ".join(f"'{key}'" for key in keys)
+    message = (
+        f"{argv[0]}: secrets are read from the environment only: export {' / '.join(SECRET_ENV_VARS)} ... "
+        f"(or reference one: key='${{oc.env:VAR}}'); "
+        f"refusing {'override' if len(keys) == 1 else 'overrides'} {names}: Hydra would write it verbatim to its logs"
+    )
+    print(message, file=stream or sys.stderr)
+    raise SystemExit(REFUSED_STATUS)

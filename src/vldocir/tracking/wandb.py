@@ -2,7 +2,8 @@
 
 The manifest becomes the run config, the aggregates the summary, and the structure × metric table
 a ``wandb.Table``. The API key is read by wandb from ``WANDB_API_KEY`` (or ``wandb login``) and is
-never passed through the config.
+never passed through the config. What W&B records goes through the project's one redaction rule
+(:mod:`vldocir.tracking.manifest`): the manifest as config, and the command line.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from vldocir.tracking.manifest import redact_overrides, redact_secrets
+from vldocir.tracking.manifest import install_log_redaction, redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
 MODES = ("online", "offline", "disabled")
@@ -36,6 +37,7 @@ class WandbTracker:
         self.project, self.mode, self.entity, self.dir = project, mode, entity, dir
         self.group, self.tags = group, list(tags or [])
         self.run = None
+        install_log_redaction()  # as NullTracker: logging is set up by now, scrub it of secrets
 
     def start(self, manifest: dict[str, Any]) -> None:
         try:
