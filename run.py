@@ -16,23 +16,25 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    from vldocir.pipeline import run_stage
+    from vldocir.config_checks import ConfigError
+    from vldocir.pipeline import optimized_value, run_stage
 
     tracker = instantiate(cfg.logger)
     failed = True
     try:
         metrics = run_stage(cfg, tracker)
         failed = False
+    except ConfigError as error:  # a bad override: one line, no traceback, before any work
+        print(f"config error: {error}", file=sys.stderr)
+        sys.exit(2)
     finally:
         tracker.finish(failed=failed)
-    if cfg.stage != "evaluate":
-        return None
-    aggregate, metric = cfg.optimized_metric.split("/")
-    return metrics["aggregates"][aggregate][metric]
+    return optimized_value(cfg, metrics)
 
 
 if __name__ == "__main__":
-    from vldocir.launch import multirun_cfg_argv
+    from vldocir.launch import multirun_cfg_argv, refuse_secret_overrides
 
+    refuse_secret_overrides(sys.argv)  # before Hydra writes the command line anywhere
     sys.argv = multirun_cfg_argv(sys.argv)
     main()

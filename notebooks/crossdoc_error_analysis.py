@@ -36,7 +36,9 @@ RESULTS = Path(os.environ.get("VLDOCIR_RESULTS_DIR") or ("../results" if Path(".
 index = list_runs(RESULTS)
 assert len(index), f"no runs in {RESULTS / 'runs'}: make one with `python run.py`"
 BENCHMARK = os.environ.get("VLDOCIR_REPORT_BENCHMARK") or index["benchmark"].value_counts().index[0]
-runs = {run.label: run for run in ResultsView(RESULTS, BENCHMARK).runs()}
+view = ResultsView(RESULTS, BENCHMARK, ks=[5])  # one store entry per run: with k=5 where one has it, newest
+print("store entries used:", *view.choices(), sep="\n  ")
+runs = {run.label: run for run in view.runs()}
 K = 5 if all(5 in run.ks for run in runs.values()) else min(next(iter(runs.values())).ks)
 print(f"{len(runs)} run(s) of {BENCHMARK}; k = {K}")
 

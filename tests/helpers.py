@@ -93,5 +93,15 @@ def evaluate(*overrides: str):
     cfg = compose_cfg(*overrides)
     metrics = run_stage(cfg, NullTracker())
     bench = load_benchmark(cfg.dataset.source)
-    run_dir = store.run_directory(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
+    run_dir = newest_entry(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
     return metrics, json.loads((run_dir / store.MANIFEST_FILE).read_text()), run_dir
+
+
+def newest_entry(results_dir, benchmark: str, retriever: str, setting: str) -> Path:
+    """The most recently published store entry of (benchmark, retriever, setting)."""
+    from vldocir import store
+
+    index = store.list_runs(results_dir)
+    rows = index[(index.benchmark == benchmark) & (index.retriever == retriever) & (index.setting == setting)]
+    assert len(rows), f"no entry for {benchmark}/{retriever}/{setting} in {results_dir}"
+    return Path(rows.iloc[-1].path)

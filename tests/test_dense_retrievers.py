@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from hydra.utils import instantiate
 
-from helpers import MINI_DIR, compose_cfg, evaluate, mini_subset, run_py, tiny_overrides
+from helpers import MINI_DIR, compose_cfg, evaluate, mini_subset, newest_entry, run_py, tiny_overrides
 from vldocir import store
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import load_benchmark
@@ -157,7 +157,8 @@ def test_multirun_over_three_settings_encodes_the_corpus_once(subset_dir, tiny, 
     assert len(list((cache / "doc-context").glob("[!.]*"))) == 3  # one set of context vectors per n_ctx
     runs = isolated_paths / "results" / "runs" / "mini-subset" / "colqwen25"
     assert sorted(p.name for p in runs.iterdir()) == ["ctx-n2", "ctx-n4", "ctx-n8"]
-    manifests = [json.loads((runs / f"ctx-n{n}" / store.MANIFEST_FILE).read_text()) for n in (2, 4, 8)]
+    entries = [newest_entry(isolated_paths / "results", "mini-subset", "colqwen25", f"ctx-n{n}") for n in (2, 4, 8)]
+    manifests = [json.loads((entry / store.MANIFEST_FILE).read_text()) for entry in entries]
     page_events = [[e["status"] for e in m["cache"] if e["kind"] == "page-embeddings"] for m in manifests]
     assert page_events == [["miss"], ["hit"], ["hit"]]
     assert ["encode_pages" in m["retrieval"] for m in manifests] == [True, False, False]
@@ -179,7 +180,7 @@ def test_job_array_encodes_shards_in_separate_processes_then_search_reuses_them(
 
     done = run_py(*common)
     assert done.returncode == 0, done.stderr[-3000:]
-    manifest = json.loads((isolated_paths / "results" / "runs" / "mini-subset" / "colqwen25" / "base" / store.MANIFEST_FILE).read_text())
+    manifest = json.loads((newest_entry(isolated_paths / "results", "mini-subset", "colqwen25", "base") / store.MANIFEST_FILE).read_text())
     assert [e["status"] for e in manifest["cache"] if e["kind"] == "page-embeddings"] == ["hit"]
     assert "encode_pages" not in manifest["retrieval"]
 

@@ -69,20 +69,20 @@ def test_ctx_end_to_end_builds_context_vectors_once_per_n_ctx(subset_dir, tiny, 
         return [e["status"] for e in manifest["cache"] if e["kind"] == kind]
 
     metrics, manifest, run_dir = evaluate(*common, "n_ctx=4")
-    assert run_dir.name == "ctx-n4" and metrics["n_queries"] == 21
+    assert run_dir.parent.name == "ctx-n4" and metrics["n_queries"] == 21
     assert manifest["retrieval"]["doc_context"] == {"n_ctx": 4, "documents": 3, "build_s": manifest["retrieval"]["doc_context"]["build_s"]}
     assert events(manifest, "doc-context") == ["miss"]
 
     _, manifest, _ = evaluate(*common, "n_ctx=8")
     assert events(manifest, "page-embeddings") == ["hit"] and events(manifest, "doc-context") == ["miss"]
 
-    _, manifest, _ = evaluate(*common, "n_ctx=4", "depth=10")
+    _, manifest, ctx_dir = evaluate(*common, "n_ctx=4", "depth=10")
     assert events(manifest, "page-embeddings") == ["hit"] and events(manifest, "doc-context") == ["hit"]
     assert len(list((isolated_paths / "cache" / "doc-context").glob("[!.]*"))) == 2
 
     # The document term moves pages of the best-matching document up: the rankings differ.
     _, _, base_dir = evaluate(*tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "depth=10")
     base_run = pq.read_table(base_dir / "run.parquet").to_pandas()
-    ctx_run = pq.read_table(run_dir.parent / "ctx-n4" / "run.parquet").to_pandas()
+    ctx_run = pq.read_table(ctx_dir / "run.parquet").to_pandas()
     assert len(base_run) == len(ctx_run) == 21 * 10
     assert not base_run[["query_id", "page_id"]].equals(ctx_run[["query_id", "page_id"]])

@@ -14,6 +14,7 @@ from PIL import Image
 
 from vldocir.data.benchmark import load_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
+from helpers import newest_entry
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = REPO_ROOT / "data" / "vl-docir-mini"
@@ -51,7 +52,7 @@ def test_shipped_page_images_are_downscaled_copies_of_full_pages(mini):
 def test_default_run_is_sensible_on_the_mini_benchmark(isolated_paths):
     done = subprocess.run([sys.executable, "run.py"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    metrics = pd.read_json(isolated_paths / "results" / "runs" / "vl-docir-mini" / "dom_bm25" / "base" / "metrics.json", typ="series")
+    metrics = pd.read_json(newest_entry(isolated_paths / "results", "vl-docir-mini", "dom_bm25", "base") / "metrics.json", typ="series")
     by_structure = metrics["breakdowns"]["structure"]
     single = min(by_structure[s]["recallall@5"] for s in ("page_single", "page_multi"))
     distributed = max(by_structure[s]["recallall@5"] for s in ("doc_adjacent", "doc_near", "doc_far", "cross_doc"))

@@ -30,18 +30,31 @@ OLD = 1_000_000_000  # an mtime (2001) that no write made by a test can have
 @pytest.fixture
 def run_eval(isolated_paths, small_bench_dir, capsys):
     """``run_eval(*overrides)`` evaluates DOM-BM25 on the small benchmark like `python run.py` does;
-    returns (metrics, manifest, printed report, run directory)."""
+    returns (metrics, this job's manifest as handed to the tracker, printed report, store entry)."""
 
     def run(*overrides: str):
         cfg = compose_cfg(f"dataset.source={small_bench_dir}", "dataset.build=null", *overrides)
         capsys.readouterr()
-        metrics = evaluate(cfg, NullTracker())
+        tracker = RecordingTracker()
+        metrics = evaluate(cfg, tracker)
         printed = capsys.readouterr().out
-        run_dir = store.run_directory(isolated_paths / "results", "test-small", "dom_bm25", "base")
-        manifest = json.loads((run_dir / store.MANIFEST_FILE).read_text())
-        return metrics, manifest, printed, run_dir
+        return metrics, tracker.manifest, printed, entry_printed(printed)
 
     return run
+
+
+class RecordingTracker(NullTracker):
+    """Keeps the manifest the pipeline hands to the tracker (what W&B would receive)."""
+
+    manifest: dict | None = None
+
+    def log_results(self, metrics, structure_table, manifest=None):
+        self.manifest = json.loads(json.dumps(manifest, default=str))
+
+
+def entry_printed(stdout: str) -> Path:
+    """The store entry the report names (``Run directory: <path>``)."""
+    return Path(re.search(r"^Run directory: (\S+)", stdout, re.M).group(1))
 
 
 def _events(manifest) -> list[tuple[str, str]]:
@@ -59,7 +72,8 @@ def _rewritten(path: Path) -> bool:
 def test_store_entry_and_manifest(run_eval, small_bench_dir, isolated_paths):
     metrics, manifest, printed, run_dir = run_eval()
 
-    assert run_dir == isolated_paths / "results" / "runs" / "test-small" / "dom_bm25" / "base"
+    assert run_dir.parent == isolated_paths / "results" / "runs" / "test-small" / "dom_bm25" / "base"
+    assert run_dir.name == f"depth100_k3-5-10_{manifest['run']['key']}"
     for file in STORE_FILES:
         assert (run_dir / file).is_file(), file
     assert json.loads((run_dir / store.METRICS_FILE).read_text()) == json.loads(json.dumps(metrics))
@@ -77,7 +91,11 @@ def test_store_entry_and_manifest(run_eval, small_bench_dir, isolated_paths):
     assert manifest["hardware"]["cpus"] >= 1 and manifest["hardware"]["host"]
     assert manifest["timings"]["wall_s"] > 0
     assert set(manifest["timings"]) >= {"load_benchmark_s", "retrieve_s", "evaluate_s", "wall_s"}
-    assert manifest["run"]["reused"] is False and manifest["run"]["dir"] == str(run_dir)
+    assert manifest["run"]["reused"] is False
+    # The manifest vouches for the files beside it.
+    assert manifest["store"]["run_key"] == manifest["run"]["key"] and manifest["store"]["ks"] == [3, 5, 10]
+    for file in (store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE):
+        assert manifest["store"]["files"][file] == store.file_record(run_dir / file)
     assert _events(manifest) == [("run", "miss"), ("bm25-index", "miss")]
 
     run = read_run(run_dir / store.RUN_FILE)
@@ -106,19 +124,24 @@ def test_cache_events_across_runs(run_eval):
 def test_identical_rerun_reuses_the_stored_run(run_eval):
     metrics, _, _, run_dir = run_eval()
     _age(run_dir / store.RUN_FILE)
-    again, manifest, printed, _ = run_eval()
-    assert manifest["run"]["reused"] is True
+    again, manifest, printed, again_dir = run_eval()
+    # The same evaluation of the same run: the entry stays as it is, its manifest that of the first run.
+    assert manifest["run"]["reused"] is True and again_dir == run_dir
+    assert json.loads((run_dir / store.MANIFEST_FILE).read_text())["run"]["reused"] is False
     assert not _rewritten(run_dir / store.RUN_FILE)
     assert "reused" in printed
     assert again == metrics
 
 
 def test_changing_ks_reevaluates_without_searching(run_eval):
-    _, _, _, run_dir = run_eval()
-    _age(run_dir / store.RUN_FILE)
-    metrics, manifest, printed, _ = run_eval("eval.ks=[1,20]")
-    assert _events(manifest) == [("run", "hit")]
-    assert not _rewritten(run_dir / store.RUN_FILE)
+    _, _, _, first_dir = run_eval()
+    _age(first_dir / store.RUN_FILE)
+    metrics, manifest, printed, run_dir = run_eval("eval.ks=[1,20]")
+    assert _events(manifest) == [("run", "hit")] and manifest["run"]["reused_from"] == str(first_dir)
+    assert run_dir != first_dir and run_dir.name.startswith("depth100_k1-20_")
+    assert not _rewritten(first_dir / store.RUN_FILE)
+    assert (run_dir / store.RUN_FILE).read_bytes() == (first_dir / store.RUN_FILE).read_bytes()
+    assert store.Entry(first_dir).verify(full=True), "the first evaluation is kept as it was"
     assert metrics["ks"] == [1, 20]
     assert set(metrics["aggregates"]["macro"]) >= {"recallall@1", "recallall@20", "ndcgall@20"}
     assert "recallall@10" not in metrics["aggregates"]["macro"]
@@ -127,36 +150,31 @@ def test_changing_ks_reevaluates_without_searching(run_eval):
 
 
 def test_overwrite_policy_recomputes(run_eval):
-    _, first, _, run_dir = run_eval()
+    first_metrics, first, _, run_dir = run_eval()
     _age(run_dir / store.RUN_FILE)
-    _, manifest, _, _ = run_eval("cache_policy=overwrite")
-    assert manifest["run"]["reused"] is False
+    metrics, manifest, printed, again_dir = run_eval("cache_policy=overwrite")
     assert ("run", "overwrite") in _events(manifest)
     assert ("bm25-index", "overwrite") in _events(manifest)
-    assert _rewritten(run_dir / store.RUN_FILE)
-    assert manifest["run"]["key"] == first["run"]["key"]
+    assert manifest["run"]["key"] == first["run"]["key"] and metrics == first_metrics
+    # Recomputed to the same result: the verified entry is kept, never written over.
+    assert again_dir == run_dir and not _rewritten(run_dir / store.RUN_FILE)
 
 
-def test_query_missing_from_the_run_scores_zero(run_eval):
+def test_a_run_file_edited_by_hand_is_not_reused_nor_deleted(run_eval, caplog):
     metrics, _, _, run_dir = run_eval()
-    per_query = pq.read_table(run_dir / store.PER_QUERY_FILE).to_pandas()
-    found = per_query[per_query["recallall@10"] == 1.0]
-    dropped = found["query_id"].iloc[0]
-    assert metrics["n_queries_missing_from_run"] == 0
-
     run = read_run(run_dir / store.RUN_FILE)
+    dropped = run["query_id"][0].as_py()
     write_run(run.filter(pc.not_equal(run["query_id"].cast("string"), dropped)), run_dir / store.RUN_FILE)
+    edited = (run_dir / store.RUN_FILE).read_bytes()
 
-    again, manifest, printed, _ = run_eval()  # the manifest still names the run's key: it is reused
-    assert manifest["run"]["reused"] is True
-    assert again["n_queries_missing_from_run"] == 1
-    assert again["n_queries"] == metrics["n_queries"]
-    row = pq.read_table(run_dir / store.PER_QUERY_FILE).to_pandas().set_index("query_id").loc[dropped]
-    assert not row["in_run"]
-    metric_columns = [c for c in row.index if re.fullmatch(r"(ndcg|recall|ndcgall|recallall)@\d+", c)]
-    assert metric_columns and all(row[c] == 0 for c in metric_columns)
-    assert again["aggregates"]["micro"]["recallall@10"] < metrics["aggregates"]["micro"]["recallall@10"]
-    assert "1 absent from the run (scored 0)" in printed
+    with caplog.at_level("WARNING"):
+        again, manifest, _, again_dir = run_eval()
+    assert manifest["run"]["reused"] is False and ("run", "miss") in _events(manifest)
+    assert f"not reusing the run in {run_dir}" in caplog.text and "run.parquet" in caplog.text
+    assert again == metrics, "recomputed from scratch, not from the edited file"
+    assert again_dir == run_dir.with_name(run_dir.name + ".2"), "published beside the damaged entry"
+    assert (run_dir / store.RUN_FILE).read_bytes() == edited, "the edited file is left alone"
+    assert [Path(p) for p in store.list_runs(run_dir.parents[4]).path] == [again_dir]
 
 
 # --- `python run.py` as a subprocess ------------------------------------------------------------
@@ -168,7 +186,8 @@ def test_command_end_to_end_on_a_benchmark_built_on_first_use(isolated_paths):
     done = run_py("dataset=synthetic_text")
     assert done.returncode == 0, done.stderr[-5000:]
     assert (isolated_paths / "data" / "synthetic-text" / "benchmark.json").is_file(), "built on first use"
-    run_dir = isolated_paths / "results" / "runs" / "synthetic-text" / "dom_bm25" / "base"
+    run_dir = entry_printed(done.stdout)
+    assert run_dir.parent == isolated_paths / "results" / "runs" / "synthetic-text" / "dom_bm25" / "base"
     for file in STORE_FILES:
         assert (run_dir / file).is_file(), file
     assert re.search(r"^Macro\s+\d", done.stdout, re.M) and re.search(r"^Micro\s+\d", done.stdout, re.M)
@@ -186,10 +205,8 @@ def test_command_end_to_end_on_a_benchmark_built_on_first_use(isolated_paths):
     _age(run_dir / store.RUN_FILE)
     again = run_py("dataset=synthetic_text")
     assert again.returncode == 0, again.stderr[-5000:]
-    assert "reused" in again.stdout
+    assert "reused" in again.stdout and entry_printed(again.stdout) == run_dir
     assert not _rewritten(run_dir / store.RUN_FILE)
-    manifest = json.loads((run_dir / store.MANIFEST_FILE).read_text())
-    assert manifest["run"]["reused"] is True and _events(manifest) == [("run", "hit")]
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from vldocir.reporting.paper import load_spec, metric_label
 from vldocir.reporting.render import ranks, to_latex, to_markdown
 from vldocir.reporting.store_view import ResultsView, StoredRun, choose_benchmark
 from vldocir.reporting.tables import build_tables, false_omission_rate
+from helpers import newest_entry
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +230,7 @@ def test_latex_tables_compile_or_are_well_formed(published_tables, tmp_path):
 
 
 def test_mini_run_fills_its_rows(spec, mini_results, mini_tables):
-    run = StoredRun(mini_results / "runs" / TEXT_BENCH / "dom_bm25" / "base", TEXT_BENCH, "dom_bm25", "base")
+    run = StoredRun(newest_entry(mini_results, TEXT_BENCH, "dom_bm25", "base"), TEXT_BENCH, "dom_bm25", "base")
     metrics = json.loads((run.path / "metrics.json").read_text())
     t13 = mini_tables["table13_overall"]
     for aggregate, name in (("Macro", "macro"), ("Micro", "micro")):
@@ -264,7 +265,7 @@ def test_mini_run_fills_its_rows(spec, mini_results, mini_tables):
 
 def test_multi_runs_fill_source_structure_and_marks(spec, multi_results, multi_tables):
     t16 = multi_tables["table16_source_structure_recallall5"]
-    run = StoredRun(multi_results / "runs" / TEXT_BENCH / "colqwen25" / "ctx-n256", TEXT_BENCH, "colqwen25", "ctx-n256")
+    run = StoredRun(newest_entry(multi_results, TEXT_BENCH, "colqwen25", "ctx-n256"), TEXT_BENCH, "colqwen25", "ctx-n256")
     metrics = json.loads((run.path / "metrics.json").read_text())
     value = metrics["breakdowns"]["source_structure"]["sec"]["cross_doc"]["recallall@5"]
     assert cell(t16, ("SEC Proxy Reports", "ColQwen2.5 (Ctx)"), "Cross-Doc")["reproduced"] == pytest.approx(value)
@@ -288,12 +289,12 @@ def test_multi_runs_fill_source_structure_and_marks(spec, multi_results, multi_t
 
 
 def metrics_of(results, retriever, setting):
-    return json.loads((results / "runs" / TEXT_BENCH / retriever / setting / "metrics.json").read_text())
+    return json.loads((newest_entry(results, TEXT_BENCH, retriever, setting) / "metrics.json").read_text())
 
 
 def test_evidence_type_groups_use_the_harness_balancing(spec, multi_tables, multi_results):
     t17 = multi_tables["table17_evidence_type"]
-    per_query = pd.read_parquet(multi_results / "runs" / TEXT_BENCH / "colqwen25" / "base" / "per_query.parquet")
+    per_query = pd.read_parquet(newest_entry(multi_results, TEXT_BENCH, "colqwen25", "base") / "per_query.parquet")
     text = per_query[per_query["evidence_type"] == "text"]
     expected = text.groupby("evidence_structure")["recallall@5"].mean().mean() * 100
     assert cell(t17, ("Text", "ColQwen2.5"), "RecallAll@5")["reproduced"] == pytest.approx(expected)

@@ -93,7 +93,7 @@ def test_sweep_end_renders_from_reproduced_runs_and_logs_to_wandb(spec, multi_re
     figure, _ = fig2_source_structure("fig2_source_structure", spec.figures["fig2_source_structure"], spec,
                                       ResultsView(results, TEXT_BENCH))
     shown = [text.get_text() for text in figure.axes[0].texts]
-    runs = [json.loads(path.read_text()) for path in (results / "runs" / TEXT_BENCH).glob("*/*/metrics.json")]
+    runs = [json.loads(path.read_text()) for path in (results / "runs" / TEXT_BENCH).glob("*/*/*/metrics.json")]
     assert len(runs) == 5
     expected = [
         f"{max(m['breakdowns']['source_structure'][source][structure]['recallall@5'] for m in runs):.1f}"

@@ -19,12 +19,13 @@ from test_reporting_fixtures import (  # noqa: F401
 )
 from vldocir.data.benchmark import load_benchmark
 from vldocir.reporting.viewer import ViewerError, load, query_file_name, write_viewer
+from helpers import newest_entry
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-gpu"]
 
 
 def run_dir_of(results, benchmark):
-    return results / "runs" / benchmark / "dom_bm25" / "base"
+    return newest_entry(results, benchmark, "dom_bm25", "base")
 
 
 def expected_boxes(bench, query_id: str, page_id: str) -> int:
@@ -175,7 +176,7 @@ def test_viewer_on_the_shipped_rendered_mini_benchmark(browser, tmp_path):
     if not (SHIPPED_MINI / "benchmark.json").is_file():
         pytest.skip("data/vl-docir-mini (the shipped rendered mini benchmark) is not in this checkout")
     evaluate_run(tmp_path, f"dataset.source={SHIPPED_MINI}", "dataset.build=null")
-    run_dir = next((tmp_path / "results" / "runs").glob("*/dom_bm25/base"))
+    run_dir = next((tmp_path / "results" / "runs").glob("*/dom_bm25/base/*"))
     data = load(run_dir, k=5, structure="cross_doc", limit=3)
     write_viewer(data, tmp_path / "viewer")
     bench = load_benchmark(SHIPPED_MINI)

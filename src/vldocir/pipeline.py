@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from vldocir import store
 from vldocir.cache import ArtifactCache, content_key
+from vldocir.config_checks import ConfigError, check_config, optimized_metric
 from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.evaluation.aggregate import summarise
 from vldocir.io import atomic_write_json
@@ -41,7 +43,11 @@ def open_benchmark(dataset: DictConfig) -> Benchmark:
 
 
 def _overrides() -> list[str]:
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    """The command line's task overrides as typed: ``${oc.env:...}`` references stay unresolved
+    (iterating the ListConfig would resolve them and put environment values into the manifest)."""
+    if not HydraConfig.initialized():
+        return []
+    return [str(o) for o in OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)]
 
 
 def _start_manifest(cfg: DictConfig) -> dict[str, Any]:
@@ -55,11 +61,32 @@ def _start_manifest(cfg: DictConfig) -> dict[str, Any]:
 
 
 def run_stage(cfg: DictConfig, tracker) -> dict[str, Any]:
-    """``stage=evaluate`` (the default) or ``stage=encode`` (page embeddings only, one job-array task)."""
+    """``stage=evaluate`` (the default) or ``stage=encode`` (page embeddings only, one job-array task).
+
+    The whole config is checked first (:func:`check_config`), so a bad override fails in a second.
+    """
+    check_config(cfg, _overrides())
     stages = {"evaluate": evaluate, "encode": encode}
-    if cfg.stage not in stages:
-        raise ValueError(f"stage must be one of {sorted(stages)}, got {cfg.stage!r}")
     return stages[cfg.stage](cfg, tracker)
+
+
+def optimized_value(cfg: DictConfig, metrics: dict[str, Any] | None) -> float | None:
+    """The value a Hydra sweeper optimises (``optimized_metric``); ``None`` for ``stage=encode``."""
+    if cfg.stage != "evaluate":
+        return None
+    aggregate, metric = optimized_metric(cfg.optimized_metric, list(cfg.eval.ks))
+    return metrics["aggregates"][aggregate][metric]
+
+
+def instantiate_setting(cfg: DictConfig):
+    """The setting object; its parameter checks fail here, as one line naming ``setting.method``."""
+    try:
+        return instantiate(cfg.setting.method)
+    except InstantiationException as error:
+        cause = error.__cause__ or error
+        if isinstance(cause, (ValueError, TypeError)):
+            raise ConfigError(f"setting.method ({cfg.setting.id}): {cause}") from error
+        raise
 
 
 def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
@@ -101,6 +128,7 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     started = time.perf_counter()
     timings: dict[str, float] = {}
     cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
+    setting = instantiate_setting(cfg)
     manifest = _start_manifest(cfg)
     # Started before anything can fail, so that a failed job is recorded (and finished) as failed.
     tracker.start(manifest)
@@ -109,40 +137,47 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     bench = open_benchmark(cfg.dataset)
     timings["load_benchmark_s"] = time.perf_counter() - tick
     retriever = instantiate(cfg.retriever.model)
-    setting = instantiate(cfg.setting.method)
 
-    run_dir = store.run_directory(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
+    ks, depth = [int(k) for k in cfg.eval.ks], int(cfg.depth)
+    setting_dir = store.setting_directory(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
     run_key = content_key(
-        {"benchmark": bench.fingerprint, "retriever": retriever.cache_params(), "setting": setting.cache_params(), "depth": cfg.depth}
+        {"benchmark": bench.fingerprint, "retriever": retriever.cache_params(), "setting": setting.cache_params(), "depth": depth}
     )
     manifest["benchmark"] = bench.summary()
-    manifest["run"] = {"key": run_key, "dir": str(run_dir), "depth": cfg.depth}
+    manifest["run"] = {"key": run_key, "depth": depth}
+    manifest["store"] = {"run_key": run_key, "eval_key": content_key({"run": run_key, "ks": ks}), "depth": depth, "ks": ks,
+                         "fingerprint": bench.fingerprint}
 
     tick = time.perf_counter()
-    run = store.reusable_run(run_dir, run_key, cfg.cache_policy)
-    reused = run is not None
-    had_run = (run_dir / store.RUN_FILE).is_file()
-    cache.record("run", run_key, "hit" if reused else ("overwrite" if had_run and cfg.cache_policy == "overwrite" else "miss"))
-    if reused:
-        log.info("reusing the stored run in %s (key %s): no search", run_dir, run_key)
+    stored = None if cfg.cache_policy == "overwrite" else store.find_run(setting_dir, run_key)
+    cache.record("run", run_key, "hit" if stored else ("overwrite" if cfg.cache_policy == "overwrite" else "miss"))
+    if stored is not None:
+        log.info("reusing the run stored in %s (key %s): no search", stored.path, run_key)
+        run = store.read_stored_run(stored)
+        manifest["run"]["reused_from"] = str(stored.path)
     else:
+        for other in store.other_parameters(setting_dir, run_key, bench.fingerprint, depth):
+            log.warning("%s holds a run of %s/%s with other parameters; both are kept, and reports use the newest. "
+                        "Give a variant its own id (retriever.id=... or setting.id=...) to compare them side by side",
+                        other, cfg.retriever.id, cfg.setting.id)
         queries = bench.queries
         query_texts = dict(zip(queries["query_id"], queries["text"]))
-        run = setting.apply(retriever, bench, query_texts, int(cfg.depth), cache)
+        run = setting.apply(retriever, bench, query_texts, depth, cache)
         manifest["retrieval"] = getattr(retriever, "stats", {})
     timings["retrieve_s"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
     index = EvidenceIndex.from_tables(bench.queries, bench.qrels, bench.arrow("pages", ["page_id", "doc_id"]).to_pandas())
-    per_query = per_query_metrics(run, index, cfg.eval.ks)
-    metrics = summarise(per_query, cfg.eval.ks)
+    per_query = per_query_metrics(run, index, ks)
+    metrics = summarise(per_query, ks)
     timings["evaluate_s"] = time.perf_counter() - tick
     timings["wall_s"] = time.perf_counter() - started
 
-    manifest["run"]["reused"] = reused
+    manifest["run"]["reused"] = stored is not None
     manifest["cache"] = cache.events
     manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    store.write_results(run_dir, None if reused else run, per_query, metrics, manifest)
+    entry = store.publish(setting_dir, store.entry_name(depth, ks, run_key), run=None if stored else run, reused=stored,
+                          per_query=per_query, metrics=metrics, manifest=manifest)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
-    print(format_report(metrics, run_dir, reused), flush=True)
+    print(format_report(metrics, entry, stored is not None), flush=True)
     return metrics

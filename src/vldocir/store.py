@@ -1,25 +1,54 @@
-"""The results store (DESIGN.md §5): one directory per (benchmark, retriever, setting).
+"""The results store (DESIGN.md §5): content-keyed entries, published atomically, verified on use.
 
-``results/runs/<benchmark>/<retriever>/<setting>/`` holds
+Layout::
 
-- ``run.parquet``        the top-N pages per query (the expensive part, reused when its key matches)
-- ``per_query.parquet``  every metric at every k for every query, with the query's attributes
-- ``metrics.json``       aggregates and breakdowns (``vldocir.evaluation.aggregate.summarise``)
-- ``manifest.json``      how it was made: config, overrides, versions, fingerprint, timings, cache
+    results/runs/<benchmark>/<retriever>/<setting>/<entry>/
+        run.parquet        the top-`depth` pages per query (the expensive part)
+        per_query.parquet  every metric at every k for every query, with the query's attributes
+        metrics.json       aggregates and breakdowns (vldocir.evaluation.aggregate.summarise)
+        manifest.json      how it was made, plus `store`: the run key, the evaluation key and the
+                           size and SHA-256 of each of the three files above
 
-Every file is written atomically. ``make tables`` and the notebooks read only this store.
+An entry's name reads ``depth<D>_k<k1-k2-...>_<run key>``: one entry per run (benchmark
+fingerprint, retriever parameters, setting parameters, depth) and evaluation (ks). Variants never
+share a directory, so nothing is ever written over: a sweep over depth, ks or parameters leaves one
+entry per point, and :func:`list_runs` (or ``python -m vldocir.store``) lists them all.
+
+Publishing writes the four files into a hidden staging directory beside the entry
+(``.<entry>.staging-<host>-<pid>-<ns>``; those of dead writers are removed by the next publish)
+and renames it into place in one step, so a kill or a full disk at any moment leaves either no entry or a complete
+one. Two writers of the same entry cannot mix files: the first rename wins, and the second keeps
+the winner if it verifies and holds the same metrics, or publishes beside it under a suffixed name
+(last-complete-wins for readers, both kept). A directory that is not a verified entry (placed by
+hand, damaged) is never deleted or written into; it is reported and left alone.
+
+A stored run is reused only when its manifest names the same run key *and* ``run.parquet`` still
+has the size and checksum the manifest vouches for; the new evaluation links (or copies) that file
+into its own entry. Reports read entries through :func:`list_runs`, which checks file sizes and the
+checksums of the small files; ``verify(full=True)`` also hashes ``run.parquet``.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from vldocir.io import atomic_write_json, atomic_write_parquet
+from vldocir.cache import remove_stale_staging, staging_path
+from vldocir.io import file_digest
 from vldocir.retrieval.run import read_run, write_run
 
 log = logging.getLogger(__name__)
@@ -28,68 +57,327 @@ RUN_FILE = "run.parquet"
 PER_QUERY_FILE = "per_query.parquet"
 METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
+VOUCHED_FILES = (RUN_FILE, PER_QUERY_FILE, METRICS_FILE)
+STORE_FORMAT = 2
+SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+INDEX_COLUMNS = ["benchmark", "retriever", "setting", "depth", "ks", "run_key", "fingerprint", "created_at", "path"]
 
 
-def run_directory(results_dir: str | Path, benchmark: str, retriever: str, setting: str) -> Path:
-    return Path(results_dir) / "runs" / benchmark / retriever / setting
+class StoreError(RuntimeError):
+    """The store refuses an operation (unsafe name, a path outside the store, a failed write)."""
 
 
-def read_manifest(run_dir: Path) -> dict | None:
-    path = run_dir / MANIFEST_FILE
-    if not path.is_file():
+def check_name(what: str, value: str) -> str:
+    """A benchmark, retriever or setting name used as a directory: ``[A-Za-z0-9._-]+``, not ``.``/``..``."""
+    text = str(value)
+    if not SAFE_NAME.fullmatch(text) or text in (".", ".."):
+        raise StoreError(f"{what} {text!r} cannot name a results-store directory: use letters, digits, '.', '_' and '-' only")
+    return text
+
+
+def setting_directory(results_dir: str | Path, benchmark: str, retriever: str, setting: str) -> Path:
+    """``<results_dir>/runs/<benchmark>/<retriever>/<setting>``, refusing names that would leave the store."""
+    root = Path(results_dir).resolve() / "runs"
+    path = root / check_name("benchmark name", benchmark) / check_name("retriever id", retriever) / check_name("setting id", setting)
+    if not path.resolve().is_relative_to(root):  # a symlinked component pointing elsewhere
+        raise StoreError(f"{path} resolves outside the results store {root}; refusing to write there")
+    return path
+
+
+def entry_name(depth: int, ks: Sequence[int], run_key: str) -> str:
+    return f"depth{int(depth)}_k{'-'.join(str(int(k)) for k in ks)}_{run_key}"
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    """What the manifest vouches for about a file: its size and SHA-256."""
+    return {"bytes": path.stat().st_size, "sha256": file_digest(path, "sha256")}
+
+
+# -- entries ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """One published entry of the store."""
+
+    path: Path
+
+    @cached_property
+    def manifest(self) -> dict:
+        return json.loads((self.path / MANIFEST_FILE).read_text())
+
+    @property
+    def record(self) -> dict:
+        return self.manifest.get("store", {})
+
+    @property
+    def run_key(self) -> str | None:
+        return self.record.get("run_key")
+
+    def problems(self, full: bool = False) -> list[str]:
+        """What is wrong with the entry (empty when it verifies). Sizes always; checksums of the
+        small files always, of ``run.parquet`` only with ``full`` (it can be hundreds of MB)."""
+        try:
+            record = self.record
+        except (OSError, json.JSONDecodeError) as error:
+            return [f"{MANIFEST_FILE} unreadable ({error})"]
+        if record.get("format") != STORE_FORMAT or not isinstance(record.get("files"), dict):
+            return [f"{MANIFEST_FILE} vouches for no files (not an entry of this store format)"]
+        found = []
+        for name in VOUCHED_FILES:
+            vouched, path = record["files"].get(name), self.path / name
+            if vouched is None:
+                found.append(f"{MANIFEST_FILE} does not vouch for {name}")
+            elif not path.is_file():
+                found.append(f"{name} is missing")
+            elif path.stat().st_size != vouched["bytes"]:
+                found.append(f"{name} has {path.stat().st_size} bytes, the manifest vouches for {vouched['bytes']}")
+            elif (full or name != RUN_FILE) and file_digest(path, "sha256") != vouched["sha256"]:
+                found.append(f"{name} does not match the checksum in {MANIFEST_FILE}")
+        return found
+
+    def verify(self, full: bool = False) -> bool:
+        return not self.problems(full)
+
+
+def _entries_in(setting_dir: Path) -> list[Path]:
+    if not setting_dir.is_dir():
+        return []
+    return sorted(p for p in setting_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def find_run(setting_dir: Path, run_key: str) -> Entry | None:
+    """A stored entry whose run was made from ``run_key`` and whose ``run.parquet`` verifies in full.
+
+    Entries that name the key but fail verification are reported and skipped (never deleted).
+    """
+    for path in _entries_in(setting_dir):
+        if not (path / MANIFEST_FILE).is_file():
+            continue
+        entry = Entry(path)
+        try:
+            if entry.run_key != run_key:
+                continue
+        except (OSError, json.JSONDecodeError):
+            continue
+        problems = entry.problems(full=True)
+        if not problems:
+            return entry
+        log.warning("not reusing the run in %s: %s", path, "; ".join(problems))
+    return None
+
+
+def newest_entry_in(setting_dir: Path) -> Path | None:
+    """The most recently published verified entry under ``<benchmark>/<retriever>/<setting>``."""
+    verified = [Entry(p) for p in _entries_in(setting_dir) if (p / MANIFEST_FILE).is_file() and Entry(p).verify()]
+    if not verified:
         return None
+    newest = max(verified, key=lambda entry: entry.record.get("created_at") or "")
+    if len(verified) > 1:
+        log.info("%s holds %d entries; using the newest, %s", setting_dir, len(verified), newest.path.name)
+    return newest.path
+
+
+def other_parameters(setting_dir: Path, run_key: str, fingerprint: str, depth: int) -> list[Path]:
+    """Entries beside a new run with the same benchmark content and depth but another run key:
+    the retriever's or setting's parameters differ under the same ids (e.g. another checkpoint)."""
+    found = []
+    for path in _entries_in(setting_dir):
+        try:
+            record = Entry(path).record
+        except (OSError, json.JSONDecodeError):
+            continue
+        if record.get("fingerprint") == fingerprint and record.get("depth") == depth and record.get("run_key") not in (None, run_key):
+            found.append(path)
+    return found
+
+
+def read_stored_run(entry: Entry) -> pa.Table:
+    return read_run(entry.path / RUN_FILE)
+
+
+# -- publishing ------------------------------------------------------------------------------------
+
+
+def _write_file(staging: Path, name: str, write: Callable[[Path], None]) -> None:
+    """Write one file of an entry into its staging directory (one step of :func:`publish`)."""
+    write(staging / name)
+
+
+def _commit(staging: Path, final: Path) -> None:
+    """Rename the filled staging directory into place: the one step that publishes an entry.
+
+    ``os.rename`` of a directory onto an existing non-empty one fails (POSIX), so a concurrent
+    writer's entry is never replaced.
+    """
+    os.rename(staging, final)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        log.warning("%s is not valid JSON; the run there will be recomputed", path)
-        return None
+        os.link(source, target)  # no second copy of a large run; entries are never modified in place
+    except OSError:
+        shutil.copyfile(source, target)
 
 
-def reusable_run(run_dir: Path, run_key: str, policy: str) -> pa.Table | None:
-    """The stored run if it was made from exactly this key and the policy allows reuse."""
-    if policy == "overwrite":
-        return None
-    manifest = read_manifest(run_dir)
-    if manifest is None or not (run_dir / RUN_FILE).is_file():
-        return None
-    stored_key = manifest.get("run", {}).get("key")
-    if stored_key != run_key:
-        log.warning(
-            "%s holds a run with another key (%s, now %s: benchmark, retriever or setting changed); "
-            "it will be replaced",
-            run_dir,
-            stored_key,
-            run_key,
-        )
-        return None
-    return read_run(run_dir / RUN_FILE)
+def publish(
+    setting_dir: Path,
+    name: str,
+    *,
+    run: pa.Table | None,
+    reused: Entry | None,
+    per_query: pd.DataFrame,
+    metrics: dict,
+    manifest: dict,
+) -> Path:
+    """Publish an entry named ``name`` under ``setting_dir``; returns its directory.
+
+    ``run`` is the new run, or ``None`` with ``reused`` the entry whose verified run is linked in.
+    ``manifest`` gets its ``store`` record (keys, files, checksums) here.
+    """
+    if (run is None) == (reused is None):
+        raise ValueError("publish needs exactly one of a new run or a reused entry")
+    setting_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(setting_dir)  # debris of writers killed earlier (never a live writer's)
+    staging = staging_path(setting_dir / name)
+    staging.mkdir()
+    try:
+        try:
+            if run is not None:
+                _write_file(staging, RUN_FILE, lambda p: write_run(run, p))
+            else:
+                _write_file(staging, RUN_FILE, lambda p: _link_or_copy(reused.path / RUN_FILE, p))
+            table = pa.Table.from_pandas(per_query, preserve_index=False)
+            _write_file(staging, PER_QUERY_FILE, lambda p: pq.write_table(table, p))
+            _write_file(staging, METRICS_FILE, lambda p: p.write_text(json.dumps(metrics, indent=2, default=str) + "\n"))
+            record = dict(manifest.get("store", {}))
+            record.update(format=STORE_FORMAT, created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                          files={f: file_record(staging / f) for f in VOUCHED_FILES})
+            manifest["store"] = record
+            _write_file(staging, MANIFEST_FILE, lambda p: p.write_text(json.dumps(manifest, indent=2, default=str) + "\n"))
+            return _commit_entry(staging, setting_dir / name, metrics)
+        except OSError as error:
+            reason = "the disk is full" if error.errno == errno.ENOSPC else str(error)
+            raise StoreError(
+                f"could not publish the results-store entry {setting_dir / name}: {reason}. Nothing was "
+                "published and the store's other entries are intact; free space and rerun "
+                "(cached artifacts are reused)."
+            ) from error
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_results(
-    run_dir: Path, run: pa.Table | None, per_query: pd.DataFrame, metrics: dict, manifest: dict
-) -> None:
-    """Write the store entry. ``run=None`` keeps the stored run (it was reused)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if run is not None:
-        write_run(run, run_dir / RUN_FILE)
-    atomic_write_parquet(pa.Table.from_pandas(per_query, preserve_index=False), run_dir / PER_QUERY_FILE)
-    atomic_write_json(metrics, run_dir / METRICS_FILE)
-    # The manifest goes last: a directory whose manifest names a key holds that key's run.
-    atomic_write_json(manifest, run_dir / MANIFEST_FILE)
+def _commit_entry(staging: Path, final: Path, metrics: dict) -> Path:
+    """Rename ``staging`` to ``final``; if ``final`` exists, keep it when it is the same result,
+    else publish beside it (``<name>.2``, ``<name>.3``, ...): nothing is ever replaced."""
+    target = final
+    for attempt in range(2, 1000):
+        try:
+            _commit(staging, target)
+            if target != final:
+                log.warning("%s already exists and differs from this result; published beside it as %s", final, target.name)
+            return target
+        except OSError as error:
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY) and not target.exists():
+                raise
+        existing = Entry(target)
+        problems = existing.problems(full=True) if (target / MANIFEST_FILE).is_file() else ["no manifest.json (not an entry)"]
+        if not problems and json.loads((target / METRICS_FILE).read_text()) == json.loads(json.dumps(metrics, default=str)):
+            log.info("%s already holds this result (an identical evaluation); kept as it is", target)
+            return target
+        if problems:
+            log.warning("%s is in the way and is not a verified entry (%s); left untouched", target, "; ".join(problems))
+        target = final.with_name(f"{final.name}.{attempt}")
+    raise StoreError(f"could not find a free name for {final}")
 
 
-def list_runs(results_dir: str | Path) -> pd.DataFrame:
-    """Every complete entry of the store: benchmark, retriever, setting, directory."""
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def list_runs(results_dir: str | Path, verify: bool = True) -> pd.DataFrame:
+    """Every verified entry of the store, newest last within each (benchmark, retriever, setting).
+
+    Columns: benchmark, retriever, setting, depth, ks (tuple), run_key, fingerprint, created_at,
+    path. Directories that do not verify are left out with a warning naming them.
+    """
     rows = []
-    for manifest_path in sorted(Path(results_dir, "runs").glob(f"*/*/*/{MANIFEST_FILE}")):
-        run_dir = manifest_path.parent
-        if (run_dir / METRICS_FILE).is_file():
-            rows.append(
-                {
-                    "benchmark": run_dir.parent.parent.name,
-                    "retriever": run_dir.parent.name,
-                    "setting": run_dir.name,
-                    "path": run_dir,
-                }
-            )
-    return pd.DataFrame(rows, columns=["benchmark", "retriever", "setting", "path"])
+    for manifest_path in sorted(Path(results_dir, "runs").glob(f"*/*/*/*/{MANIFEST_FILE}")):
+        entry = Entry(manifest_path.parent)
+        if entry.path.name.startswith("."):
+            continue
+        problems = entry.problems() if verify else []
+        if problems:
+            log.warning("skipping %s: %s", entry.path, "; ".join(problems))
+            continue
+        record = entry.record
+        rows.append({
+            "benchmark": entry.path.parents[2].name,
+            "retriever": entry.path.parents[1].name,
+            "setting": entry.path.parent.name,
+            "depth": record.get("depth"),
+            "ks": tuple(record.get("ks", ())),
+            "run_key": record.get("run_key"),
+            "fingerprint": record.get("fingerprint"),
+            "created_at": record.get("created_at"),
+            "path": entry.path,
+        })
+    index = pd.DataFrame(rows, columns=INDEX_COLUMNS)
+    return index.sort_values(["benchmark", "retriever", "setting", "created_at"], kind="stable", ignore_index=True)
+
+
+def select(index: pd.DataFrame, *, ks: Sequence[int] = (), depth: int | None = None) -> pd.DataFrame:
+    """One entry per (benchmark, retriever, setting): among those whose ks include ``ks``, the ones
+    of ``depth`` if any, then the newest. Adds ``alternatives``: how many other entries it had."""
+    if index.empty:
+        return index.assign(alternatives=pd.Series(dtype=int))
+    chosen = []
+    for _, group in index.groupby(["benchmark", "retriever", "setting"], sort=True):
+        candidates = group[[set(ks) <= set(row_ks) for row_ks in group.ks]]
+        if candidates.empty:
+            candidates = group  # still show the run; the missing k's cells say so
+        if depth is not None and (candidates.depth == depth).any():
+            candidates = candidates[candidates.depth == depth]
+        best = candidates.sort_values("created_at", kind="stable").iloc[-1]
+        chosen.append({**best.to_dict(), "alternatives": len(group) - 1})
+    return pd.DataFrame(chosen, columns=[*index.columns, "alternatives"])
+
+
+def unverified(results_dir: str | Path) -> list[tuple[Path, list[str]]]:
+    """Directories under ``runs/`` that hold result files but are not verified entries (hand-placed
+    files, entries of the earlier one-directory-per-setting layout, damaged entries)."""
+    found = []
+    runs = Path(results_dir, "runs")
+    for path in sorted({p.parent for pattern in ("*/*/*/*", "*/*/*/*/*") for p in runs.glob(pattern) if p.is_file()}):
+        if any(part.startswith(".") for part in path.relative_to(runs).parts):
+            continue
+        depth = len(path.relative_to(runs).parts)
+        problems = Entry(path).problems(full=True) if depth == 4 else ["files outside an entry (the pre-entry layout or placed by hand)"]
+        if problems:
+            found.append((path, problems))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m vldocir.store [RESULTS_DIR] [--verify]``: the index of the store."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m vldocir.store", description=main.__doc__)
+    parser.add_argument("results_dir", nargs="?", default=os.environ.get("VLDOCIR_RESULTS_DIR", "results"))
+    parser.add_argument("--verify", action="store_true", help="also hash every run.parquet and list what does not verify")
+    args = parser.parse_args(argv)
+    index = list_runs(args.results_dir)
+    if index.empty:
+        print(f"no entries in {Path(args.results_dir, 'runs')}")
+    else:
+        shown = index.assign(ks=index.ks.map(lambda ks: ",".join(map(str, ks))), path=index.path.map(lambda p: p.name))
+        print(shown.drop(columns=["fingerprint"]).to_string(index=False))
+    if args.verify:
+        bad = unverified(args.results_dir)
+        for path, problems in bad:
+            print(f"UNVERIFIED {path}: {'; '.join(problems)}", file=sys.stderr)
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

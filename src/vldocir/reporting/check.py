@@ -106,13 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     results = args.results or default_results_dir()
     spec = load_spec(args.manifest, args.paper)
     benchmark, note = choose_benchmark(results, spec, args.benchmark)
-    view = ResultsView(results, benchmark)
+    view = ResultsView(results, benchmark, ks=spec.ks, depth=spec.depth)
     tables = build_tables(spec, view)
     cells = check(tables, args.tolerance)
 
     print(f"Reproduction check: runs of {benchmark} in {results}/runs vs {args.paper}")
     if note:
         print(f"Note: {note}")
+    print(f"Store entries used (ks including {list(spec.ks)}, depth {spec.depth} preferred, then the newest):")
+    for line in view.choices():
+        print(f"  {line}")
     for cell in cells.itertuples():
         if not (args.quiet and cell.check == "OK"):
             print(format_line(cell))

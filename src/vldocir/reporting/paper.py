@@ -80,6 +80,8 @@ class PaperSpec:
     benchmark: str
     dataset: str
     tolerance: float
+    depth: int | None
+    ks: tuple[int, ...]
     labels: dict[str, dict[str, list[str]]]
     runs: dict[str, RunRef]
     tables: dict[str, dict[str, Any]]
@@ -95,6 +97,8 @@ class PaperSpec:
             benchmark=str(raw["benchmark"]),
             dataset=str(raw.get("dataset", raw["benchmark"])),
             tolerance=float(raw.get("tolerance", 0.05)),
+            depth=raw.get("depth"),
+            ks=tuple(int(k) for k in raw.get("ks", ())),
             labels=labels,
             runs={name: RunRef.from_entry(entry) for name, entry in raw.get("runs", {}).items()},
             tables=dict(raw.get("tables", {})),

@@ -18,7 +18,7 @@ import pandas as pd
 
 from vldocir.evaluation.aggregate import balanced_by, evidence_completeness, summarise
 from vldocir.reporting.paper import PaperSpec, RunRef
-from vldocir.store import MANIFEST_FILE, METRICS_FILE, PER_QUERY_FILE, list_runs
+from vldocir.store import MANIFEST_FILE, METRICS_FILE, PER_QUERY_FILE, list_runs, select
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +115,29 @@ class StoredRun:
 
 
 class ResultsView:
-    """The runs of one benchmark in the results store."""
+    """The runs of one benchmark in the results store: one entry per (retriever, setting).
 
-    def __init__(self, results_dir: str | Path, benchmark: str):
+    The store keeps every variant (depth, ks, parameters); a report shows one per run, chosen by
+    :func:`vldocir.store.select`: the entries whose ks include ``ks`` (the paper's), of ``depth``
+    where there is one, then the newest. :meth:`choices` says which entry was taken and how many
+    others there were.
+    """
+
+    def __init__(self, results_dir: str | Path, benchmark: str, ks: Sequence[int] = (), depth: int | None = None):
         self.results_dir = Path(results_dir)
         self.benchmark = benchmark
-        self.index = list_runs(self.results_dir)
+        self.entries = list_runs(self.results_dir)
+        self.index = select(self.entries, ks=ks, depth=depth)
         self._runs: dict[Path, StoredRun] = {}
+
+    def choices(self) -> list[str]:
+        """One line per run of the benchmark: the entry used, and the others it was chosen from."""
+        rows = self.index[self.index.benchmark == self.benchmark]
+        return [
+            f"{row.retriever}/{row.setting}: {Path(row.path).name}"
+            + (f" (newest fitting of {row.alternatives + 1} entries)" if row.alternatives else "")
+            for row in rows.itertuples()
+        ]
 
     def _stored(self, row) -> StoredRun:
         path = Path(row.path)
@@ -171,7 +187,7 @@ def choose_benchmark(results_dir: str | Path, spec: PaperSpec, requested: str | 
     if requested:
         note = None if requested == spec.benchmark else f"reproduced values are runs on {requested}, not on the paper's {spec.benchmark}"
         return requested, note
-    index = list_runs(results_dir)
+    index = select(list_runs(results_dir), ks=spec.ks, depth=spec.depth)
     if (index.benchmark == spec.benchmark).any() or index.empty:
         return spec.benchmark, None
     mapped = {(ref.retriever, ref.setting) for ref in spec.all_runs().values()}

@@ -36,7 +36,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from vldocir.data.benchmark import table_location
-from vldocir.store import MANIFEST_FILE, PER_QUERY_FILE, RUN_FILE
+from vldocir.store import MANIFEST_FILE, PER_QUERY_FILE, RUN_FILE, Entry, newest_entry_in
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +103,14 @@ def load(run_dir: str | Path, *, k: int = 5, queries: Sequence[str] | None = Non
          benchmark_dir: Path | None = None) -> ViewerData:
     """Select queries of the run and read what their pages need."""
     run_dir = Path(run_dir)
+    if not (run_dir / MANIFEST_FILE).is_file():  # a <benchmark>/<retriever>/<setting> directory: its newest entry
+        run_dir = newest_entry_in(run_dir) or run_dir
     manifest_path = run_dir / MANIFEST_FILE
     if not manifest_path.is_file():
-        raise ViewerError(f"{run_dir} is not a results-store entry (no {MANIFEST_FILE})")
+        raise ViewerError(f"{run_dir} is not a results-store entry (no {MANIFEST_FILE}) and holds none")
+    problems = Entry(run_dir).problems(full=True)
+    if problems:
+        raise ViewerError(f"{run_dir} does not verify: {'; '.join(problems)}")
     manifest = json.loads(manifest_path.read_text())
     root = benchmark_root(run_dir, manifest, benchmark_dir)
 
@@ -395,7 +400,7 @@ def write_viewer(data: ViewerData, out_dir: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     p = argparse.ArgumentParser(prog="python -m vldocir.report.viewer", description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path, help="a results-store entry: results/runs/<benchmark>/<retriever>/<setting>")
+    p.add_argument("run_dir", type=Path, help="a results-store entry, or results/runs/<benchmark>/<retriever>/<setting> for its newest entry")
     p.add_argument("--query", action="append", default=None, help="a query id (repeatable); default: all selected")
     p.add_argument("--structure", default=None, help="only this evidence structure, e.g. cross_doc")
     p.add_argument("--source", default=None, help="only this source, e.g. sec")
@@ -413,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                     benchmark_dir=args.benchmark_dir)
     except ViewerError as error:
         p.error(str(error))
-    out = args.out or Path(args.run_dir) / "viewer"
+    out = args.out or data.run_dir / "viewer"
     index = write_viewer(data, out)
     print(f"{len(data.per_query)} query pages written; open {index.resolve()}")
     return 0

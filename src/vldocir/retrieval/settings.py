@@ -51,6 +51,9 @@ class DocumentContext(Setting):
     """
 
     def __init__(self, n_ctx: int, kmeans_iterations: int = 20, seed: int = 0):
+        for name, value, least in (("n_ctx", n_ctx, 1), ("kmeans_iterations", kmeans_iterations, 1), ("seed", seed, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         self.n_ctx, self.kmeans_iterations, self.seed = n_ctx, kmeans_iterations, seed
 
     def cache_params(self) -> dict[str, Any]:
