@@ -292,4 +292,7 @@ def test_reports_pick_the_paper_depth_and_ks_and_say_which(isolated_paths, small
     run = view.runs()[0]
     assert run.path == newest_entry(results, "test-small", "dom_bm25", "base").parent / run.path.name
     assert run.path.name.startswith("depth100_k3-5-10_")
-    assert view.choices() == [f"dom_bm25/base: {run.path.name} (newest fitting of 3 entries)"]
+    assert view.choices() == [f"dom_bm25/base: {run.path.name} (chosen from 3 entries)"]
+    # The viewer, given the setting directory, takes the newest entry evaluated at its k.
+    assert store.newest_entry_in(run.path.parent, k=1).name.startswith("depth100_k1-3_")
+    assert store.newest_entry_in(run.path.parent, k=5).name.startswith("depth20_k3-5-10_")

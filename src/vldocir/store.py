@@ -167,14 +167,16 @@ def find_run(setting_dir: Path, run_key: str) -> Entry | None:
     return None
 
 
-def newest_entry_in(setting_dir: Path) -> Path | None:
-    """The most recently published verified entry under ``<benchmark>/<retriever>/<setting>``."""
+def newest_entry_in(setting_dir: Path, k: int | None = None) -> Path | None:
+    """The most recently published verified entry under ``<benchmark>/<retriever>/<setting>``;
+    with ``k``, the newest of those evaluated at ``k`` if there is one."""
     verified = [Entry(p) for p in _entries_in(setting_dir) if (p / MANIFEST_FILE).is_file() and Entry(p).verify()]
-    if not verified:
+    fitting = [e for e in verified if k in e.record.get("ks", ())] or verified
+    if not fitting:
         return None
-    newest = max(verified, key=lambda entry: entry.record.get("created_at") or "")
+    newest = max(fitting, key=lambda entry: entry.record.get("created_at") or "")
     if len(verified) > 1:
-        log.info("%s holds %d entries; using the newest, %s", setting_dir, len(verified), newest.path.name)
+        log.info("%s holds %d entries; using %s", setting_dir, len(verified), newest.path.name)
     return newest.path
 
 

@@ -135,7 +135,7 @@ class ResultsView:
         rows = self.index[self.index.benchmark == self.benchmark]
         return [
             f"{row.retriever}/{row.setting}: {Path(row.path).name}"
-            + (f" (newest fitting of {row.alternatives + 1} entries)" if row.alternatives else "")
+            + (f" (chosen from {row.alternatives + 1} entries)" if row.alternatives else "")
             for row in rows.itertuples()
         ]
 

@@ -103,8 +103,8 @@ def load(run_dir: str | Path, *, k: int = 5, queries: Sequence[str] | None = Non
          benchmark_dir: Path | None = None) -> ViewerData:
     """Select queries of the run and read what their pages need."""
     run_dir = Path(run_dir)
-    if not (run_dir / MANIFEST_FILE).is_file():  # a <benchmark>/<retriever>/<setting> directory: its newest entry
-        run_dir = newest_entry_in(run_dir) or run_dir
+    if not (run_dir / MANIFEST_FILE).is_file():  # a <benchmark>/<retriever>/<setting> directory: its newest entry at k
+        run_dir = newest_entry_in(run_dir, k) or run_dir
     manifest_path = run_dir / MANIFEST_FILE
     if not manifest_path.is_file():
         raise ViewerError(f"{run_dir} is not a results-store entry (no {MANIFEST_FILE}) and holds none")
