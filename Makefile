@@ -18,10 +18,10 @@ test-fast: setup  ## everything except the slow end-to-end tests
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench-eval: setup  ## evaluation speed at paper scale vs pytrec_eval and ranx (several minutes)
-	$(PYTHON) benchmarks/bench_evaluate.py
+	$(PYTHON) perf/bench_evaluate.py
 
 bench-maxsim: setup  ## exact MaxSim search on CPU vs colpali-engine score_multi_vector and fp32 matmul (ARGS="--pages 20000")
-	$(PYTHON) benchmarks/bench_maxsim.py $(ARGS)
+	$(PYTHON) perf/bench_maxsim.py $(ARGS)
 
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="build")
 def main(cfg: DictConfig) -> None:
-    from vldocir.build.rendered import build_rendered_benchmark
+    from vldocir.construction.rendered import build_rendered_benchmark
 
     bench = build_rendered_benchmark(
         instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir,

@@ -126,7 +126,7 @@ plt.show()
 # ## The worst unsolved Cross-Doc queries
 #
 # Lowest Recall@k first; open one in the failure viewer to see its pages:
-# `python -m vldocir.report.viewer <run dir> --query <id>`.
+# `python -m vldocir.reporting.viewer <run dir> --query <id>`.
 
 # %%
 for label, run in runs.items():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vldocir.build.synthetic import SyntheticSpec, generate
+from vldocir.construction.synthetic import SyntheticSpec, generate
 from vldocir.data.benchmark import Benchmark
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vldocir.build.html_docs import (
+from vldocir.construction.html_docs import (
     CLUTTER_SELECTORS,
     ELEMENT_TYPES,
     EXTERNAL_IMAGE_URL,
@@ -20,7 +20,7 @@ from vldocir.build.html_docs import (
     write_corpus,
     write_document,
 )
-from vldocir.build.synthetic import SOURCE_DOMAINS
+from vldocir.construction.synthetic import SOURCE_DOMAINS
 
 SMALL_PAGES = {"wikipedia": (1, 3), "arxiv": (3, 4), "pubmed": (3, 4), "sec": (4, 5)}
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}

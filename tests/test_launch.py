@@ -21,7 +21,7 @@ from omegaconf import OmegaConf, open_dict
 
 from vldocir import store
 from vldocir.config_checks import check_config
-from vldocir.build.synthetic import SyntheticSpec, generate
+from vldocir.construction.synthetic import SyntheticSpec, generate
 from helpers import newest_entry, run_py
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from vldocir.build.ocr import OcrConfig, ocr_pages
+from vldocir.construction.ocr import OcrConfig, ocr_pages
 
 pytestmark = pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract binary (apt-get install tesseract-ocr)")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vldocir.build.paginate import (
+from vldocir.construction.paginate import (
     assign_elements,
     blank_rows,
     box_free_runs,

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vldocir.build import render as render_mod
-from vldocir.build.paginate import crossing_rows
-from vldocir.build.render import (
+from vldocir.construction import render as render_mod
+from vldocir.construction.paginate import crossing_rows
+from vldocir.construction.render import (
     CHROMIUM_ARGS,
     FAILURES_FILE,
     LAYOUT_FILE,

@@ -23,7 +23,7 @@ from vldocir.evaluation.aggregate import balanced_by, summarise
 from vldocir.evaluation.metrics import metric_columns
 from vldocir.reporting import check as check_module
 from vldocir.reporting.paper import load_spec, metric_label
-from vldocir.reporting.render import ranks, to_latex, to_markdown
+from vldocir.reporting.formats import ranks, to_latex, to_markdown
 from vldocir.reporting.store_view import ResultsView, StoredRun, choose_benchmark
 from vldocir.reporting.tables import build_tables, false_omission_rate
 from helpers import newest_entry

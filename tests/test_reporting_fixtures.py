@@ -61,7 +61,7 @@ def evaluate_run(root: Path, *overrides: str) -> None:
 def _build_stores(base: Path) -> None:
     if "multi" in _built:
         return
-    from vldocir.build.synthetic import SyntheticSpec, generate
+    from vldocir.construction.synthetic import SyntheticSpec, generate
 
     root = base / "reporting-store"
     bench = generate(SyntheticSpec(name=TEXT_BENCH, seed=0), root / "data" / TEXT_BENCH)
@@ -123,7 +123,7 @@ def rendered_results(tmp_path_factory) -> Path:
     """A results store with one run (dom_bm25/base) on a small rendered benchmark (a 12-document
     synthetic benchmark given page images by :func:`make_rendered_benchmark`)."""
     if "rendered" not in _built:
-        from vldocir.build.synthetic import SOURCE_DOMAINS, SyntheticSpec, generate
+        from vldocir.construction.synthetic import SOURCE_DOMAINS, SyntheticSpec, generate
         from vldocir.data.schema import EVIDENCE_STRUCTURES
 
         root = tmp_path_factory.getbasetemp() / "rendered-store"

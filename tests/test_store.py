@@ -186,7 +186,7 @@ def test_variants_get_their_own_entries_and_are_listed(isolated_paths, small_ben
 
 
 def test_a_benchmark_with_the_same_name_and_other_content_gets_its_own_entry(isolated_paths, tmp_path):
-    from vldocir.build.synthetic import SyntheticSpec, generate
+    from vldocir.construction.synthetic import SyntheticSpec, generate
 
     for seed in (1, 2):
         generate(SyntheticSpec(name="same-name", seed=seed), tmp_path / f"b{seed}")

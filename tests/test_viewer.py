@@ -67,10 +67,10 @@ def open_page(browser, path):
 def test_viewer_on_the_text_only_mini_benchmark(browser, mini_results, tmp_path, monkeypatch, capsys):
     run_dir = run_dir_of(mini_results, TEXT_BENCH)
     out = tmp_path / "viewer"
-    # The command of the issue, through the vldocir.report shim.
+    # The documented command: python -m vldocir.reporting.viewer <run dir> ...
     monkeypatch.setattr(sys, "argv", ["viewer", str(run_dir), "--structure", "cross_doc", "--failed", "--out", str(out)])
     with pytest.raises(SystemExit) as done:
-        runpy.run_module("vldocir.report.viewer", run_name="__main__")
+        runpy.run_module("vldocir.reporting.viewer", run_name="__main__")
     assert done.value.code == 0
     per_query = pd.read_parquet(run_dir / "per_query.parquet")
     failed = per_query[(per_query.evidence_structure == "cross_doc") & (per_query["recallall@5"] < 1)]

@@ -35,7 +35,7 @@ def open_benchmark(dataset: DictConfig) -> Benchmark:
     source = str(dataset.source)
     local = not source.startswith("hf://")
     if local and not (Path(source) / "benchmark.json").is_file() and dataset.get("build") is not None:
-        from vldocir.build.synthetic import generate
+        from vldocir.construction.synthetic import generate
 
         log.info("building benchmark %s into %s (first use)", dataset.name, source)
         generate(instantiate(dataset.build), source)

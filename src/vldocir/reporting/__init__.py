@@ -4,8 +4,8 @@
 - ``paper``: the published numbers (``results/paper/``) and the row -> run manifest
   (``experiments/paper.yaml``).
 - ``store_view``: read-only access to the store's runs, aggregated with the harness's own code.
-- ``tables`` / ``render`` / ``check``: ``make tables`` (Markdown, LaTeX) and ``make check``.
+- ``tables`` / ``formats`` / ``check``: ``make tables`` (Markdown, LaTeX) and ``make check``.
 - ``figures``: ``make figures`` (PDF, PNG).
 - ``wandb_report``: the tables and figures in W&B, and the Hydra callback for the end of a sweep.
-- ``viewer``: the static per-query failure viewer (``python -m vldocir.report.viewer``).
+- ``viewer``: the static per-query failure viewer (``python -m vldocir.reporting.viewer``).
 """

@@ -372,7 +372,7 @@ def _ignore_generated(directory: Path) -> None:
 
 def write_tables(tables: dict[str, ReportTable], out_dir: Path, note: str | None = None,
                  entries: list[str] | None = None) -> list[Path]:
-    from vldocir.reporting.render import to_latex, to_markdown
+    from vldocir.reporting.formats import to_latex, to_markdown
     from vldocir.io import atomic_write_text
 
     _ignore_generated(out_dir)

@@ -6,9 +6,9 @@ index page lists the queries with filters by evidence structure, source and solv
 (solved = RecallAll@k is 1). Everything is plain files with relative links: open ``index.html``
 in a browser, no server needed.
 
-    python -m vldocir.report.viewer results/runs/vl-docir-mini/dom_bm25/base
-    python -m vldocir.report.viewer <run dir> --structure cross_doc --failed
-    python -m vldocir.report.viewer <run dir> --query q0000042 --k 10 --out /tmp/viewer
+    python -m vldocir.reporting.viewer results/runs/vl-docir-mini/dom_bm25/base
+    python -m vldocir.reporting.viewer <run dir> --structure cross_doc --failed
+    python -m vldocir.reporting.viewer <run dir> --query q0000042 --k 10 --out /tmp/viewer
 
 The run directory is a results-store entry; its ``manifest.json`` names the benchmark directory
 (dataset.source) and fingerprint. Pages of rendered benchmarks show their image
@@ -399,7 +399,7 @@ def write_viewer(data: ViewerData, out_dir: str | Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    p = argparse.ArgumentParser(prog="python -m vldocir.report.viewer", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m vldocir.reporting.viewer", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path, help="a results-store entry, or results/runs/<benchmark>/<retriever>/<setting> for its newest entry")
     p.add_argument("--query", action="append", default=None, help="a query id (repeatable); default: all selected")
     p.add_argument("--structure", default=None, help="only this evidence structure, e.g. cross_doc")

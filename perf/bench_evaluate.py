@@ -16,11 +16,11 @@ process, it times
 
 checks that the three agree on every query's nDCG@k and Recall@k, and prints a summary table
 and whether the targets hold (under 10 s, at least 5x faster than each peer, under 4 GB). See
-benchmarks/README.md.
+perf/README.md.
 
-    .venv/bin/python benchmarks/bench_evaluate.py                  # paper scale, 3-4 minutes, ~16 GB RAM
-    .venv/bin/python benchmarks/bench_evaluate.py --scale 0.1      # a tenth, for quick iterations
-    .venv/bin/python benchmarks/bench_evaluate.py --skip-peers     # ours only
+    .venv/bin/python perf/bench_evaluate.py                  # paper scale, 3-4 minutes, ~16 GB RAM
+    .venv/bin/python perf/bench_evaluate.py --scale 0.1      # a tenth, for quick iterations
+    .venv/bin/python perf/bench_evaluate.py --skip-peers     # ours only
 
 This is a script, not a timed test: the figures depend on the machine.
 """
@@ -67,7 +67,7 @@ def log(message: str) -> None:
 
 
 def _source_domains() -> dict[str, list[str]]:
-    from vldocir.build.synthetic import SOURCE_DOMAINS
+    from vldocir.construction.synthetic import SOURCE_DOMAINS
 
     return SOURCE_DOMAINS
 
@@ -326,7 +326,7 @@ def prepare(workdir: Path, scale: float, seed: int) -> tuple[Path, Path]:
     )
     tick = time.perf_counter()
     info = {"name": f"bench-evaluate-{scale:g}", "version": "bench-1", "rendered": False,
-            "built_by": {"generator": "benchmarks/bench_evaluate.py", "scale": scale, "seed": seed}}
+            "built_by": {"generator": "perf/bench_evaluate.py", "scale": scale, "seed": seed}}
     write_benchmark(bench_dir, tables, info)
     log(f"write_benchmark (write, fingerprint, load and validate) took {time.perf_counter() - tick:.1f} s")
     tick = time.perf_counter()

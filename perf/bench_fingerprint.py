@@ -11,8 +11,8 @@ tiny files referenced by path, then in one process:
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_fingerprint.py                 # 388,548 pages (the paper's count)
-    .venv/bin/python benchmarks/bench_fingerprint.py --pages 50000
+    .venv/bin/python perf/bench_fingerprint.py                 # 388,548 pages (the paper's count)
+    .venv/bin/python perf/bench_fingerprint.py --pages 50000
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Deterministic synthetic HTML documents in the look of the four VL-DocIR sources.
 
-The text-only generator (:mod:`vldocir.build.synthetic`) invents facts about invented entities and
+The text-only generator (:mod:`vldocir.construction.synthetic`) invents facts about invented entities and
 places them on nominal pages. This module writes the same kind of facts into real, self-contained
 HTML documents that a headless browser renders into page images: a Wikipedia article, an arXiv
 paper, a PubMed case report and an SEC proxy statement, each styled after its source as seen at
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vldocir.build.synthetic import (
+from vldocir.construction.synthetic import (
     _FILLER,
     _FIRST_NAMES,
     _LAST_NAMES,
@@ -1512,7 +1512,7 @@ def write_corpus(spec: HtmlCorpusSpec, out_dir: str | Path) -> list[SyntheticDoc
                                  quirks=quirks, facts_per_page=facts_per_page)
             documents.append(doc)
     manifest = {
-        "generator": "vldocir.build.html_docs",
+        "generator": "vldocir.construction.html_docs",
         "seed": spec.seed,
         "page_css": {"width": PAGE_CSS_WIDTH, "height": PAGE_CSS_HEIGHT, "device_scale": DEVICE_SCALE},
         "clutter_selectors": {s: list(v) for s, v in CLUTTER_SELECTORS.items()},

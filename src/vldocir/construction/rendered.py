@@ -18,10 +18,10 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from vldocir.cache import content_key
-from vldocir.build.html_docs import HtmlCorpusSpec, write_corpus
-from vldocir.build.ocr import OcrConfig, ocr_pages
-from vldocir.build.queries import DocumentInfo, PlacedFact, page_id, resolve_element_pages, sample_queries
-from vldocir.build.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch
+from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
+from vldocir.construction.ocr import OcrConfig, ocr_pages
+from vldocir.construction.queries import DocumentInfo, PlacedFact, page_id, resolve_element_pages, sample_queries
+from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch
 from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.io import atomic_path
@@ -169,7 +169,7 @@ def build_rendered_benchmark(
         "rendered": True,
         "images": {"stored_scale": images.scale, "format": images.format, "page_size": [render.page_width, render.page_height]},
         "built_by": {
-            "generator": "vldocir.build.rendered",
+            "generator": "vldocir.construction.rendered",
             "spec": asdict(spec),
             "render": render_params,
             "failed_documents": report.errors,

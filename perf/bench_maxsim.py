@@ -1,7 +1,7 @@
 """Exact MaxSim search on CPU against colpali-engine's score_multi_vector and plain fp32 matmul.
 
-    uv run python benchmarks/bench_maxsim.py                    # 256 q x 32 tok vs 2,000 pages x 768 tok x 128
-    uv run python benchmarks/bench_maxsim.py --pages 20000      # the issue's full size (about 1 hour here)
+    uv run python perf/bench_maxsim.py                    # 256 q x 32 tok vs 2,000 pages x 768 tok x 128
+    uv run python perf/bench_maxsim.py --pages 20000      # the issue's full size (about 1 hour here)
 
 Each measurement runs in its own subprocess, so that its peak memory (ru_maxrss) is its own:
 

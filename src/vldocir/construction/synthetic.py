@@ -21,7 +21,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from vldocir.data.benchmark import Benchmark, write_benchmark
-from vldocir.build.queries import DocumentInfo, PlacedFact, page_id, sample_queries
+from vldocir.construction.queries import DocumentInfo, PlacedFact, page_id, sample_queries
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ def generate(spec: SyntheticSpec, out_dir: str | Path) -> Benchmark:
         "version": "synthetic-1",
         "rendered": False,
         "built_by": {
-            "generator": "vldocir.build.synthetic",
+            "generator": "vldocir.construction.synthetic",
             "seed": spec.seed,
             "mode": "text-only (page text synthesised, no page images)",
             "near_max_gap": spec.near_max_gap,

@@ -4,7 +4,7 @@ Generates a fixed set of HTML documents (10 by default, of mixed length: text se
 lists and inline SVG figures; about 110 pages of 2000x4000 px in all) and renders them with one
 browser in two ways, each in a fresh subprocess:
 
-- ours: ``vldocir.build.render.Renderer``: one clipped capture per page window (plus a few rows
+- ours: ``vldocir.construction.render.Renderer``: one clipped capture per page window (plus a few rows
   to choose the cut), the page written as Chromium encoded it;
 - naive: the same loading, cleaning and element extraction, then ONE full-page screenshot of the
   document (Playwright ``page.screenshot(full_page=True)``), decoded with PIL and sliced into pages
@@ -24,9 +24,9 @@ For each it prints pages, wall time, CPU time, pages/s, pages per second per cor
 - peak memory: the largest sample of (worker RSS + the PSS of its descendants); PSS counts the
   pages Chromium's processes share once, where summed RSS would count them once per process.
 
-    .venv/bin/python benchmarks/bench_render.py                 # both approaches
-    .venv/bin/python benchmarks/bench_render.py --skip-naive    # ours only
-    .venv/bin/python benchmarks/bench_render.py --docs 4        # fewer documents, quicker
+    .venv/bin/python perf/bench_render.py                 # both approaches
+    .venv/bin/python perf/bench_render.py --skip-naive    # ours only
+    .venv/bin/python perf/bench_render.py --docs 4        # fewer documents, quicker
 
 This is a script, not a timed test: the figures depend on the machine (and on its other load).
 """
@@ -169,8 +169,8 @@ def naive_renderer_class():
     """A Renderer whose pagination captures the whole document at once, then slices it with PIL."""
     from PIL import Image
 
-    from vldocir.build.paginate import choose_cut
-    from vldocir.build.render import Renderer, RenderedPage
+    from vldocir.construction.paginate import choose_cut
+    from vldocir.construction.render import Renderer, RenderedPage
     from vldocir.io import atomic_path
 
     class NaiveRenderer(Renderer):
@@ -207,7 +207,7 @@ def naive_renderer_class():
 
 def worker(approach: str, workdir: Path) -> dict:
     sys.path.insert(0, str(REPO_ROOT / "src"))
-    from vldocir.build.render import RenderConfig, Renderer
+    from vldocir.construction.render import RenderConfig, Renderer
 
     docs = json.loads((workdir / "docs.json").read_text())
     out = workdir / f"out-{approach}"

@@ -18,7 +18,7 @@ document:
    (``innerText``, whitespace-normalised) and fact attribute;
 4. paginate *one window at a time*, never capturing the whole document: for the window starting
    at ``top``, capture (PNG, via the DevTools ``Page.captureScreenshot`` of a clip inside a
-   viewport one page tall) the few rows needed to choose the cut (:mod:`vldocir.build.paginate`),
+   viewport one page tall) the few rows needed to choose the cut (:mod:`vldocir.construction.paginate`),
    then capture ``[top, top + page_height]`` with a white overlay over everything below the cut
    and write Chromium's encoded bytes as the page image (atomically); the next window starts at
    the cut. Peak memory is one page, whatever the document's length.
@@ -91,7 +91,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from vldocir.build.paginate import CutDecision, assign_elements, box_free_runs, choose_cut
+from vldocir.construction.paginate import CutDecision, assign_elements, box_free_runs, choose_cut
 from vldocir.io import atomic_path, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -1426,7 +1426,7 @@ def render_batch(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m vldocir.build.render OUT_DIR FILE.html ... [--source S]``: doc_id = file stem."""
+    """``python -m vldocir.construction.render OUT_DIR FILE.html ... [--source S]``: doc_id = file stem."""
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("html", nargs="+", type=Path)
