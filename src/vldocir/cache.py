@@ -165,6 +165,8 @@ class ArtifactCache:
             except CorruptArtifactError as error:
                 log.warning("cached %s artifact is damaged, rebuilding it: %s", kind, error)
                 self.record(kind, key, "corrupt")
+                # Unfinished from now on: the rebuild replaces it (build keeps finished ones).
+                (path / DONE_FILE).unlink(missing_ok=True)
                 return None
             self.record(kind, key, "hit")
             log.info("cache hit: %s %s", kind, key)
@@ -183,12 +185,21 @@ class ArtifactCache:
         try:
             yield staging
             atomic_write_json({"kind": kind, "key": key, "description": description}, staging / DONE_FILE)
+            if (final / DONE_FILE).is_file() and self.policy != "overwrite":
+                # Another job (a parallel sweep point) finished the same artifact first, and may be
+                # reading it right now: keep it. Same key, same content; ours is discarded.
+                log.info("%s was finished by another job meanwhile; keeping that one", final)
+                return
             if final.exists():
                 # Moved aside first (a staging name, so a crash here leaves only removable debris),
                 # then deleted: the final name is never half deleted.
                 old = staging_path(final)
                 final.rename(old)
                 shutil.rmtree(old, ignore_errors=True)
-            staging.rename(final)
+            try:
+                staging.rename(final)
+            except OSError:
+                if not (final / DONE_FILE).is_file():  # not a concurrent writer's finished artifact
+                    raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
