@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vldocir.construction import render as render_mod
 from vldocir.construction.paginate import crossing_rows
 from vldocir.construction.render import (
     CHROMIUM_ARGS,
@@ -34,6 +33,8 @@ from vldocir.construction.render import (
     load_layout,
     render_batch,
 )
+from vldocir.construction.render import browser as browser_mod
+from vldocir.construction.render import capture as capture_mod
 
 DATA = Path(__file__).parent / "data" / "render"
 PAGE_W, PAGE_H = 2000, 4000
@@ -90,14 +91,14 @@ def test_find_chromium_order(tmp_path, monkeypatch):
     monkeypatch.delenv("VLDOCIR_CHROMIUM")
     managed = type("P", (), {"chromium": type("C", (), {"executable_path": str(exe)})})
     assert find_chromium(None, playwright=managed) == str(exe)  # then Playwright's own
-    monkeypatch.setattr(render_mod, "SYSTEM_CHROMIUM_PATHS", (str(other),))
+    monkeypatch.setattr(browser_mod, "SYSTEM_CHROMIUM_PATHS", (str(other),))
     assert find_chromium(None, playwright=_FakePlaywright) == str(other)  # then the system's
 
 
 def test_find_chromium_errors_name_what_was_tried(tmp_path, monkeypatch):
     monkeypatch.delenv("VLDOCIR_CHROMIUM", raising=False)
-    monkeypatch.setattr(render_mod, "SYSTEM_CHROMIUM_PATHS", (str(tmp_path / "no-chromium"),))
-    monkeypatch.setattr(render_mod, "SYSTEM_CHROMIUM_NAMES", ("no-such-chromium-xyz",))
+    monkeypatch.setattr(browser_mod, "SYSTEM_CHROMIUM_PATHS", (str(tmp_path / "no-chromium"),))
+    monkeypatch.setattr(browser_mod, "SYSTEM_CHROMIUM_NAMES", ("no-such-chromium-xyz",))
     with pytest.raises(ChromiumNotFoundError) as err:
         find_chromium(None, playwright=_FakePlaywright)
     msg = str(err.value)
@@ -573,7 +574,7 @@ def test_navigation_timeout_and_browser_crash_are_recorded(docs_dir, tmp_path, m
     """A document that never finishes loading fails on the navigation bound (the browser lives
     on); Chromium dying in the middle of a document (here: killed while its first page is
     captured) fails that document and is relaunched for the next."""
-    original = render_mod._Shooter.page_image
+    original = capture_mod.Shooter.page_image
     renderer = Renderer(RenderConfig(timeout_s=30, navigation_timeout_s=2.0))
 
     def crashing(self, start, cut):
@@ -581,7 +582,7 @@ def test_navigation_timeout_and_browser_crash_are_recorded(docs_dir, tmp_path, m
             renderer._kill_browser()
         return original(self, start, cut)
 
-    monkeypatch.setattr(render_mod._Shooter, "page_image", crashing)
+    monkeypatch.setattr(capture_mod.Shooter, "page_image", crashing)
     crash_html = docs_dir.parent / "crash" / "crash.html"
     crash_html.parent.mkdir(exist_ok=True)
     shutil.copy(docs_dir / "clutter.html", crash_html)

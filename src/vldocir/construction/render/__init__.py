@@ -1,0 +1,89 @@
+"""Render HTML-born documents into fixed-size page images with every element's box known.
+
+One headless Chromium (driven by Playwright) renders many documents, one after the other in one
+page (its browser context is replaced every ``context_reuse`` documents and after any failure);
+every request outside the current document's own folder is aborted, and nothing else leaves the
+browser: no host name resolves (which also stops WebTransport and TURN over TCP), WebRTC may not
+use UDP (launch flags) and its interfaces are removed from every document (an init script). Per
+document:
+
+1. load the file (bounded by ``navigation_timeout_s``), finish CSS animations, make lazy images
+   eager, scroll through the document a viewport at a time (lazy content), wait for images and web
+   fonts (bounded by ``image_wait_timeout_s``: a missing or blocked image never hangs);
+2. switch the document's scripts off (nothing can move after measuring), remove the clutter
+   selectors of its source, ``position: fixed`` elements and invisible elements (display none,
+   visibility hidden, opacity 0, clipped "visually hidden", off-screen);
+3. walk the DOM in document order: tag every content element with ``data-vldocir-id="e00042"``
+   and record its type, box (CSS px x device_scale_factor, document coordinates), text
+   (``innerText``, whitespace-normalised) and fact attribute;
+4. paginate *one window at a time*, never capturing the whole document: for the window starting
+   at ``top``, capture (PNG, via the DevTools ``Page.captureScreenshot`` of a clip inside a
+   viewport one page tall) the few rows needed to choose the cut (:mod:`vldocir.construction.paginate`),
+   then capture ``[top, top + page_height]`` with a white overlay over everything below the cut
+   and write Chromium's encoded bytes as the page image (atomically); the next window starts at
+   the cut. Peak memory is one page, whatever the document's length.
+
+Pages are captured as clips of the viewport, not as full-page screenshots: see :mod:`.capture` for why.
+
+Output per document, in ``out_dir/<doc_id>/``::
+
+    page-000.png, page-001.png, ...   # page_width x page_height (default 2000 x 4000), white padding
+    layout.json                       # written atomically last: its presence marks the document done
+
+The package, in the order a document meets it: :mod:`.config` (:class:`RenderConfig`, every knob,
+and the errors), :mod:`.browser` (finding and launching Chromium, its flags, the per-context network
+isolation), :mod:`.renderer` (:class:`Renderer`: steps 1-4 for one document), :mod:`.layout` (step 3
+and the ``layout.json`` records, :func:`load_layout`), :mod:`.capture` (the viewport-clip captures of
+step 4), :mod:`.batch` (:func:`render_batch`: many documents, resumable, failures recorded). The
+JavaScript that runs inside the documents lives in ``*.js`` files beside these modules.
+``python -m vldocir.construction.render OUT_DIR FILE.html ...`` renders files from the command line.
+"""
+
+from vldocir.construction.render.batch import FAILURES_FILE, BatchReport, render_batch
+from vldocir.construction.render.browser import (
+    CHROMIUM_ARGS,
+    NO_WEBRTC_ARGS,
+    NO_WEBRTC_SCRIPT,
+    ChromiumNotFoundError,
+    find_chromium,
+)
+from vldocir.construction.render.config import (
+    DEFAULT_CLUTTER_SELECTORS,
+    DocumentTimeout,
+    RenderConfig,
+    RenderError,
+)
+from vldocir.construction.render.layout import (
+    ELEMENT_TYPES,
+    LAYOUT_FILE,
+    LAYOUT_VERSION,
+    RenderedDocument,
+    RenderedElement,
+    RenderedPage,
+    load_layout,
+)
+from vldocir.construction.render.renderer import Renderer
+
+# The names other code imports; the modules above hold the rest.
+__all__ = [
+    "CHROMIUM_ARGS",
+    "DEFAULT_CLUTTER_SELECTORS",
+    "ELEMENT_TYPES",
+    "FAILURES_FILE",
+    "LAYOUT_FILE",
+    "LAYOUT_VERSION",
+    "NO_WEBRTC_ARGS",
+    "NO_WEBRTC_SCRIPT",
+    "BatchReport",
+    "ChromiumNotFoundError",
+    "DocumentTimeout",
+    "RenderConfig",
+    "RenderError",
+    "RenderedDocument",
+    "RenderedElement",
+    "RenderedPage",
+    "Renderer",
+    "find_chromium",
+    "load_layout",
+    "render_batch",
+]

@@ -1,0 +1,34 @@
+"""``python -m vldocir.construction.render``: render HTML files from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from vldocir.construction.render.batch import render_batch
+from vldocir.construction.render.config import RenderConfig
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m vldocir.construction.render OUT_DIR FILE.html ... [--source S]``: doc_id = file stem."""
+    ap = argparse.ArgumentParser(prog="python -m vldocir.construction.render", description=main.__doc__)
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("html", nargs="+", type=Path)
+    ap.add_argument("--source", default="generic")
+    ap.add_argument("--timeout-s", type=float, default=RenderConfig.timeout_s)
+    ap.add_argument("--format", choices=("png", "jpeg"), default="png")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = RenderConfig(timeout_s=args.timeout_s, image_format=args.format)
+    report = render_batch([(p.stem, args.source, p) for p in args.html], args.out_dir, cfg)
+    print(json.dumps({k: v for k, v in asdict(report).items() if k != "pages"}, indent=2))
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

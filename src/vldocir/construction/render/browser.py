@@ -1,0 +1,238 @@
+"""Chromium: where it is, how it is launched, and what it may reach.
+
+Isolation, in layers: every browser context aborts each request outside the current document's
+own folder (:func:`new_session`); no host name resolves (:data:`CHROMIUM_ARGS`, which also stops
+WebTransport and TURN over TCP, connections the interception never sees); WebRTC may not use UDP
+(:data:`NO_WEBRTC_ARGS`) and its interfaces are removed from every document before its scripts run
+(:data:`NO_WEBRTC_SCRIPT`). Processes are tracked by id, so that a hung browser can be killed
+(:func:`kill_process_tree`) without touching any other Chromium on the machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from vldocir.construction.render.config import RenderConfig
+
+log = logging.getLogger(__name__)
+
+MAX_BLOCKED_LOGGED = 100
+
+
+def page_script(name: str) -> str:
+    """The in-page script ``name``: a ``.js`` file of this package (kept out of Python strings so
+    that editors and linters see JavaScript)."""
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+NO_WEBRTC_ARGS: tuple[str, ...] = (
+    # WebRTC's UDP sockets (STUN binding requests, TURN allocations, host candidates) bypass both
+    # the request interception and the resolver rules, even to IP literals: a page could send
+    # packets anywhere. UDP only through a proxy, and there is none: no candidate, no packet.
+    # (``--force-webrtc-ip-handling-policy`` has no effect on Chromium 156: packets still go out.)
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--no-proxy-server",
+)
+"""Flags that keep WebRTC from sending anything (part of :data:`CHROMIUM_ARGS`); the WebRTC
+interfaces are also removed from every document by :data:`NO_WEBRTC_SCRIPT`."""
+
+NO_WEBRTC_SCRIPT = page_script("no_webrtc.js")
+"""Init script of every browser context: removes the WebRTC and WebTransport interfaces."""
+
+CHROMIUM_ARGS: tuple[str, ...] = (
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-sync",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--mute-audio",
+    # Defence in depth behind the request interception: no host name resolves. It also stops the
+    # connections that the interception never sees, even to IP literals: WebTransport (QUIC over
+    # UDP, from pages and workers alike) and TURN over TCP.
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+) + NO_WEBRTC_ARGS
+"""Flags for every launch (``--no-sandbox`` is added when running as root, see RenderConfig)."""
+
+SYSTEM_CHROMIUM_PATHS: tuple[str, ...] = ("/usr/bin/chromium",)
+SYSTEM_CHROMIUM_NAMES: tuple[str, ...] = ("chromium", "chromium-browser", "google-chrome")
+
+
+class ChromiumNotFoundError(RuntimeError):
+    """No Chromium executable was found; the message names what was tried."""
+
+
+def find_chromium(configured: str | None = None, playwright: Any = None) -> str:
+    """The Chromium executable to launch.
+
+    In order: ``configured``; ``$VLDOCIR_CHROMIUM``; Playwright's own Chromium when that file exists
+    (asked from ``playwright``, a started Playwright instance, or from a short-lived one);
+    ``/usr/bin/chromium``; ``chromium``, ``chromium-browser``, ``google-chrome`` on ``PATH``.
+
+    A configured path or ``$VLDOCIR_CHROMIUM`` that is not an executable is an error (it is not
+    silently replaced by another browser). Raises :class:`ChromiumNotFoundError` naming every place
+    tried and how to install Chromium.
+    """
+    tried: list[str] = []
+    hint = (
+        "Install one with `apt-get install chromium` (Debian/Ubuntu), or set $VLDOCIR_CHROMIUM or "
+        "RenderConfig.chromium_path to a Chromium executable."
+    )
+
+    def ok(path: str | None) -> bool:
+        return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+
+    # An explicit choice that does not work is an error, not a reason to pick another browser.
+    if configured:
+        found = configured if ok(configured) else shutil.which(configured)
+        if found:
+            return found
+        raise ChromiumNotFoundError(f"configured Chromium {configured!r} is not an executable file. {hint}")
+    env = os.environ.get("VLDOCIR_CHROMIUM")
+    if env:
+        found = env if ok(env) else shutil.which(env)
+        if found:
+            return found
+        raise ChromiumNotFoundError(f"$VLDOCIR_CHROMIUM={env!r} is not an executable file. {hint}")
+    tried.append("RenderConfig.chromium_path (unset)")
+    tried.append("$VLDOCIR_CHROMIUM (unset)")
+    managed = None
+    try:
+        if playwright is not None:
+            managed = playwright.chromium.executable_path
+        else:
+            from playwright.sync_api import sync_playwright
+
+            with sync_playwright() as p:
+                managed = p.chromium.executable_path
+    except Exception as exc:  # Playwright missing or its driver unusable: try the system ones
+        log.debug("cannot ask Playwright for its Chromium: %s", exc)
+    if ok(managed):
+        return str(managed)
+    tried.append(f"Playwright-managed Chromium {managed!r}" if managed else "Playwright-managed Chromium")
+    for path in SYSTEM_CHROMIUM_PATHS:
+        if ok(path):
+            return path
+        tried.append(path)
+    for name in SYSTEM_CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+        tried.append(f"{name} on PATH")
+    raise ChromiumNotFoundError("no Chromium executable found; tried: " + "; ".join(tried) + ". " + hint)
+
+
+def start_playwright() -> tuple[Any, set[int]]:
+    """A started Playwright and the process ids of its driver (whose children are browsers)."""
+    import psutil
+    from playwright.sync_api import sync_playwright
+
+    me = psutil.Process()
+    before = {c.pid for c in me.children()}
+    pw = sync_playwright().start()
+    return pw, {c.pid for c in me.children()} - before
+
+
+def launch(pw: Any, executable: str, cfg: RenderConfig, driver_pids: set[int]) -> tuple[Any, int | None]:
+    """Launch headless Chromium with :data:`CHROMIUM_ARGS`: ``(browser, its process id or None)``."""
+    import psutil
+
+    args = list(CHROMIUM_ARGS)
+    no_sandbox = cfg.no_sandbox if cfg.no_sandbox is not None else (hasattr(os, "geteuid") and os.geteuid() == 0)
+    if no_sandbox:
+        args.append("--no-sandbox")
+    args += list(cfg.extra_args)
+    drivers = [psutil.Process(p) for p in driver_pids if psutil.pid_exists(p)]
+    before = {c.pid for d in drivers for c in d.children()}
+    browser = pw.chromium.launch(
+        executable_path=executable,
+        headless=True,
+        args=args,
+        timeout=cfg.launch_timeout_s * 1000,
+        handle_sigint=False,
+        handle_sigterm=False,
+        handle_sighup=False,
+    )
+    after = [c for d in drivers for c in d.children() if c.pid not in before]
+    return browser, (after[0].pid if after else None)
+
+
+def kill_process_tree(pid: int) -> None:
+    """Kill the process ``pid`` and its descendants, by id (safe from any thread)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        family = proc.children(recursive=True)
+        proc.kill()
+    except psutil.NoSuchProcess:
+        return
+    for child in family:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+@dataclass
+class Session:
+    """A browser context with one page, reused for up to ``context_reuse`` documents."""
+
+    context: Any
+    page: Any = None
+    cdp: Any = None
+    root: Path | None = None
+    """The current document's folder: the only place its requests may read from."""
+    blocked: list[str] = field(default_factory=list)
+    documents: int = 0
+
+
+def new_session(browser: Any, cfg: RenderConfig) -> Session:
+    """A fresh, isolated browser context and page (see the module docstring)."""
+    context = browser.new_context(
+        viewport={
+            "width": int(cfg.viewport_width_css),
+            "height": int(math.ceil(cfg.page_height / cfg.device_scale_factor)) + 1,
+        },
+        device_scale_factor=cfg.device_scale_factor,
+        service_workers="block",
+        accept_downloads=False,
+        java_script_enabled=cfg.javascript,
+    )
+    session = Session(context)
+
+    def handle(route) -> None:
+        # Only files under the current document's folder; everything else is aborted.
+        url, root = route.request.url, session.root
+        if url.startswith("file://") and root is not None:
+            try:
+                path = Path(unquote(urlparse(url).path)).resolve()
+            except (OSError, RuntimeError, ValueError):
+                path = None
+            if path is not None and (path == root or root in path.parents):
+                route.continue_()
+                return
+        if len(session.blocked) < MAX_BLOCKED_LOGGED:
+            session.blocked.append(url)
+        route.abort("blockedbyclient")
+
+    context.add_init_script(script=NO_WEBRTC_SCRIPT)
+    context.route("**/*", handle)
+    try:
+        context.route_web_socket("**/*", lambda ws: ws.close())
+    except Exception:  # older Playwright: websockets are still stopped by the resolver rules
+        pass
+    session.page = context.new_page()
+    session.page.on("dialog", lambda d: d.dismiss())
+    session.cdp = context.new_cdp_session(session.page)
+    return session

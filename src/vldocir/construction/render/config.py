@@ -1,0 +1,137 @@
+"""What a rendering is asked for (:class:`RenderConfig`, with the clutter removed per source by
+default) and how one fails (:class:`RenderError`, :class:`DocumentTimeout`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DEFAULT_CLUTTER_SELECTORS: dict[str, list[str]] = {
+    # Applied to every document, whatever its source.
+    "*": [
+        "nav",
+        "[role=navigation]",
+        "header[role=banner]",
+        ".cookie-banner",
+        "#cookie-notice",
+        # Hidden from assistive technology: decorative icons, duplicated widgets. Formula
+        # renderers (KaTeX, MathJax) mark their *visible* rendering aria-hidden, so keep those.
+        '[aria-hidden="true"]:not(.katex *, .katex-display *, mjx-container *, .MathJax *, svg *)',
+    ],
+    "wikipedia": [
+        ".mw-editsection",
+        "#mw-navigation",
+        ".navbox",
+        ".mw-jump-link",
+        "#siteNotice",
+        "#mw-head",
+        "#mw-panel",
+        "#catlinks",
+        "#footer",
+        ".mw-footer",
+        ".noprint",
+    ],
+    "arxiv": [".ltx_page_header", ".ltx_page_footer", ".ar5iv-footer", ".package-alerts"],
+    "pubmed": [".usa-banner", ".ncbi-header", ".pmc-sidenav", ".page-footer", ".pmc-header"],
+    "sec": [],
+}
+"""Clutter removed before measuring, per source; ``"*"`` applies to all sources. Selectors that a
+browser cannot parse are ignored."""
+
+
+def _default_clutter() -> dict[str, list[str]]:
+    return {k: list(v) for k, v in DEFAULT_CLUTTER_SELECTORS.items()}
+
+
+@dataclass
+class RenderConfig:
+    """Every knob of the renderer. Sizes in pixels are device pixels unless named ``_css``."""
+
+    viewport_width_css: int = 1000
+    """Layout width in CSS pixels; the page width is ``viewport_width_css * device_scale_factor``."""
+    device_scale_factor: float = 2.0
+    """Device pixels per CSS pixel (2 gives 2000 px wide pages)."""
+    page_height: int = 4000
+    """Page height in device pixels; every page image is padded with white to this height."""
+    cut_window: int = 800
+    """How far above the nominal cut (``page top + page_height``) a clean cut is searched for."""
+    min_fill: float = 0.25
+    """A page may be ended early (to push a straddling element to the next page) only if at least
+    this fraction of ``page_height`` stays on it."""
+    blank_tolerance: int = 8
+    """A pixel row is blank when every channel of every pixel is within this of the background."""
+    image_format: str = "png"
+    """``png`` or ``jpeg``."""
+    jpeg_quality: int = 92
+    navigation_timeout_s: float = 30.0
+    """Bound on loading the HTML file (until the ``load`` event)."""
+    image_wait_timeout_s: float = 10.0
+    """Bound on waiting for images (``img.complete``) and web fonts; rendering goes on after it."""
+    timeout_s: float = 120.0
+    """Bound on one document from start to its last page; past it the browser is killed and
+    relaunched and the document is recorded as failed."""
+    launch_timeout_s: float = 60.0
+    lazy_scroll: bool = True
+    """Scroll through the document in viewport steps first, to trigger lazily loaded content
+    (only where the document has scripts: ``loading=lazy`` is turned into ``eager`` and
+    ``content-visibility`` forced ``visible`` anyway, so nothing else can load lazily)."""
+    max_scroll_steps: int = 400
+    """At most this many scroll steps (a bound for endlessly growing documents)."""
+    remove_fixed: bool = True
+    """Remove ``position: fixed`` elements (overlays, toolbars, banners); ``sticky`` ones are made
+    ``static`` in any case, so that they are drawn once, where they belong."""
+    javascript: bool = True
+    """Run the documents' scripts while loading (scripts are switched off before measuring)."""
+    context_reuse: int = 20
+    """Documents rendered one after the other in one browser context and page (one renderer
+    process) before it is replaced by a fresh one; it is also replaced after any failure. A fresh
+    context (and renderer process) costs 0.5-1 CPU-s per document here; 1 gives every document a fresh context (full isolation:
+    storage of earlier documents, e.g. ``localStorage`` of ``file://``, is then never visible)."""
+    clutter_selectors: dict[str, list[str]] = field(default_factory=_default_clutter)
+    """CSS selectors of elements removed before measuring, per source; key ``"*"``: all sources.
+    Defaults: :data:`DEFAULT_CLUTTER_SELECTORS`."""
+    fact_attribute: str | None = "data-fact"
+    """Attribute whose value is carried into each element record (``fact``); None: none."""
+    id_attribute: str = "data-vldocir-id"
+    """Attribute injected into every recorded element, holding its element_id."""
+    max_row_height_fraction: float = 0.5
+    """A table row taller than this fraction of a page, or holding a nested table, is a layout row:
+    its cells' contents are recorded instead of the row."""
+    cut_probes: int = 1
+    """Box-free row runs nearest the nominal cut whose pixels are captured alone (cheap) before
+    the whole cut band is captured; 0: always capture the whole band."""
+    chromium_path: str | None = None
+    """Chromium executable; None: see :func:`find_chromium`."""
+    no_sandbox: bool | None = None
+    """Pass ``--no-sandbox``; None: when running as root."""
+    extra_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.image_format not in ("png", "jpeg"):
+            raise ValueError(f"image_format must be 'png' or 'jpeg', got {self.image_format!r}")
+        if self.cut_window <= 0 or self.cut_window >= self.page_height:
+            raise ValueError("cut_window must be in (0, page_height)")
+        if not 0.0 < self.min_fill < 1.0:
+            raise ValueError("min_fill must be in (0, 1)")
+
+    @property
+    def page_width(self) -> int:
+        return int(round(self.viewport_width_css * self.device_scale_factor))
+
+    @property
+    def image_suffix(self) -> str:
+        return ".png" if self.image_format == "png" else ".jpg"
+
+    def selectors_for(self, source: str) -> list[str]:
+        return list(self.clutter_selectors.get("*", [])) + list(self.clutter_selectors.get(source, []))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RenderError(RuntimeError):
+    """A document could not be rendered."""
+
+
+class DocumentTimeout(RenderError):
+    """A document took longer than ``RenderConfig.timeout_s``."""

@@ -1,0 +1,223 @@
+"""What a rendering records about a document: its elements (ids, types, boxes, texts, facts), its
+pages, and the ``layout.json`` they are written to; the extraction of the elements from the live
+page (step 3) and their placement on the pages once the cuts are known.
+
+``layout.json`` (``"version": 2``)::
+
+    {
+      "version": 2, "doc_id": str, "source": str, "html_path": str,
+      "page_width": int, "page_height": int, "device_scale_factor": float,
+      "document_height": int,             # device pixels of the whole document
+      "background": [r, g, b],            # the document's background colour (for blank rows)
+      "n_pages": int,
+      "pages": [{"page_index": int, "image": "page-000.png", "width": int, "height": int,
+                 "top": int,              # document row where the page starts
+                 "content_height": int,   # rows of document on the page; below it is white padding
+                 "cut_reason": str,       # end | blank | box_free | push | through (paginate.py)
+                 "dom_text": str}],       # "\\n"-joined texts of the page's text units, by (y0, x0)
+      "elements": [{"element_id": "e00042", "element_type": str, "page_index": int,
+                    "bbox": [x0, y0, x1, y1],      # page pixels, clipped to the page's content
+                    "doc_bbox": [x0, y0, x1, y1],  # document pixels
+                    "spans_pages": bool, "atomic": bool, "nested": bool,
+                    "text": str, "fact": str | null}],
+      "warnings": [str],                  # e.g. images still loading after image_wait_timeout_s
+      "timings": {step: seconds},         # load, settle, extract, cut, pages, paginate, total
+      "blocked_requests": [url]           # requests aborted (outside the document's folder)
+    }
+
+Element types: ``text`` (p, blockquote, dd, dt, li, pre, address, and the own text of any other
+block, e.g. a leaf ``div``), ``headline`` (h1-h6), ``list`` (ul, ol, dl, menu), ``table``,
+``table_row`` (tr), ``image`` (img, svg, canvas, picture, video), ``caption`` (figcaption,
+caption), ``formula`` (math, mjx-container, or a class starting with formula / equation / katex /
+mathjax / mjx- / ltx_equation / mwe-math-element). ``table`` and ``list`` are containers: not
+atomic for cutting and not part of ``dom_text`` (a table contributes through its rows, a list
+through its items). A text element holding blocks (an ``li`` with a nested list, a blockquote of
+paragraphs) records its own inline text only; a table row holding a nested table or taller than
+``max_row_height_fraction`` of a page (a layout table) records its cells' contents instead.
+``nested`` marks images and formulas inside another text unit (their text is already in it).
+``dom_text`` of a page is the text of its non-container, non-nested elements with text whose top
+lies on the page, in reading order (by ``(y0, x0)``), joined by newlines. The text of an ``img`` is
+empty (alt text is not drawn); the text of an inline ``svg`` is its ``<text>`` content.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vldocir.construction.paginate import assign_elements
+from vldocir.construction.render.browser import page_script
+from vldocir.construction.render.config import RenderConfig
+
+LAYOUT_FILE = "layout.json"
+LAYOUT_VERSION = 2
+CONTAINER_TYPES = frozenset({"table", "list"})
+ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula")
+
+_JS_METRICS = page_script("metrics.js")
+_JS_EXTRACT = page_script("extract.js")
+
+
+@dataclass
+class RenderedPage:
+    page_index: int
+    image: str
+    """File name of the page image, relative to the document's directory."""
+    width: int
+    height: int
+    top: int
+    """Document row (device pixels) where the page starts."""
+    content_height: int
+    """Rows of the document on the page; the rest, below, is white padding."""
+    cut_reason: str
+    dom_text: str
+
+
+@dataclass
+class RenderedElement:
+    element_id: str
+    element_type: str
+    page_index: int
+    bbox: list[float]
+    """``[x0, y0, x1, y1]`` in page pixels, clipped to the page's content."""
+    spans_pages: bool
+    text: str
+    fact: str | None
+    atomic: bool
+    nested: bool
+    doc_bbox: list[float]
+    """``[x0, y0, x1, y1]`` in document pixels."""
+
+
+@dataclass
+class RenderedDocument:
+    doc_id: str
+    source: str
+    directory: Path
+    html_path: str
+    page_width: int
+    page_height: int
+    device_scale_factor: float
+    document_height: int
+    background: list[int]
+    pages: list[RenderedPage]
+    elements: list[RenderedElement]
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    blocked_requests: list[str] = field(default_factory=list)
+    """URLs of requests that were blocked (the first MAX_BLOCKED_LOGGED)."""
+
+    def page_path(self, page_index: int) -> Path:
+        return self.directory / self.pages[page_index].image
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": LAYOUT_VERSION,
+            "doc_id": self.doc_id,
+            "source": self.source,
+            "html_path": self.html_path,
+            "page_width": self.page_width,
+            "page_height": self.page_height,
+            "device_scale_factor": self.device_scale_factor,
+            "document_height": self.document_height,
+            "background": list(self.background),
+            "n_pages": len(self.pages),
+            "pages": [asdict(p) for p in self.pages],
+            "elements": [asdict(e) for e in self.elements],
+            "warnings": list(self.warnings),
+            "timings": dict(self.timings),
+            "blocked_requests": list(self.blocked_requests),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], directory: Path) -> "RenderedDocument":
+        if obj.get("version") != LAYOUT_VERSION:
+            raise ValueError(f"{directory / LAYOUT_FILE}: unsupported layout version {obj.get('version')!r}")
+        return cls(
+            doc_id=obj["doc_id"],
+            source=obj["source"],
+            directory=Path(directory),
+            html_path=obj["html_path"],
+            page_width=int(obj["page_width"]),
+            page_height=int(obj["page_height"]),
+            device_scale_factor=float(obj["device_scale_factor"]),
+            document_height=int(obj["document_height"]),
+            background=list(obj["background"]),
+            pages=[RenderedPage(**p) for p in obj["pages"]],
+            elements=[RenderedElement(**e) for e in obj["elements"]],
+            warnings=list(obj.get("warnings", [])),
+            timings=dict(obj.get("timings", {})),
+            blocked_requests=list(obj.get("blocked_requests", [])),
+        )
+
+
+def load_layout(doc_dir: str | Path) -> RenderedDocument:
+    """Read ``doc_dir/layout.json`` back into a :class:`RenderedDocument`."""
+    doc_dir = Path(doc_dir)
+    return RenderedDocument.from_json(json.loads((doc_dir / LAYOUT_FILE).read_text()), doc_dir)
+
+
+def extract_elements(page: Any, cfg: RenderConfig) -> tuple[list[dict[str, Any]], np.ndarray, int, list[int]]:
+    """Tag and measure the content elements of a loaded, cleaned page (step 3).
+
+    Returns ``(elems, boxes, doc_h, background)``: the element records in document order (``id``,
+    ``type``, ``box``, ``text``, ``fact``, ``atomic``, ``nested``) with ``box`` in document device
+    pixels, clipped to the document (elements left with no area are dropped); ``boxes``, their
+    boxes as a float64 array of shape ``(n, 4)``, ``[x0, y0, x1, y1]``; the document's height in
+    device pixels; its background colour ``[r, g, b]``.
+    """
+    dsf = float(cfg.device_scale_factor)
+    page_w, page_h = cfg.page_width, cfg.page_height
+    metrics = page.evaluate(_JS_METRICS)
+    max_row_css = cfg.max_row_height_fraction * page_h / dsf
+    raw = page.evaluate(_JS_EXTRACT, [cfg.fact_attribute, cfg.id_attribute, max_row_css])
+
+    doc_h = max(1, int(math.ceil(float(metrics["height"]) * dsf - 1e-6)))
+    background = [int(c) for c in metrics["background"]]
+    # Elements in document pixels, clipped to the document; drop those left with no area.
+    elems = []
+    for r in raw:
+        x0, y0, x1, y1 = (float(v) * dsf for v in r["box"])
+        x0, x1 = max(0.0, x0), min(float(page_w), x1)
+        y0, y1 = max(0.0, y0), min(float(doc_h), y1)
+        if x1 - x0 <= 0 or y1 - y0 <= 0:
+            continue
+        elems.append({**r, "box": [x0, y0, x1, y1]})
+    boxes = np.array([e["box"] for e in elems], dtype=np.float64).reshape(-1, 4)
+    return elems, boxes, doc_h, background
+
+
+def place_elements(elems: list[dict[str, Any]], boxes: np.ndarray, cuts: list[int], pages: list[RenderedPage],
+                   page_width: int) -> list[RenderedElement]:
+    """The element records on their pages, given the page boundaries ``cuts`` (``[0, cut1, ...,
+    end]``); fills in each page's ``dom_text`` (see the module docstring)."""
+    assignment = assign_elements(boxes, cuts, page_width=page_width)
+    elements: list[RenderedElement] = []
+    for i, e in enumerate(elems):
+        elements.append(
+            RenderedElement(
+                element_id=e["id"],
+                element_type=e["type"],
+                page_index=int(assignment.page_index[i]),
+                bbox=[round(float(v), 2) for v in assignment.bbox[i]],
+                spans_pages=bool(assignment.spans_pages[i]),
+                text=e["text"] or "",
+                fact=e["fact"],
+                atomic=bool(e["atomic"]),
+                nested=bool(e["nested"]),
+                doc_bbox=[round(float(v), 2) for v in e["box"]],
+            )
+        )
+    by_page: dict[int, list[RenderedElement]] = {}
+    for e in elements:
+        if e.text and not e.nested and e.element_type not in CONTAINER_TYPES:
+            by_page.setdefault(e.page_index, []).append(e)
+    for p in pages:
+        units = sorted(by_page.get(p.page_index, []), key=lambda e: (e.doc_bbox[1], e.doc_bbox[0]))
+        p.dom_text = "\n".join(e.text for e in units)
+    return elements
