@@ -32,21 +32,27 @@ mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-min
 clean:  ## remove generated data, caches, logs and results (not the committed ones)
 	rm -rf cache logs results/runs data/vl-docir-mini-full data/synthetic-*
 
-# Paper tables, figures and the reproduction check (vldocir.reporting; they read only the results store).
-# BENCHMARK=<name> compares that benchmark's runs (default: the paper's, or the store's only one);
-# WANDB=1 also logs the tables and figures to W&B (WANDB_MODE=offline works without network).
+# Paper tables, figures and the reproduction check: report.py (conf/report.yaml), which reads only the
+# results store of the paths group, as run.py writes it. Hydra overrides go in ARGS, as for `make run`:
+#   make tables ARGS="paths.results_dir=/scratch/r"    (or: make tables RESULTS_DIR=/scratch/r)
+#   make check ARGS="quiet=true tolerance=0.1"         ('only=[table13_overall]' for some tables only)
+# BENCHMARK=<name> compares that benchmark's runs (benchmark=<name>; default: the paper's, or the store's
+# with the most mapped runs); WANDB=1 also logs the tables and figures to W&B (logger=wandb;
+# WANDB_MODE=offline works without network). RESULTS_DIR sets VLDOCIR_RESULTS_DIR, which conf/paths reads.
 BENCHMARK ?=
 WANDB ?=
-CHECK_ARGS ?=
-REPORT_ARGS = $(if $(BENCHMARK),--benchmark $(BENCHMARK)) $(if $(filter 1 true yes,$(WANDB)),--wandb)
+RESULTS_DIR ?=
+REPORT = $(if $(RESULTS_DIR),VLDOCIR_RESULTS_DIR=$(RESULTS_DIR)) $(PYTHON) report.py \
+	$(if $(BENCHMARK),benchmark=$(BENCHMARK)) $(if $(filter 1 true yes,$(WANDB)),logger=wandb)
 
 .PHONY: tables figures check
 
 tables: setup  ## Markdown + LaTeX tables (results/tables) and PDF + PNG figures (results/figures), reproduced beside published
-	$(PYTHON) -m vldocir.reporting.tables $(REPORT_ARGS)
+	$(REPORT) 'do=[tables,figures]' $(ARGS)
 
 figures: setup  ## only the figures (results/figures)
-	$(PYTHON) -m vldocir.reporting.tables --no-tables $(REPORT_ARGS)
+	$(REPORT) 'do=[figures]' $(ARGS)
 
-check: setup  ## OK / DIFF / MISSING for every published cell (exit 1 on DIFF); CHECK_ARGS="--quiet --tolerance 0.1"
-	$(PYTHON) -m vldocir.reporting.check $(if $(BENCHMARK),--benchmark $(BENCHMARK)) $(CHECK_ARGS)
+check: setup  ## OK / DIFF / MISSING for every published cell (exit 1 on DIFF); ARGS="quiet=true tolerance=0.1"
+	$(if $(CHECK_ARGS),$(error CHECK_ARGS is gone: pass Hydra overrides, e.g. ARGS="quiet=true tolerance=0.1"))
+	$(REPORT) 'do=[check]' $(ARGS)

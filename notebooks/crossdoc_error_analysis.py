@@ -19,23 +19,25 @@
 # paper's Figure 11 asks the same per source (Appendix B.9).
 #
 # Reads only the results store: `per_query.parquet` of each run (evidence pages and documents
-# found at every k). `VLDOCIR_RESULTS_DIR` / `VLDOCIR_REPORT_BENCHMARK` as in
-# `per_structure_comparison.py`.
+# found at every k). The store and the benchmark come from `conf/report.yaml` with `OVERRIDES`,
+# as in `per_structure_comparison.py`.
 
 # %%
-import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from vldocir.reporting.report import compose_report
 from vldocir.reporting.store_view import ResultsView
 from vldocir.store import list_runs
 
-RESULTS = Path(os.environ.get("VLDOCIR_RESULTS_DIR") or ("../results" if Path("../results/runs").is_dir() else "results"))
+OVERRIDES = []  # as for `python report.py`, e.g. ["paths.results_dir=/scratch/r", "benchmark=vl-docir"]
+cfg = compose_report(OVERRIDES)
+RESULTS = Path(cfg.paths.results_dir)
 index = list_runs(RESULTS)
 assert len(index), f"no runs in {RESULTS / 'runs'}: make one with `python run.py`"
-BENCHMARK = os.environ.get("VLDOCIR_REPORT_BENCHMARK") or index["benchmark"].value_counts().index[0]
+BENCHMARK = cfg.benchmark or index["benchmark"].value_counts().index[0]
 view = ResultsView(RESULTS, BENCHMARK, ks=[5])  # one store entry per run: with k=5 where one has it, newest
 print("store entries used:", *view.choices(), sep="\n  ")
 runs = {run.label: run for run in view.runs()}

@@ -17,25 +17,28 @@
 # How does each run in the results store do on each evidence structure, and where does
 # evidence-complete retrieval (RecallAll@k) fall behind page-level recall (Recall@k)?
 #
-# Reads only the results store (`results/runs/<benchmark>/<retriever>/<setting>/metrics.json`).
-# `VLDOCIR_RESULTS_DIR` moves the store; `VLDOCIR_REPORT_BENCHMARK` picks the benchmark
-# (default: the one with the most runs). Open with Jupyter (jupytext) or run as a script.
+# Reads only the results store (`results/runs/<benchmark>/<retriever>/<setting>/<entry>/metrics.json`),
+# found as `python report.py` finds it: `conf/report.yaml` composed with `OVERRIDES` (the paths
+# group, so `VLDOCIR_RESULTS_DIR` or `paths.results_dir=...` moves the store; `benchmark=...` picks
+# the benchmark, default: the one with the most runs). Open with Jupyter (jupytext) or run as a script.
 
 # %%
-import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.reporting.report import compose_report
 from vldocir.reporting.store_view import ResultsView
 from vldocir.store import list_runs
 
-RESULTS = Path(os.environ.get("VLDOCIR_RESULTS_DIR") or ("../results" if Path("../results/runs").is_dir() else "results"))
+OVERRIDES = []  # as for `python report.py`, e.g. ["paths.results_dir=/scratch/r", "benchmark=vl-docir"]
+cfg = compose_report(OVERRIDES)
+RESULTS = Path(cfg.paths.results_dir)
 index = list_runs(RESULTS)
 assert len(index), f"no runs in {RESULTS / 'runs'}: make one with `python run.py`"
-BENCHMARK = os.environ.get("VLDOCIR_REPORT_BENCHMARK") or index["benchmark"].value_counts().index[0]
+BENCHMARK = cfg.benchmark or index["benchmark"].value_counts().index[0]
 view = ResultsView(RESULTS, BENCHMARK, ks=[5])  # one store entry per run: with k=5 where one has it, newest
 print("store entries used:", *view.choices(), sep="\n  ")
 runs = {run.label: run for run in view.runs()}

@@ -15,6 +15,7 @@ from PIL import Image
 from test_reporting_fixtures import TEXT_BENCH, MANIFEST, PAPER_DIR, REPO_ROOT, multi_results  # noqa: F401
 from vldocir.reporting.figures import DPI, FIGURES, SIZES, fig2_source_structure, render_figures
 from vldocir.reporting.paper import load_spec
+from vldocir.reporting.report import TablesOnSweepEnd
 from vldocir.reporting.store_view import ResultsView
 
 FIGURE_NAMES = {
@@ -49,12 +50,11 @@ def test_figures_from_the_published_numbers(spec, tmp_path):
     assert "Tables 19 and 20 (9 of" in results["fig12_generators"].origin  # matched by run, not by name
 
 
+@pytest.mark.slow  # an offline W&B run (wandb starts its service process) and every figure: ~10-15 s
 def test_sweep_end_renders_from_reproduced_runs_and_logs_to_wandb(spec, multi_results, tmp_path, monkeypatch, capsys):
     """When a sweep ends, the Hydra callback renders the tables and figures from the results store
     (here: runs under paper ids, so every figure has reproduced runs) and logs them to an offline
     W&B run: one W&B table per paper table, one image per figure."""
-    pytest.importorskip("wandb")
-    from vldocir.reporting.wandb_report import TablesOnSweepEnd
 
     results = tmp_path / "results"
     shutil.copytree(multi_results, results)

@@ -11,6 +11,8 @@ these fixtures share them through the module-level cache):
   (``colqwen25/base``, ``colqwen25/ctx-n256``, ``colqwen25/ctx-n32``, ``ocr_bm25/base``), so that
   figure panels and best/second/third marks have several reproduced runs to work with. They are
   real runs of the pipeline, only filed under other names;
+- ``text_bench``: the text-only mini benchmark those runs were made on, for tests that make their
+  own run of it;
 - ``rendered_results``: a run on a small benchmark with page images (PIL-drawn, stored downscaled,
   half as paths and half as bytes), written with ``write_benchmark``.
 """
@@ -23,11 +25,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from helpers import CONFIG_DIR, REPO_ROOT, evaluate
 TEXT_BENCH = "synthetic-text"  # the benchmark name of the text-only mini benchmark (store: results/runs/<name>/...)
-CONFIG_DIR = REPO_ROOT / "conf"
 MANIFEST = REPO_ROOT / "experiments" / "paper.yaml"
 PAPER_DIR = REPO_ROOT / "results" / "paper"
 IMAGE_SCALE = 8  # rendered test pages are stored at 1/8 of their page size (2000x4000 -> 250x500)
@@ -43,19 +43,9 @@ _built: dict[str, Path] = {}
 
 
 def evaluate_run(root: Path, *overrides: str) -> None:
-    """``python run.py <overrides>`` with every path under ``root`` (in-process)."""
-    from vldocir.pipeline import evaluate
-    from vldocir.tracking import NullTracker
-
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(
-            config_name="config",
-            overrides=[
-                f"paths.root_dir={REPO_ROOT}", f"paths.data_dir={root / 'data'}", f"paths.cache_dir={root / 'cache'}",
-                f"paths.results_dir={root / 'results'}", f"paths.log_dir={root / 'logs'}", *overrides,
-            ],
-        )
-    evaluate(cfg, NullTracker())
+    """``python run.py <overrides>`` with every path under ``root`` (in-process: ``helpers.evaluate``)."""
+    evaluate(f"paths.root_dir={REPO_ROOT}", f"paths.data_dir={root / 'data'}", f"paths.cache_dir={root / 'cache'}",
+             f"paths.results_dir={root / 'results'}", f"paths.log_dir={root / 'logs'}", *overrides)
 
 
 def _build_stores(base: Path) -> None:
@@ -71,7 +61,7 @@ def _build_stores(base: Path) -> None:
     shutil.copytree(root / "results", mini)
     for (retriever, setting), params in FAKE_RUNS.items():
         evaluate_run(root, *dataset, f"retriever.id={retriever}", f"setting.id={setting}", *params)
-    _built.update(root=root, mini=mini, multi=root / "results")
+    _built.update(root=root, mini=mini, multi=root / "results", bench=bench.root)
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +74,12 @@ def mini_results(tmp_path_factory) -> Path:
 def multi_results(tmp_path_factory) -> Path:
     _build_stores(tmp_path_factory.getbasetemp())
     return _built["multi"]
+
+
+@pytest.fixture(scope="session")
+def text_bench(tmp_path_factory) -> Path:
+    _build_stores(tmp_path_factory.getbasetemp())
+    return _built["bench"]
 
 
 def make_rendered_benchmark(source: Path, target: Path):

@@ -7,24 +7,21 @@ reproductions. One line per cell:
 
 then the commands that would make the missing runs, and a summary. The exit status is 1 when a
 cell differs by more than its tolerance (``experiments/paper.yaml``: ``tolerance``, per table or
-overall; ``--tolerance`` overrides), 0 otherwise; missing runs alone do not fail the check.
+overall; ``tolerance=`` overrides), 0 otherwise; missing runs alone do not fail the check.
 
-    python -m vldocir.reporting.check [--benchmark NAME] [--tolerance 0.05] [--quiet]
+    python report.py do=[check] [benchmark=NAME] [tolerance=0.05] [quiet=true]    # make check
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import math
 from collections import Counter
-from pathlib import Path
 
 import pandas as pd
 
-from vldocir.reporting.paper import RunRef, load_spec
-from vldocir.reporting.store_view import ResultsView, choose_benchmark
-from vldocir.reporting.tables import ReportTable, build_tables, default_results_dir
+from vldocir.reporting.outputs import CELL_COLUMNS, ReportTable
+from vldocir.reporting.paper import PaperSpec, RunRef
+from vldocir.reporting.store_view import ResultsView
 
 STATUSES = ("OK", "DIFF", "MISSING", "UNPUBLISHED")
 
@@ -51,7 +48,7 @@ def check_table(table: ReportTable, tolerance: float | None = None) -> pd.DataFr
 
 def check(tables: dict[str, ReportTable], tolerance: float | None = None) -> pd.DataFrame:
     frames = [check_table(table, tolerance) for table in tables.values()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["table", *CELL_COLUMNS, "check"])
 
 
 def _fmt(value: float, decimals: int) -> str:
@@ -93,31 +90,13 @@ def missing_commands(spec, view: ResultsView, names) -> list[str]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    p = argparse.ArgumentParser(prog="python -m vldocir.reporting.check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", type=Path, default=None)
-    p.add_argument("--manifest", type=Path, default=Path("experiments/paper.yaml"))
-    p.add_argument("--paper", type=Path, default=Path("results/paper"))
-    p.add_argument("--benchmark", default=None)
-    p.add_argument("--tolerance", type=float, default=None, help="one tolerance for every cell (default: per table)")
-    p.add_argument("--quiet", action="store_true", help="print only cells that are not OK, and the summary")
-    args = p.parse_args(argv)
-    results = args.results or default_results_dir()
-    spec = load_spec(args.manifest, args.paper)
-    benchmark, note = choose_benchmark(results, spec, args.benchmark)
-    view = ResultsView(results, benchmark, ks=spec.ks, depth=spec.depth)
-    tables = build_tables(spec, view)
-    cells = check(tables, args.tolerance)
-
-    print(f"Reproduction check: runs of {benchmark} in {results}/runs vs {args.paper}")
-    if note:
-        print(f"Note: {note}")
-    print(f"Store entries used (ks including {list(spec.ks)}, depth {spec.depth} preferred, then the newest):")
-    for line in view.choices():
-        print(f"  {line}")
+def print_check(spec: PaperSpec, view: ResultsView, tables: dict[str, ReportTable], tolerance: float | None = None,
+                quiet: bool = False) -> int:
+    """Print one line per cell (``quiet``: only those not OK), the commands that would make the
+    missing runs, and the counts; return the exit status: 1 when a cell differs, else 0."""
+    cells = check(tables, tolerance)
     for cell in cells.itertuples():
-        if not (args.quiet and cell.check == "OK"):
+        if not (quiet and cell.check == "OK"):
             print(format_line(cell))
     commands = missing_commands(spec, view, tables)
     if commands:
@@ -130,7 +109,3 @@ def main(argv: list[str] | None = None) -> int:
         c = Counter(group["check"])
         print(f"  {name:<38} " + "  ".join(f"{s} {c.get(s, 0):>4}" for s in STATUSES))
     return 1 if counts.get("DIFF", 0) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 
+from vldocir.reporting.outputs import ignore_generated
 from vldocir.reporting.paper import PaperSpec, RunRef, metric_label
 from vldocir.reporting.store_view import ResultsView, StoredRun
 
@@ -409,7 +410,6 @@ def render_figure(name: str, spec: PaperSpec, view: ResultsView, out_dir: Path) 
 
 
 def render_figures(spec: PaperSpec, view: ResultsView, out_dir: Path, names: list[str] | None = None) -> dict[str, FigureResult]:
-    from vldocir.reporting.tables import _ignore_generated
-
-    _ignore_generated(out_dir)
-    return {name: render_figure(name, spec, view, out_dir) for name in (names or list(spec.figures))}
+    """The figures ``names`` (default: every figure of the manifest) as PDF and PNG in ``out_dir``."""
+    ignore_generated(out_dir)
+    return {name: render_figure(name, spec, view, out_dir) for name in (list(spec.figures) if names is None else names)}

@@ -1,4 +1,4 @@
-"""Markdown and LaTeX (booktabs) renderings of a :class:`~vldocir.reporting.tables.ReportTable`.
+"""Markdown and LaTeX (booktabs) renderings of a :class:`~vldocir.reporting.outputs.ReportTable`.
 
 Each cell reads ``reproduced / published (reproduced - published)``. A row without a run shows
 *missing* (never a zero); a number the paper does not print shows ``–``. Best / second / third

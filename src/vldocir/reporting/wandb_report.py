@@ -1,33 +1,28 @@
-"""The paper tables and figures in Weights & Biases, e.g. when a sweep finishes.
+"""The paper tables and figures in Weights & Biases.
 
-``make tables WANDB=1`` (or ``python -m vldocir.reporting.tables --wandb``) logs, in one W&B run
-of job type ``report``: every table as a ``wandb.Table`` (one row per cell: published, reproduced,
-difference, OK / DIFF / MISSING), every figure as a ``wandb.Image``, the check's counts as the
-summary, and the rendered files (Markdown, LaTeX, PDF, PNG) as an artifact. The mode comes from
-``WANDB_MODE`` (online | offline | disabled), the project from ``WANDB_PROJECT`` (default vldocir);
-the API key only from the environment, as for runs (README, Tracking).
-
-To render and log them when a Hydra sweep ends, add the callback:
-
-    python run.py -m experiment=fig10_nctx +hydra.callbacks.tables._target_=vldocir.reporting.wandb_report.TablesOnSweepEnd
+``python report.py logger=wandb`` (``make tables WANDB=1``) logs, in one W&B run of job type
+``report``: every table as a ``wandb.Table`` (one row per cell: published, reproduced, difference,
+OK / DIFF / MISSING), every figure as a ``wandb.Image``, the check's counts as the summary, and the
+rendered files (Markdown, LaTeX, PDF, PNG) as an artifact. Project, entity, mode and directory are
+the ``logger=wandb`` group's (``conf/logger/wandb.yaml``), as for runs; the API key comes only from
+the environment (README, Tracking). When a sweep ends: :class:`vldocir.reporting.report.TablesOnSweepEnd`.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
+from vldocir.manifest import redact_overrides
+from vldocir.reporting.check import check_table
+from vldocir.reporting.outputs import ReportTable
+from vldocir.tracking.wandb import WandbTracker
 
-log = logging.getLogger(__name__)
 
-
-def _cell_rows(table) -> tuple[list[str], list[list[Any]]]:
-    from vldocir.reporting.check import check_table
-
+def _cell_rows(table: ReportTable) -> tuple[list[str], list[list[Any]]]:
     cells = check_table(table)
     columns = [*table.index, "column", "published", "reproduced", "difference", "check", "run"]
     rows = []
@@ -42,26 +37,28 @@ def _nan_to_none(value):
     return None if value != value else float(value)  # NaN != NaN
 
 
-def log_report(tables: dict, figures: dict[str, Path], benchmark: str, note: str | None = None,
-               files: list[Path] | None = None) -> str:
-    """Log ``tables`` (name -> ReportTable) and ``figures`` (name -> PNG path); returns the run's
-    directory (offline) or URL."""
+def log_report(tables: dict[str, ReportTable], figures: dict[str, Path], logger: WandbTracker, benchmark: str,
+               note: str | None = None, files: list[Path] | None = None) -> str:
+    """Log ``tables`` (name -> ReportTable) and ``figures`` (name -> PNG path) to a W&B run with
+    ``logger``'s project, entity, mode, directory, group and tags; returns the run's directory
+    (offline) or URL."""
     try:
         import wandb
     except ImportError as error:
-        raise ImportError("--wandb needs the wandb package: uv sync (or pip install wandb)") from error
-    log_dir = Path(os.environ.get("VLDOCIR_LOG_DIR", "logs"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(
-        project=os.environ.get("WANDB_PROJECT", "vldocir"),
-        entity=os.environ.get("WANDB_ENTITY") or None,
-        mode=os.environ.get("WANDB_MODE", "online"),
-        dir=str(log_dir),
-        job_type="report",
-        name=f"paper-tables/{benchmark}",
-        config={"benchmark": benchmark, "note": note, "tables": list(tables), "figures": list(figures)},
-        reinit="finish_previous",
-    )
+        raise ImportError("logger=wandb needs the wandb package: uv sync (or pip install wandb)") from error
+    if logger.dir:
+        os.makedirs(logger.dir, exist_ok=True)
+    argv = sys.argv  # wandb records the command line: hide secret-looking overrides from it (as WandbTracker.start)
+    sys.argv = [*argv[:1], *redact_overrides(argv[1:])]
+    try:
+        run = wandb.init(
+            project=logger.project, entity=logger.entity, mode=logger.mode, dir=logger.dir, group=logger.group,
+            tags=logger.tags, job_type="report", name=f"paper-tables/{benchmark}",
+            config={"benchmark": benchmark, "note": note, "tables": list(tables), "figures": list(figures)},
+            reinit="finish_previous",
+        )
+    finally:
+        sys.argv = argv
     failed = True
     try:
         totals: Counter = Counter()
@@ -87,26 +84,3 @@ def log_report(tables: dict, figures: dict[str, Path], benchmark: str, note: str
         return run.dir if run.settings.mode != "online" else (run.url or run.dir)
     finally:
         run.finish(exit_code=1 if failed else 0)
-
-
-class TablesOnSweepEnd(Callback):
-    """Hydra callback: when a multirun ends, render the paper tables and figures from the results
-    store and log them to W&B (``wandb=False``: render only)."""
-
-    def __init__(self, wandb: bool = True, benchmark: str | None = None):
-        self.wandb, self.benchmark = wandb, benchmark
-
-    def on_multirun_end(self, config, **kwargs: Any) -> None:
-        from vldocir.reporting.tables import main
-
-        root = Path(config.paths.root_dir)
-        argv = [
-            "--results", str(config.paths.results_dir),
-            "--manifest", str(root / "experiments" / "paper.yaml"),
-            "--paper", str(root / "results" / "paper"),
-            "--benchmark", self.benchmark or str(config.dataset.name),
-        ]
-        if self.wandb:
-            argv.append("--wandb")
-        log.info("sweep finished: rendering the paper tables (%s)", " ".join(argv))
-        main(argv)
