@@ -3,7 +3,7 @@
 Builds (once, cached under ``--workdir``) a benchmark of the paper's size without page text:
 29,641 documents and 388,548 pages over the four sources, the 271,760 queries of
 ``conf/dataset/synthetic_paper_scale.yaml`` with evidence of all six structures, and a top-100 run
-for every query (27,176,000 rows) written with ``vldocir.retrieval.run.write_run``. Then, in one
+for every query (27,176,000 rows) written with ``vldocir.data.runs.write_run``. Then, in one
 process, it times
 
 - ours: ``read_run`` + ``EvidenceIndex.from_tables`` + ``per_query_metrics(ks=[3, 5, 10])`` +
@@ -311,7 +311,7 @@ def make_run_table(extra: dict, seed: int) -> pa.Table:
 def prepare(workdir: Path, scale: float, seed: int) -> tuple[Path, Path]:
     """The benchmark directory and run file, built unless the cache already holds them."""
     from vldocir.data.benchmark import write_benchmark
-    from vldocir.retrieval.run import write_run
+    from vldocir.data.runs import write_run
 
     root = workdir / f"scale-{scale:g}-seed-{seed}"
     bench_dir, run_path = root / "benchmark", root / "run.parquet"
@@ -354,7 +354,7 @@ def evaluate_ours(run_path: Path, queries, qrels, pages) -> tuple[dict, dict, ob
     """Exactly what the pipeline does after retrieval, from the run file."""
     from vldocir.evaluation.aggregate import summarise
     from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
-    from vldocir.retrieval.run import read_run
+    from vldocir.data.runs import read_run
 
     steps = {}
     cpu = time.process_time()

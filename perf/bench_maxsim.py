@@ -58,7 +58,7 @@ def _make_store(args, pages: int, root: Path) -> None:
 def _queries(args):
     import numpy as np
 
-    from vldocir.retrieval.search import RaggedVectors
+    from vldocir.retrieval.vectors import RaggedVectors
 
     rng = np.random.default_rng(1)
     return RaggedVectors.from_list([rng.standard_normal((args.query_tokens, args.dim), dtype=np.float32) for _ in range(args.queries)])

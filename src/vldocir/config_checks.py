@@ -14,16 +14,13 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vldocir.cache import POLICIES
+from vldocir.errors import ConfigError
 from vldocir.evaluation.metrics import METRICS
 from vldocir.store import SAFE_NAME
 
 STAGES = ("evaluate", "encode")
 AGGREGATES = ("macro", "micro", "source_macro", "domain_macro")
 OPTIMIZED = re.compile(r"(?P<aggregate>[a-z_]+)/(?P<metric>[a-z]+)@(?P<k>\d+|max)")
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message is one line naming the key."""
 
 
 def _positive_int(key: str, value: Any) -> int:

@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from vldocir.tracking.manifest import environment_secrets, is_secret_key, override_key
+from vldocir.manifest import environment_secrets, is_secret_key, override_key
 
 
 class SetHydraConfigForSweep(Callback):
@@ -60,7 +60,7 @@ ENV_REFERENCE = re.compile(r"""^(['"]?)\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}\1$""
 
 
 def secret_overrides(argv: list[str]) -> list[str]:
-    """The key paths of the overrides in ``argv`` whose key looks like a secret (tracking.manifest's
+    """The key paths of the overrides in ``argv`` whose key looks like a secret (vldocir.manifest's
     rule), e.g. ``+aws_access_key_id=x``, ``logger.api_key=x``, ``++hf_auth=x``, ``+token=a,b``.
 
     Flags (``-m``, ``--cfg job``, ``--config-dir=...``) and their arguments are not overrides: only

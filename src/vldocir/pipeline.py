@@ -22,10 +22,10 @@ from vldocir.cache import ArtifactCache, content_key
 from vldocir.config_checks import ConfigError, check_config, optimized_metric
 from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.evaluation.aggregate import summarise
-from vldocir.io import atomic_write_json
+from vldocir.evaluation.console import format_report, structure_table
 from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
-from vldocir.reporting.console import format_report, structure_table
-from vldocir.tracking.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
+from vldocir.io import atomic_write_json
+from vldocir.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
 

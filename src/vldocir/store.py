@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 from vldocir.cache import remove_stale_staging, staging_path
 from vldocir.io import file_digest
-from vldocir.retrieval.run import read_run, write_run
+from vldocir.data.runs import read_run, write_run
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 
 A benchmark is immutable once written: every cache key downstream starts from its fingerprint,
 a hash of the five tables' contents and of the page image files they reference
-(:mod:`vldocir.data.fingerprint`).
+(:mod:`vldocir.data.fingerprint`). The table files themselves are located and read by
+:mod:`vldocir.data.tables`.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from vldocir.data.fingerprint import compute_fingerprint
-from vldocir.data.schema import TABLES, TableSpec
+from vldocir.data.schema import TABLES
+from vldocir.data.tables import (
+    BenchmarkError, check_schema, read_image_refs, read_schema, read_table, sort_canonically, table_location,
+)
 from vldocir.data.validation import validate_tables
 from vldocir.io import atomic_write_json, atomic_write_parquet
 
@@ -32,181 +33,6 @@ INFO_FILE = "benchmark.json"
 HUB_PREFIX = "hf://"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 """What a benchmark's name may hold: it becomes a directory of the results store and of caches."""
-
-
-class BenchmarkError(ValueError):
-    """A benchmark that cannot be used: names the table, the offending row and the broken rule."""
-
-    def __init__(self, table: str, row: str | None, rule: str):
-        self.table, self.row, self.rule = table, row, rule
-        where = f"{table}[{row}]" if row is not None else table
-        super().__init__(f"{where}: {rule}")
-
-
-def _types_compatible(found: pa.DataType, wanted: pa.DataType) -> bool:
-    if found.equals(wanted):
-        return True
-    if pa.types.is_integer(wanted):
-        return pa.types.is_integer(found)
-    if pa.types.is_floating(wanted):
-        return pa.types.is_floating(found) or pa.types.is_integer(found)
-    if pa.types.is_string(wanted):
-        return pa.types.is_string(found) or pa.types.is_large_string(found) or pa.types.is_dictionary(found)
-    if pa.types.is_binary(wanted):
-        return pa.types.is_binary(found) or pa.types.is_large_binary(found)
-    if pa.types.is_list(wanted) or pa.types.is_fixed_size_list(wanted):
-        is_list = pa.types.is_list(found) or pa.types.is_large_list(found) or pa.types.is_fixed_size_list(found)
-        return is_list and _types_compatible(found.value_type, wanted.value_type)
-    if pa.types.is_struct(wanted):
-        if not pa.types.is_struct(found):
-            return False
-        found_fields = {found.field(i).name: found.field(i).type for i in range(found.num_fields)}
-        return all(
-            f.name in found_fields and _types_compatible(found_fields[f.name], f.type) for f in wanted
-        )
-    return False
-
-
-def _check_schema(spec: TableSpec, schema: pa.Schema) -> None:
-    for wanted in spec.schema:
-        index = schema.get_field_index(wanted.name)
-        if index < 0:
-            raise BenchmarkError(spec.name, None, f"required column '{wanted.name}' is missing")
-        found = schema.field(index).type
-        if not _types_compatible(found, wanted.type):
-            raise BenchmarkError(
-                spec.name, None, f"column '{wanted.name}' has type {found}, expected {wanted.type}"
-            )
-
-
-def table_location(root: Path, name: str) -> Path:
-    """``<name>.parquet``, or a folder ``<name>/`` of Parquet shards (the Hugging Face layout)."""
-    single = root / f"{name}.parquet"
-    if single.is_file():
-        return single
-    folder = root / name
-    if folder.is_dir() and any(folder.rglob("*.parquet")):
-        return folder
-    raise BenchmarkError(name, None, f"table file {single} (or a folder {folder}/ of Parquet files) not found")
-
-
-def table_files(location: Path) -> list[Path]:
-    """The Parquet files of a table: the file itself, or a folder's shards in name order."""
-    return [location] if location.is_file() else sorted(location.rglob("*.parquet"))
-
-
-def _table_name(location: Path) -> str:
-    return location.stem if location.is_file() else location.name
-
-
-def _unreadable(table: str, file: Path, error: Exception) -> BenchmarkError:
-    """The error for a file pyarrow cannot read (truncated, overwritten, not Parquet at all)."""
-    detail = " ".join(str(error).split())  # pyarrow messages can span lines; errors here are one line
-    return BenchmarkError(
-        table, None, f"cannot read {file}: not a valid Parquet file (truncated or corrupt?): {type(error).__name__}: {detail}"
-    )
-
-
-# What pyarrow raises on a damaged file: ArrowInvalid for a bad footer or page header, OSError for
-# corrupt compressed data, ArrowException subclasses for the rest.
-_READ_ERRORS = (pa.ArrowException, OSError)
-
-
-def _has_columns(location: Path, columns: list[str]) -> bool:
-    """Whether the table's first file declares these (top-level) columns."""
-    try:
-        names = set(pq.read_schema(table_files(location)[0]).names)
-    except _READ_ERRORS:
-        return True  # the footer itself is damaged
-    return all(column.split(".")[0] in names for column in columns)
-
-
-def _culprit(location: Path, columns: list[str] | None) -> Path:
-    """The shard of a folder-table that fails to read (pyarrow's message does not name it)."""
-    for file in table_files(location):
-        try:
-            pq.read_table(file, columns=columns)
-        except _READ_ERRORS:
-            return file
-    return location
-
-
-def read_schema(location: Path) -> pa.Schema:
-    """The table's schema from its first file; every shard's footer is read, so a truncated shard
-    fails here, at load, naming its file."""
-    name, schemas = _table_name(location), []
-    for file in table_files(location):
-        try:
-            schemas.append(pq.read_schema(file))
-        except _READ_ERRORS as error:
-            raise _unreadable(name, file, error) from error
-    return schemas[0]
-
-
-def _read(location: Path, columns: Iterable[str] | None = None) -> pa.Table:
-    columns = list(columns) if columns is not None else None
-    name = _table_name(location)
-    try:
-        table = pq.read_table(location, columns=columns)
-    except MemoryError:
-        raise
-    except _READ_ERRORS as error:
-        if columns is not None and not _has_columns(location, columns):
-            raise  # the caller asked for a column the table lacks: not a damaged file
-        raise _unreadable(name, _culprit(location, columns), error) from error
-    # Cast to the canonical types (e.g. large_string -> string, int64 -> int32) so that downstream
-    # code and the fingerprint see one representation whatever wrote the file.
-    spec = TABLES[name]
-    fields = []
-    for i, column in enumerate(table.column_names):
-        idx = spec.schema.get_field_index(column)
-        fields.append(spec.schema.field(idx) if idx >= 0 else table.schema.field(i))
-    return table.cast(pa.schema(fields))
-
-
-def read_image_refs(location: Path) -> pa.Table:
-    """``page_id``, image ``path`` and ``has_bytes`` of every page, without reading inline bytes
-    where the Parquet statistics already tell whether they are there (a benchmark may hold
-    hundreds of GB of inline images; validation must not read them)."""
-    parts = [pa.table({"page_id": pa.array([], pa.string()), "path": pa.array([], pa.string()),
-                       "has_bytes": pa.array([], pa.bool_())})]
-    for file in table_files(location):
-        try:  # (only reads here: what fails inside is the file)
-            parquet = pq.ParquetFile(file)
-            groups = [
-                (parquet.read_row_group(g, columns=["page_id", "image.path"]), _read_bytes_if_needed(parquet, g))
-                for g in range(parquet.num_row_groups)
-            ]
-        except _READ_ERRORS as error:
-            raise _unreadable("pages", file, error) from error
-        for refs, image_bytes in groups:
-            has_bytes = (
-                pa.array(np.zeros(refs.num_rows, dtype=bool)) if image_bytes is None
-                else pc.fill_null(pc.greater(pc.binary_length(_leaf(image_bytes, "bytes")), 0), False)
-            )
-            parts.append(pa.table({"page_id": refs.column(0).cast(pa.string()),
-                                   "path": _leaf(refs.column(1), "path").cast(pa.string()), "has_bytes": has_bytes}))
-    return pa.concat_tables(parts)
-
-
-def _read_bytes_if_needed(parquet: pq.ParquetFile, group: int) -> pa.ChunkedArray | None:
-    """One row group's inline image bytes, or None when its statistics say they are all null
-    (text-only or path-only pages: nothing to read)."""
-    meta = parquet.metadata.row_group(group)
-    column = next(i for i in range(meta.num_columns) if meta.column(i).path_in_schema == "image.bytes")
-    stats = meta.column(column).statistics
-    if stats is not None and stats.has_null_count and stats.null_count == meta.num_rows:
-        return None
-    return parquet.read_row_group(group, columns=["image.bytes"]).column(0)
-
-
-def _leaf(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
-    """``read_row_group(columns=["image.path"])`` keeps the parent struct; take the child out."""
-    return pc.struct_field(column, name) if pa.types.is_struct(column.type) else column
-
-
-def _sort_canonically(spec: TableSpec, table: pa.Table) -> pa.Table:
-    return table.sort_by([(k, "ascending") for k in spec.key])
 
 
 @dataclass
@@ -226,7 +52,7 @@ class Benchmark:
         return compute_fingerprint(self.root)
 
     def arrow(self, name: str, columns: Iterable[str] | None = None) -> pa.Table:
-        return _read(table_location(self.root, name), columns)
+        return read_table(table_location(self.root, name), columns)
 
     def image_refs(self) -> pa.Table:
         """Per page: ``page_id``, image ``path`` and ``has_bytes`` (see :func:`read_image_refs`)."""
@@ -304,7 +130,7 @@ def load_benchmark(
         raise BenchmarkError(INFO_FILE, None, f"invalid JSON: {error}") from error
     check_info(info)
     for spec in TABLES.values():
-        _check_schema(spec, read_schema(table_location(root, spec.name)))
+        check_schema(spec, read_schema(table_location(root, spec.name)))
     bench = Benchmark(root=root, info=info)
     if validate:
         validate_tables(bench, BenchmarkError)
@@ -342,7 +168,7 @@ def write_benchmark(root: str | Path, tables: Mapping[str, pd.DataFrame | pa.Tab
         extra = [c for c in table.column_names if c not in spec.schema.names]
         table = table.select([*spec.schema.names, *extra])
         table = table.cast(pa.schema([*spec.schema, *[table.schema.field(c) for c in extra]]))
-        atomic_write_parquet(_sort_canonically(spec, table), root / spec.file_name)
+        atomic_write_parquet(sort_canonically(spec, table), root / spec.file_name)
         counts[name] = table.num_rows
     full_info = {**dict(info), "counts": counts, "fingerprint": compute_fingerprint(root)}
     atomic_write_json(full_info, root / INFO_FILE)

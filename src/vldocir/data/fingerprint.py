@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from vldocir.data.schema import TABLES
+from vldocir.data.tables import read_table, sort_canonically, table_files, table_location
 from vldocir.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)
@@ -111,8 +112,6 @@ def compute_fingerprint(root: str | Path) -> str:
 
 def _stat_tables(real_root: Path) -> list[tuple]:
     """(relative path, size, mtime_ns, inode, device) of every table file, in a fixed order."""
-    from vldocir.data.benchmark import table_files, table_location  # (benchmark imports this module)
-
     stats = []
     for name in TABLES:
         for file in table_files(table_location(real_root, name)):
@@ -123,12 +122,10 @@ def _stat_tables(real_root: Path) -> list[tuple]:
 
 def _hash_tables(real_root: Path) -> tuple[str, list[str]]:
     """The five tables' digest, and the image files the pages reference, in canonical page order."""
-    from vldocir.data.benchmark import _read, _sort_canonically, table_location
-
     digest = hashlib.blake2b(digest_size=16)
     paths: list[str] = []
     for name, spec in TABLES.items():
-        table = _sort_canonically(spec, _read(table_location(real_root, name)))
+        table = sort_canonically(spec, read_table(table_location(real_root, name)))
         if name == "pages":
             paths = _image_files(table)
             # A constant column, kept so that benchmarks without image files keep the fingerprint

@@ -12,8 +12,8 @@ from tqdm.auto import tqdm
 
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import Benchmark
+from vldocir.data.runs import make_run
 from vldocir.retrieval.base import Retriever
-from vldocir.retrieval.run import make_run
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from vldocir.cache import ArtifactCache, CorruptArtifactError
 from vldocir.data.benchmark import Benchmark
 from vldocir.retrieval.embeddings import PageEmbeddingStore, read_json, read_ragged, verify_ragged, write_ragged
-from vldocir.retrieval.search import RaggedVectors
+from vldocir.retrieval.vectors import RaggedVectors
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,10 @@
 
 Every visual retriever of the paper and OCR-dense are this one class with a different encoder
 (``conf/retriever/<name>.yaml``). Page embeddings are keyed by the benchmark fingerprint and the
-encoder's cache parameters (model, revision, processor settings, dtype) plus the storage dtype,
+encoder's cache parameters (model, commit, processor settings, dtype) plus the storage dtype,
 so every setting, depth and k reuses them; query embeddings are keyed by the same plus the
-query texts.
+query texts. The key holds a commit, never a branch name (a floating revision is resolved
+first), so a hub update is never served old vectors; the store's store.json records it.
 
 Integrity (see :mod:`vldocir.retrieval.embeddings`): every encode or search first checks every
 shard cheaply and re-encodes damaged ones; query embeddings are checked in full and rebuilt when
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 
 from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, content_key
 from vldocir.data.benchmark import Benchmark
+from vldocir.data.runs import make_run
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.embeddings import (
     RAGGED_FILES,
@@ -42,8 +44,8 @@ from vldocir.retrieval.embeddings import (
     write_ragged,
 )
 from vldocir.retrieval.encoders import Encoder
-from vldocir.retrieval.run import make_run
-from vldocir.retrieval.search import NonFiniteVectorsError, RaggedVectors, exact_search, resolve_device
+from vldocir.retrieval.search import NonFiniteVectorsError, exact_search
+from vldocir.retrieval.vectors import RaggedVectors, resolve_device
 
 if TYPE_CHECKING:
     from vldocir.retrieval.settings import DocumentContext

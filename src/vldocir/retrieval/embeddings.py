@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, remove_stale_staging, staging_path
 from vldocir.data.benchmark import Benchmark, table_location
 from vldocir.io import atomic_write_json, file_digest
-from vldocir.retrieval.search import RaggedVectors
+from vldocir.retrieval.vectors import RaggedVectors
 
 log = logging.getLogger(__name__)
 

@@ -2,14 +2,14 @@
 
 A tracker mirrors what the results store holds; it is opened before the pipeline and always
 finished, also when the job fails (``run.py``). Secrets never reach a tracker: see
-:mod:`vldocir.tracking.manifest` for the one redaction rule.
+:mod:`vldocir.manifest` for the one redaction rule.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vldocir.tracking.manifest import install_log_redaction
+from vldocir.manifest import install_log_redaction
 
 if TYPE_CHECKING:  # pandas is slow to import; run.py's command-line guard imports this package
     import pandas as pd

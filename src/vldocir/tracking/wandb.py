@@ -3,7 +3,7 @@
 The manifest becomes the run config, the aggregates the summary, and the structure × metric table
 a ``wandb.Table``. The API key is read by wandb from ``WANDB_API_KEY`` (or ``wandb login``) and is
 never passed through the config. What W&B records goes through the project's one redaction rule
-(:mod:`vldocir.tracking.manifest`): the manifest as config, and the command line.
+(:mod:`vldocir.manifest`): the manifest as config, and the command line.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
-from vldocir.tracking.manifest import install_log_redaction, redact_overrides, redact_secrets
+from vldocir.manifest import install_log_redaction, redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
 MODES = ("online", "offline", "disabled")
@@ -30,12 +30,16 @@ def _run_name(manifest: dict[str, Any]) -> str:
 
 
 class WandbTracker:
+    """``init`` starts the W&B run and returns it (default ``wandb.init``); of the run, the tracker
+    uses ``config`` (``keys``, ``update``), ``name``, ``summary.update``, ``log`` and ``finish``."""
+
     def __init__(self, project: str, mode: str = "offline", entity: str | None = None, dir: str | None = None,
-                 group: str | None = None, tags: list[str] | None = None):
+                 group: str | None = None, tags: list[str] | None = None, init: Callable[..., Any] | None = None):
         if mode not in MODES:
             raise ValueError(f"logger.mode must be one of {MODES}, got {mode!r}")
         self.project, self.mode, self.entity, self.dir = project, mode, entity, dir
         self.group, self.tags = group, list(tags or [])
+        self.init = init
         self.run = None
         install_log_redaction()  # as NullTracker: logging is set up by now, scrub it of secrets
 
@@ -50,7 +54,7 @@ class WandbTracker:
         argv = sys.argv
         sys.argv = [*argv[:1], *redact_overrides(argv[1:])]
         try:
-            self.run = wandb.init(
+            self.run = (self.init or wandb.init)(
                 project=self.project, entity=self.entity, mode=self.mode, dir=self.dir, group=self.group,
                 tags=self.tags, name=_run_name(manifest), config=redact_secrets(manifest), reinit="finish_previous",
             )

@@ -1,4 +1,9 @@
-"""The run manifest: everything needed to trust a result and to make it again (STYLE.md #9)."""
+"""The run manifest: everything needed to trust a result and to make it again (STYLE.md #9).
+
+What a run records about itself (package versions, git state, hardware) and the one redaction rule
+that keeps secrets out of manifests, trackers, logs and the command line. It imports nothing else
+from vldocir, so the pipeline, the launcher and the trackers can all use it.
+"""
 
 from __future__ import annotations
 
