@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import REPO_ROOT
 from vldocir.construction.synthetic import SyntheticSpec, generate
 from vldocir.data.benchmark import Benchmark
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "conf"
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +80,31 @@ def subset_dir(tmp_path_factory) -> Path:
     from helpers import mini_subset
 
     return mini_subset(tmp_path_factory.mktemp("subset") / "b", ["arxiv-00003", "wikipedia-00000", "wikipedia-00001"])
+
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def _subprocesses_are_slow(request, monkeypatch):
+    """A test that starts a subprocess itself (`run_py`, `subprocess.run`, `Popen`: interpreter and
+    import start-up, or another program) belongs to the `slow` lane: enforced for the tests not
+    marked `slow`. Processes the code under test starts (git for the manifest, wandb's service)
+    are not the test's doing and pass."""
+    if "slow" in request.keywords:
+        return
+    real = subprocess.Popen
+
+    class Guarded(real):
+        def __init__(self, args, *rest, **kwargs):
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename == subprocess.__file__:
+                frame = frame.f_back  # subprocess.run -> Popen
+            if frame is not None and Path(frame.f_code.co_filename).resolve().parent == TESTS_DIR:
+                raise AssertionError(f"{request.node.nodeid} starts a subprocess ({args!r}): mark it @pytest.mark.slow")
+            super().__init__(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Guarded)
 
 
 @pytest.fixture(autouse=True)

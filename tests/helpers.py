@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
+from vldocir.tracking import NullTracker
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO_ROOT / "conf"
 
 
 def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -67,34 +75,82 @@ def tiny_overrides(name: str, tiny: dict[str, Path]) -> list[str]:
     return over
 
 
-def compose_cfg(*overrides: str):
-    """The job config `python run.py <overrides>` would run, with Hydra's global config set."""
+def compose_cfg(*overrides: str, config_dir: Path = CONFIG_DIR, keep_hydra: bool = False):
+    """The job config `python run.py <overrides>` would run, with Hydra's global config set (for
+    ``${hydra:...}``). ``keep_hydra`` keeps the ``hydra`` node (launcher, sweep dirs) that Hydra
+    removes before calling the task; ``config_dir`` composes another copy of ``conf/``."""
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
+    if not keep_hydra:
+        with open_dict(cfg):
+            del cfg["hydra"]
     return cfg
 
 
-def evaluate(*overrides: str):
-    """Run the pipeline in process like `python run.py <overrides>`; (metrics, manifest, run dir)."""
-    import json
+class Evaluation(NamedTuple):
+    """What one in-process evaluation made: ``metrics.json``'s content, the job's manifest (as the
+    pipeline handed it to the tracker: on a reused entry it says so, unlike the entry's own
+    manifest file) and the store entry the job's report names."""
 
-    from vldocir import store
-    from vldocir.data.benchmark import load_benchmark
+    metrics: dict
+    manifest: dict | None
+    entry: Path | None
+
+
+class RecordingTracker:
+    """Passes everything on to ``tracker`` (``logger=none``'s by default), keeping the manifest the
+    pipeline hands it (what W&B would receive)."""
+
+    def __init__(self, tracker=None):
+        self.tracker = tracker if tracker is not None else NullTracker()
+        self.manifest: dict | None = None
+
+    def start(self, manifest):
+        self.tracker.start(manifest)
+
+    def log_results(self, metrics, structure_table, manifest=None):
+        self.manifest = json.loads(json.dumps(manifest, default=str))
+        self.tracker.log_results(metrics, structure_table, manifest=manifest)
+
+    def finish(self, failed):
+        self.tracker.finish(failed=failed)
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, out):
+        self.out, self.seen = out, io.StringIO()
+
+    def write(self, text):
+        self.out.write(text)
+        return self.seen.write(text)
+
+    def flush(self):
+        self.out.flush()
+
+
+def evaluate(*overrides: str, tracker=None) -> Evaluation:
+    """Run the pipeline in process as `python run.py <overrides>` does (compose, ``run_stage``, the
+    tracker always finished), minus process start-up. What it prints still reaches stdout (and
+    ``capsys``). ``tracker``: another tracker than ``logger=none``'s."""
     from vldocir.pipeline import run_stage
-    from vldocir.tracking import NullTracker
 
     cfg = compose_cfg(*overrides)
-    metrics = run_stage(cfg, NullTracker())
-    bench = load_benchmark(cfg.dataset.source)
-    run_dir = newest_entry(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
-    return metrics, json.loads((run_dir / store.MANIFEST_FILE).read_text()), run_dir
+    recorder = RecordingTracker(tracker)
+    tee = _Tee(sys.stdout)
+    failed = True
+    try:
+        with contextlib.redirect_stdout(tee):
+            metrics = run_stage(cfg, recorder)
+        failed = False
+    finally:
+        recorder.finish(failed=failed)
+    found = re.search(r"^Run directory: (\S+)", tee.seen.getvalue(), re.M)
+    return Evaluation(metrics, recorder.manifest, Path(found.group(1)) if found else None)
 
 
 def newest_entry(results_dir, benchmark: str, retriever: str, setting: str) -> Path:

@@ -15,14 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 from hydra.utils import instantiate
 
-from helpers import MINI_DIR, compose_cfg, evaluate, mini_subset, newest_entry, run_py, tiny_overrides
+from helpers import MINI_DIR, REPO_ROOT, compose_cfg, evaluate, mini_subset, newest_entry, run_py, tiny_overrides
 from vldocir import store
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import load_benchmark
 from vldocir.retrieval.embeddings import BadPagesError
 from vldocir.retrieval.encoders import ModelLoadError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 ALL_RETRIEVERS = {
     # name: (model class or encoder class, hub id)
     "colpali13": ("colpali_engine.models.ColPali", "vidore/colpali-v1.3"),
@@ -209,6 +208,7 @@ def test_undecodable_page_is_skipped_on_request_and_recorded(broken_subset_dir, 
     assert run.num_rows > 0
 
 
+@pytest.mark.slow
 def test_model_missing_offline_names_the_hub_id_and_the_local_path_option(subset_dir, isolated_paths):
     done = run_py("retriever=colqwen25", f"dataset.source={subset_dir}", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(isolated_paths / "hf")})
     assert done.returncode != 0

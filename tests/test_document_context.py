@@ -11,7 +11,8 @@ from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 from helpers import evaluate, tiny_overrides
 from test_search import shard, stored_fp32
 from vldocir.retrieval.context import DocumentContextVectors, spherical_kmeans
-from vldocir.retrieval.search import RaggedVectors, exact_search
+from vldocir.retrieval.search import exact_search
+from vldocir.retrieval.vectors import RaggedVectors
 
 score_multi_vector = BaseVisualRetrieverProcessor.score_multi_vector
 

@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from vldocir.data import benchmark as benchmark_module
 from vldocir.data import fingerprint
 from vldocir.data.benchmark import compute_fingerprint, load_benchmark
 from vldocir.data.schema import TABLES
@@ -134,8 +133,8 @@ def test_rerun_trusts_the_stat_not_the_bytes(image_bench, cache_dir):
 def test_rerun_reads_no_table(image_bench, monkeypatch):
     first = compute_fingerprint(image_bench)
     reads: list = []
-    real = benchmark_module._read
-    monkeypatch.setattr(benchmark_module, "_read", lambda *a, **k: reads.append(a) or real(*a, **k))
+    real = fingerprint.read_table
+    monkeypatch.setattr(fingerprint, "read_table", lambda *a, **k: reads.append(a) or real(*a, **k))
     assert compute_fingerprint(image_bench) == first
     assert reads == []
     # A changed table is read again (its stat changed) and changes the fingerprint.
@@ -223,7 +222,7 @@ def _fingerprint_before_image_hashing(root: Path) -> str:
     """The algorithm of earlier versions: the tables, plus each image file's size."""
     digest = hashlib.blake2b(digest_size=16)
     for name, spec in TABLES.items():
-        table = benchmark_module._read(root / f"{name}.parquet").sort_by([(k, "ascending") for k in spec.key])
+        table = fingerprint.read_table(root / f"{name}.parquet").sort_by([(k, "ascending") for k in spec.key])
         if name == "pages":
             paths = table.column("image").combine_chunks().field("path").to_pylist()
             sizes = [(root / p).stat().st_size if p else -1 for p in paths]

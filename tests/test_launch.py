@@ -1,7 +1,8 @@
 """Launching: every config composes, sweeps run through submitit, SLURM launchers compose and
 produce a valid sbatch script, and a misspelt launcher key fails at composition.
 
-Commands run as real `python run.py` subprocesses; the rest uses Hydra's compose API on `conf/`.
+Commands run as real `python run.py` subprocesses (the `slow` lane); the rest uses Hydra's compose
+API on `conf/` (``helpers.compose_cfg``).
 """
 
 from __future__ import annotations
@@ -13,40 +14,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_class, instantiate
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from vldocir import store
 from vldocir.config_checks import check_config
 from vldocir.construction.synthetic import SyntheticSpec, generate
-from helpers import newest_entry, run_py
+from helpers import CONFIG_DIR, REPO_ROOT, compose_cfg, newest_entry, run_py
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "conf"
 LAUNCHER_FILES = sorted((CONFIG_DIR / "hydra" / "launcher").glob("*.yaml"))
 EXPERIMENT_FILES = sorted((CONFIG_DIR / "experiment").glob("*.yaml"))
 SLURM_LAUNCHERS = sorted(p.stem for p in LAUNCHER_FILES if p.stem.startswith("slurm_"))
 STORE_FILES = (store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.MANIFEST_FILE)
-
-
-
-def compose_config(overrides: list[str], config_dir: Path = CONFIG_DIR):
-    """Compose like `python run.py OVERRIDES` does, with Hydra's global config set for `${hydra:...}`."""
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    return cfg
-
-
-def job_config(cfg) -> dict:
-    """The resolved config the job sees (Hydra removes its own node before calling the task)."""
-    cfg = cfg.copy()
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def exception_chain(error: BaseException) -> list[BaseException]:
@@ -60,6 +40,7 @@ def exception_chain(error: BaseException) -> list[BaseException]:
 # --- retriever=colqwen25 setting=ctx ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resolve", [False, True], ids=["unresolved", "resolved"])
 def test_ctx_command_composes_with_n_ctx(isolated_paths, resolve):
     args = ["--cfg", "job", *(["--resolve"] if resolve else []), "retriever=colqwen25", "setting=ctx", "n_ctx=256"]
@@ -78,7 +59,7 @@ def test_ctx_command_composes_with_n_ctx(isolated_paths, resolve):
 
 
 def test_ctx_setting_instantiates_with_n_ctx(isolated_paths):
-    cfg = compose_config(["retriever=colqwen25", "setting=ctx", "n_ctx=128"])
+    cfg = compose_cfg("retriever=colqwen25", "setting=ctx", "n_ctx=128")
     assert cfg.setting.method.n_ctx == 128 and cfg.setting.id == "ctx-n128"
     assert instantiate(cfg.setting.method).cache_params()["n_ctx"] == 128
 
@@ -87,7 +68,7 @@ def test_ctx_setting_instantiates_with_n_ctx(isolated_paths):
 
 
 def test_sweep_subdirs_are_named_by_overrides(isolated_paths):
-    cfg = compose_config(["dataset.name=x"])
+    cfg = compose_cfg("dataset.name=x", keep_hydra=True)
     raw = OmegaConf.to_container(cfg.hydra.sweep)
     assert raw["subdir"] == "${hydra.job.override_dirname}"
     assert raw["dir"].startswith("${paths.log_dir}/multirun/")
@@ -133,7 +114,7 @@ def test_every_launcher_config_composes_and_instantiates(isolated_paths, launche
     from hydra.core.plugins import Plugins
     from hydra.plugins.launcher import Launcher
 
-    cfg = compose_config([f"hydra/launcher={launcher}"])
+    cfg = compose_cfg(f"hydra/launcher={launcher}", keep_hydra=True)
     launcher_cfg = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert issubclass(get_class(launcher_cfg["_target_"]), Launcher)
     # What Hydra does at the start of a multirun (Plugins.instantiate_launcher): resolves every value.
@@ -145,6 +126,7 @@ def test_launcher_files_do_not_shadow_plugin_configs():
     assert not {p.stem for p in LAUNCHER_FILES} & {"submitit_local", "submitit_slurm", "basic"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", SLURM_LAUNCHERS)
 def test_slurm_launcher_composes_from_the_command_line(isolated_paths, launcher):
     env = {"SLURM_PARTITION": "gpu-test", "SLURM_ACCOUNT": "proj-42", "SLURM_QOS": "normal"}
@@ -171,7 +153,7 @@ def test_slurm_cluster_values_default_to_unset(isolated_paths, monkeypatch, tmp_
     config_dir = tmp_path / "conf"
     shutil.copytree(CONFIG_DIR, config_dir)
     (config_dir / "local" / "default.yaml").unlink(missing_ok=True)  # a developer's own cluster values
-    cfg = compose_config(["hydra/launcher=slurm_h100"], config_dir=config_dir)
+    cfg = compose_cfg("hydra/launcher=slurm_h100", config_dir=config_dir, keep_hydra=True)
     assert (cfg.hydra.launcher.partition, cfg.hydra.launcher.account, cfg.hydra.launcher.qos) == (None, None, None)
 
 
@@ -186,12 +168,12 @@ def test_local_config_example_sets_cluster_values_without_breaking_local_runs(is
     for var in ("SLURM_PARTITION", "SLURM_ACCOUNT", "SLURM_QOS"):
         monkeypatch.delenv(var, raising=False)
 
-    local = compose_config([], config_dir=config_dir)
+    local = compose_cfg(config_dir=config_dir)
     assert local.paths.data_dir == "/scratch/tester/vldocir/data"
-    slurm = compose_config(["hydra/launcher=slurm_h100"], config_dir=config_dir)
+    slurm = compose_cfg("hydra/launcher=slurm_h100", config_dir=config_dir, keep_hydra=True)
     assert (slurm.hydra.launcher.partition, slurm.hydra.launcher.account) == ("gpu-h100", "my-project")
     monkeypatch.setenv("SLURM_PARTITION", "from-env")
-    assert compose_config(["hydra/launcher=slurm_a100"], config_dir=config_dir).hydra.launcher.partition == "from-env"
+    assert compose_cfg("hydra/launcher=slurm_a100", config_dir=config_dir, keep_hydra=True).hydra.launcher.partition == "from-env"
 
 
 @pytest.mark.parametrize("launcher", SLURM_LAUNCHERS)
@@ -201,7 +183,7 @@ def test_slurm_launcher_makes_a_valid_sbatch_script(isolated_paths, monkeypatch,
     from submitit.slurm.slurm import SlurmExecutor, _convert_mem, _make_sbatch_string
 
     monkeypatch.setenv("SLURM_PARTITION", "gpu-test")
-    cfg = compose_config([f"hydra/launcher={launcher}"])
+    cfg = compose_cfg(f"hydra/launcher={launcher}", keep_hydra=True)
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     params.pop("_target_")
     params.pop("submitit_folder")
@@ -217,6 +199,7 @@ def test_slurm_launcher_makes_a_valid_sbatch_script(isolated_paths, monkeypatch,
     assert f"source {REPO_ROOT}/slurm/env.sh" in script
 
 
+@pytest.mark.slow
 def test_misspelt_launcher_override_fails_naming_the_key(isolated_paths):
     done = run_py("-m", "hydra/launcher=slurm_h100", "hydra.launcher.partiton=gpu", "--cfg", "hydra")
     assert done.returncode != 0
@@ -230,7 +213,7 @@ def test_misspelt_key_in_a_launcher_file_fails_at_composition(isolated_paths, tm
         "defaults:\n  - slurm_h100\npartiton: gpu-h100\n"
     )
     with pytest.raises(ConfigCompositionException) as caught:
-        compose_config(["hydra/launcher=slurm_typo"], config_dir=config_dir)
+        compose_cfg("hydra/launcher=slurm_typo", config_dir=config_dir, keep_hydra=True)
     message = "\n".join(str(e) for e in exception_chain(caught.value))
     assert "partiton" in message and "slurm_typo" in message
 
@@ -247,6 +230,7 @@ def _source_env_sh(tmp_path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", script], env={**base, **env}, capture_output=True, text=True, cwd=tmp_path, timeout=60)
 
 
+@pytest.mark.slow
 def test_env_sh_activates_the_venv_and_sets_defaults(tmp_path):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
@@ -259,6 +243,7 @@ def test_env_sh_activates_the_venv_and_sets_defaults(tmp_path):
     assert os.uname().nodename in done.stdout  # prints the host (and the GPUs, where there are any)
 
 
+@pytest.mark.slow
 def test_env_sh_keeps_user_values_and_warns_without_a_venv(tmp_path):
     done = _source_env_sh(tmp_path, {"VLDOCIR_VENV": str(tmp_path / "missing"), "WANDB_MODE": "online"})
     assert done.returncode == 0
@@ -283,12 +268,12 @@ def _sweep_points(cfg) -> list[str]:
 @pytest.mark.parametrize("experiment", [None] + [p.stem for p in EXPERIMENT_FILES])
 def test_every_experiment_composes(isolated_paths, experiment):
     overrides = [] if experiment is None else [f"experiment={experiment}"]
-    cfg = compose_config(overrides)
+    cfg = compose_cfg(*overrides, keep_hydra=True)
     points = _sweep_points(cfg)
     if experiment is not None:
         assert points, f"experiment={experiment} sweeps nothing (hydra.sweeper.params is empty)"
     for point in points or [None]:
-        job = job_config(compose_config(overrides + ([point] if point else [])))
+        job = OmegaConf.to_container(compose_cfg(*overrides, *([point] if point else [])), resolve=True)
         assert job["retriever"]["id"] and job["setting"]["id"] and job["dataset"]["name"]
         check_config(OmegaConf.create(job))  # depth, ks, optimized_metric, ids: what run.py checks first
 

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+import pytrec_eval
 
+from vldocir.data.runs import make_run
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.evaluation.aggregate import evidence_completeness, summarise
 from vldocir.evaluation.metrics import EvidenceIndex, RunError, metric_columns, per_query_metrics, rank_run
-from vldocir.retrieval.run import make_run
 
 KS = (3, 5, 10)
 D2, D3, D4, D5, D6 = (1 / math.log2(r + 1) for r in range(2, 7))  # discount at ranks 2..6
@@ -296,7 +297,6 @@ def bench_index(small_bench):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_equals_trec_eval(small_bench, bench_index, seed):
-    pytrec_eval = pytest.importorskip("pytrec_eval")
     run, run_dict, qrels = _random_benchmark_run(small_bench, seed)
     ours = per_query_metrics(run, bench_index, KS).set_index("query_id")
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.3,5,10", "recall.3,5,10"})
@@ -317,7 +317,8 @@ def test_equals_trec_eval(small_bench, bench_index, seed):
 @pytest.mark.slow  # ranx's numba functions take ~10 s to load (and ~45 s to compile on first use)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_equals_ranx(small_bench, bench_index, seed):
-    ranx = pytest.importorskip("ranx")
+    import ranx  # here, not at the top: loading its numba functions takes ~10 s
+
     run, run_dict, qrels = _random_benchmark_run(small_bench, seed)
     ours = per_query_metrics(run, bench_index, KS).set_index("query_id")
     ranx_run = ranx.Run.from_dict(run_dict)

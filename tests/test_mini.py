@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,10 +13,7 @@ from PIL import Image
 
 from vldocir.data.benchmark import load_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
-from helpers import newest_entry
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = REPO_ROOT / "data" / "vl-docir-mini"
+from helpers import MINI_DIR as SHIPPED, REPO_ROOT, newest_entry
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The evaluation pipeline end to end: results store, manifest, cache reuse, report.
 
-Most tests compose the config with Hydra's compose API and call ``vldocir.pipeline.evaluate`` (what
-``run.py`` does, minus process start-up); the last ones run ``python run.py`` as a subprocess.
+Most tests run the pipeline in process (``helpers.evaluate``: compose, then ``run_stage``, what
+``run.py`` does minus process start-up); the last ones run ``python run.py`` as a subprocess (slow).
 """
 
 from __future__ import annotations
@@ -17,39 +17,24 @@ import pytest
 
 from vldocir import store
 from vldocir.data.benchmark import load_benchmark
-from vldocir.pipeline import evaluate
-from vldocir.retrieval.run import read_run, write_run
-from vldocir.tracking import NullTracker
-from helpers import compose_cfg, run_py
+from vldocir.data.runs import read_run, write_run
+from helpers import evaluate, run_py
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 STORE_FILES = (store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.MANIFEST_FILE)
 OLD = 1_000_000_000  # an mtime (2001) that no write made by a test can have
 
 
 @pytest.fixture
 def run_eval(isolated_paths, small_bench_dir, capsys):
-    """``run_eval(*overrides)`` evaluates DOM-BM25 on the small benchmark like `python run.py` does;
-    returns (metrics, this job's manifest as handed to the tracker, printed report, store entry)."""
+    """``run_eval(*overrides)`` evaluates DOM-BM25 on the small benchmark (``helpers.evaluate``);
+    returns (metrics, the job's manifest, its printed report, the store entry the report names)."""
 
     def run(*overrides: str):
-        cfg = compose_cfg(f"dataset.source={small_bench_dir}", "dataset.build=null", *overrides)
         capsys.readouterr()
-        tracker = RecordingTracker()
-        metrics = evaluate(cfg, tracker)
-        printed = capsys.readouterr().out
-        return metrics, tracker.manifest, printed, entry_printed(printed)
+        metrics, manifest, entry = evaluate(f"dataset.source={small_bench_dir}", "dataset.build=null", *overrides)
+        return metrics, manifest, capsys.readouterr().out, entry
 
     return run
-
-
-class RecordingTracker(NullTracker):
-    """Keeps the manifest the pipeline hands to the tracker (what W&B would receive)."""
-
-    manifest: dict | None = None
-
-    def log_results(self, metrics, structure_table, manifest=None):
-        self.manifest = json.loads(json.dumps(manifest, default=str))
 
 
 def entry_printed(stdout: str) -> Path:

@@ -8,7 +8,8 @@ import torch
 from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
 from vldocir.retrieval.embeddings import to_storage
-from vldocir.retrieval.search import RaggedVectors, exact_search
+from vldocir.retrieval.search import exact_search
+from vldocir.retrieval.vectors import RaggedVectors
 
 score_multi_vector = BaseVisualRetrieverProcessor.score_multi_vector
 score_single_vector = BaseVisualRetrieverProcessor.score_single_vector

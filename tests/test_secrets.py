@@ -21,14 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_py
+from helpers import REPO_ROOT, compose_cfg, run_py
 from vldocir import store
 from vldocir.launch import refuse_secret_overrides, secret_overrides
-from vldocir.tracking.manifest import (
+from vldocir.manifest import (
     REDACTED, RedactingFilter, environment_secrets, is_secret_key, redact_overrides, redact_secrets, redact_text,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY")
 # Each as the user audit found it reaching manifests and Hydra's logs; the value is distinctive.
 REFUSED = [
@@ -177,9 +176,7 @@ def test_env_reference_with_a_literal_default_is_refused():
 
 
 def test_secret_keys_are_left_out_of_job_directory_names(isolated_paths):
-    from test_launch import compose_config
-
-    cfg = compose_config(["+hf_token=x", "+retriever.hub_token=${oc.env:HF_TOKEN}", "depth=50"])
+    cfg = compose_cfg("+hf_token=x", "+retriever.hub_token=${oc.env:HF_TOKEN}", "depth=50", keep_hydra=True)
     assert cfg.hydra.job.override_dirname == "depth=50"
 
 
@@ -245,6 +242,7 @@ def _manifests(results: Path) -> list[dict]:
 def _check_manifest(manifest: dict) -> None:
     retriever = manifest["config"]["retriever"]
     assert retriever["hub_token"] == REDACTED and retriever["note"] == REDACTED
+    assert f"+retriever.hub_token={REDACTED}" in manifest["overrides"], "the overrides, as recorded, too"
     # The manifest's own keys are content hashes, not secrets: they stay.
     assert re.fullmatch(r"[0-9a-f]{16}", manifest["run"]["key"]), manifest["run"]
     assert manifest["cache"] and all(re.fullmatch(r"[0-9a-f]{16}", e["key"]) for e in manifest["cache"]), manifest["cache"]

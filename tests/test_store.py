@@ -1,9 +1,9 @@
 """The results store never lies: every kill, full disk, race or variant leaves verified entries only.
 
 The pipeline publishes an entry in five steps (run, per-query rows, metrics, manifest written into
-a staging directory, then one rename). The crash tests run ``run_stage`` in a child process that
-SIGKILLs itself before or after each step (the store's two step functions wrapped, nothing else
-changed), then run the same command again and compare with an uninterrupted run.
+a staging directory, then one rename). The crash tests run the pipeline (``helpers.evaluate``) in a
+child process that SIGKILLs itself before or after each step (the store's two step functions
+wrapped, nothing else changed), then run the same command again and compare with an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ import pandas as pd
 import pytest
 
 from vldocir import store
-from vldocir.pipeline import run_stage
-from vldocir.tracking import NullTracker
-from helpers import REPO_ROOT, compose_cfg, newest_entry, run_py
+from helpers import REPO_ROOT, evaluate, newest_entry
 
 STEPS = ["write run.parquet", "write per_query.parquet", "write metrics.json", "write manifest.json", "rename"]
 KILL_POINTS = [(i, when) for i in range(1, len(STEPS) + 1) for when in ("before", "after")]
@@ -31,10 +29,8 @@ KILL_POINTS = [(i, when) for i in range(1, len(STEPS) + 1) for when in ("before"
 CHILD = r"""
 import os, signal, sys
 sys.path.insert(0, "tests")
-from helpers import compose_cfg
+from helpers import evaluate
 from vldocir import store
-from vldocir.pipeline import run_stage
-from vldocir.tracking import NullTracker
 
 step, when, overrides = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 calls = [0]
@@ -52,16 +48,12 @@ def killing(function):
 
 store._write_file = killing(store._write_file)
 store._commit = killing(store._commit)
-run_stage(compose_cfg(*overrides), NullTracker())
+evaluate(*overrides)
 """
 
 
 def _bench(small_bench_dir) -> list[str]:
     return [f"dataset.source={small_bench_dir}", "dataset.build=null"]
-
-
-def _run(*overrides: str) -> dict:
-    return run_stage(compose_cfg(*overrides), NullTracker())
 
 
 def _kill_at(step: int, when: str, overrides: list[str]) -> None:
@@ -77,7 +69,8 @@ def reference(tmp_path_factory, small_bench_dir):
     saved = {k: os.environ.get(k) for k in ("VLDOCIR_RESULTS_DIR", "VLDOCIR_CACHE_DIR")}
     os.environ.update(VLDOCIR_RESULTS_DIR=str(root / "results"), VLDOCIR_CACHE_DIR=str(root / "cache"))
     try:
-        return {"default": _run(*_bench(small_bench_dir)), "k1-20": _run(*_bench(small_bench_dir), "eval.ks=[1,20]")}
+        return {"default": evaluate(*_bench(small_bench_dir)).metrics,
+                "k1-20": evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]").metrics}
     finally:
         for key, value in saved.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
@@ -95,8 +88,7 @@ def test_sigkill_at_any_step_of_a_first_publish(isolated_paths, small_bench_dir,
     published = (step, when) == (5, "after")
     assert len(_entries(results)) == (1 if published else 0), "an entry is either complete and verified, or absent"
 
-    metrics = _run(*_bench(small_bench_dir))
-    assert metrics == reference["default"]
+    assert evaluate(*_bench(small_bench_dir)).metrics == reference["default"]
     (entry,) = _entries(results)
     assert store.Entry(entry).verify(full=True)
     assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name], "the killed writer's staging is cleaned"
@@ -107,15 +99,14 @@ def test_sigkill_at_any_step_of_a_first_publish(isolated_paths, small_bench_dir,
 def test_sigkill_at_any_step_of_a_reevaluation(isolated_paths, small_bench_dir, reference, step, when):
     """The second evaluation links the stored run into its entry; a kill there harms neither."""
     results = isolated_paths / "results"
-    _run(*_bench(small_bench_dir))
+    evaluate(*_bench(small_bench_dir))
     (first,) = _entries(results)
     before = {f: (first / f).read_bytes() for f in store.VOUCHED_FILES + (store.MANIFEST_FILE,)}
 
     _kill_at(step, when, [*_bench(small_bench_dir), "eval.ks=[1,20]"])
     assert {f: (first / f).read_bytes() for f in before} == before, "the first entry is untouched"
 
-    metrics = _run(*_bench(small_bench_dir), "eval.ks=[1,20]")
-    assert metrics == reference["k1-20"]
+    assert evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]").metrics == reference["k1-20"]
     entries = _entries(results)
     assert len(entries) == 2 and all(store.Entry(e).verify(full=True) for e in entries)
     assert sorted(p.name for p in first.parent.iterdir()) == sorted(e.name for e in entries)
@@ -136,38 +127,38 @@ def test_full_disk_at_any_step_publishes_nothing_and_the_rerun_is_right(isolated
 
     monkeypatch.setattr(store, "_write_file", full_disk)
     with pytest.raises(store.StoreError, match="the disk is full. Nothing was published"):
-        _run(*_bench(small_bench_dir))
+        evaluate(*_bench(small_bench_dir))
     setting_dir = results / "runs" / "test-small" / "dom_bm25" / "base"
     assert list(setting_dir.iterdir()) == [], "no entry and no staging debris"
 
     monkeypatch.setattr(store, "_write_file", real)
-    assert _run(*_bench(small_bench_dir)) == reference["default"]
+    assert evaluate(*_bench(small_bench_dir)).metrics == reference["default"]
 
 
 def test_full_disk_on_the_rename_keeps_the_old_entries(isolated_paths, small_bench_dir, reference, monkeypatch):
     results = isolated_paths / "results"
-    _run(*_bench(small_bench_dir))
+    evaluate(*_bench(small_bench_dir))
 
     def no_space(staging, final):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(store, "_commit", no_space)
     with pytest.raises(store.StoreError, match="the disk is full"):
-        _run(*_bench(small_bench_dir), "eval.ks=[1,20]")
+        evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]")
     monkeypatch.undo()
     (entry,) = _entries(results)
     assert store.Entry(entry).verify(full=True)
-    assert _run(*_bench(small_bench_dir), "eval.ks=[1,20]") == reference["k1-20"]
+    assert evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]").metrics == reference["k1-20"]
 
 
-def test_variants_get_their_own_entries_and_are_listed(isolated_paths, small_bench_dir, caplog):
+def test_variants_get_their_own_entries_and_are_listed(isolated_paths, small_bench_dir, caplog, capsys):
     results = isolated_paths / "results"
-    _run(*_bench(small_bench_dir))
-    _run(*_bench(small_bench_dir), "eval.ks=[1,3]")
-    _run(*_bench(small_bench_dir), "depth=20")
+    evaluate(*_bench(small_bench_dir))
+    evaluate(*_bench(small_bench_dir), "eval.ks=[1,3]")
+    evaluate(*_bench(small_bench_dir), "depth=20")
     assert "with other parameters" not in caplog.text
     with caplog.at_level("WARNING"):
-        _run(*_bench(small_bench_dir), "retriever.model.k1=0.9")
+        evaluate(*_bench(small_bench_dir), "retriever.model.k1=0.9")
     assert "holds a run of dom_bm25/base with other parameters; both are kept" in caplog.text
     index = store.list_runs(results)
     assert sorted(zip(index.depth, index.ks)) == [(20, (3, 5, 10)), (100, (1, 3)), (100, (3, 5, 10)), (100, (3, 5, 10))]
@@ -181,8 +172,9 @@ def test_variants_get_their_own_entries_and_are_listed(isolated_paths, small_ben
     assert picked.alternatives == 3 and picked.depth == 100 and picked.ks == (3, 5, 10)
     assert picked.path == index[(index.depth == 100) & (index.ks == (3, 5, 10))].sort_values("created_at").path.iloc[-1]
 
-    listing = subprocess.run([sys.executable, "-m", "vldocir.store", str(results)], capture_output=True, text=True, cwd=REPO_ROOT)
-    assert listing.returncode == 0 and len(listing.stdout.strip().splitlines()) == 1 + 4
+    capsys.readouterr()
+    assert store.main([str(results)]) == 0  # python -m vldocir.store RESULTS_DIR
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 4
 
 
 def test_a_benchmark_with_the_same_name_and_other_content_gets_its_own_entry(isolated_paths, tmp_path):
@@ -190,7 +182,7 @@ def test_a_benchmark_with_the_same_name_and_other_content_gets_its_own_entry(iso
 
     for seed in (1, 2):
         generate(SyntheticSpec(name="same-name", seed=seed), tmp_path / f"b{seed}")
-        _run(f"dataset.source={tmp_path / f'b{seed}'}", "dataset.build=null")
+        evaluate(f"dataset.source={tmp_path / f'b{seed}'}", "dataset.build=null")
     index = store.list_runs(isolated_paths / "results")
     assert len(index) == 2 and index.fingerprint.nunique() == 2 and set(index.benchmark) == {"same-name"}
 
@@ -200,14 +192,14 @@ def test_hand_placed_files_are_never_touched(isolated_paths, small_bench_dir, ca
     setting_dir = results / "runs" / "test-small" / "dom_bm25" / "base"
     setting_dir.mkdir(parents=True)
     (setting_dir / "run.parquet").write_bytes(b"placed by hand")  # the old one-directory layout
-    _run(*_bench(small_bench_dir))
+    evaluate(*_bench(small_bench_dir))
     (entry,) = _entries(results)
     other = entry.with_name(entry.name.replace("k3-5-10", "k1-20"))  # made by hand where the next entry goes
     other.mkdir()
     (other / "notes.txt").write_text("mine")
 
     with caplog.at_level("WARNING"):
-        _run(*_bench(small_bench_dir), "eval.ks=[1,20]")
+        evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]")
     assert "is in the way and is not a verified entry" in caplog.text
     assert (setting_dir / "run.parquet").read_bytes() == b"placed by hand"
     assert (other / "notes.txt").read_text() == "mine" and sorted(p.name for p in other.iterdir()) == ["notes.txt"]
@@ -218,7 +210,7 @@ def test_hand_placed_files_are_never_touched(isolated_paths, small_bench_dir, ca
 
 def test_concurrent_writers_of_one_entry_leave_one_verified_entry(isolated_paths, small_bench_dir):
     """Eight threads publish the same evaluation at once: the first rename wins, the others keep it."""
-    _run(*_bench(small_bench_dir))
+    evaluate(*_bench(small_bench_dir))
     (entry,) = _entries(isolated_paths / "results")
     per_query = pd.read_parquet(entry / store.PER_QUERY_FILE)
     metrics = json.loads((entry / store.METRICS_FILE).read_text())
@@ -285,9 +277,9 @@ def test_reports_pick_the_paper_depth_and_ks_and_say_which(isolated_paths, small
     from vldocir.reporting.store_view import ResultsView
 
     results = isolated_paths / "results"
-    _run(*_bench(small_bench_dir))
-    _run(*_bench(small_bench_dir), "depth=20")  # newer, but not the paper's depth
-    _run(*_bench(small_bench_dir), "eval.ks=[1,3]")  # newer, but without k=5, 10
+    evaluate(*_bench(small_bench_dir))
+    evaluate(*_bench(small_bench_dir), "depth=20")  # newer, but not the paper's depth
+    evaluate(*_bench(small_bench_dir), "eval.ks=[1,3]")  # newer, but without k=5, 10
     view = ResultsView(results, "test-small", ks=[5, 10], depth=100)
     run = view.runs()[0]
     assert run.path == newest_entry(results, "test-small", "dom_bm25", "base").parent / run.path.name
