@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One idempotent setup for a fresh Linux machine: the locked Python environment (uv, .venv) and the
-# system packages the construction pipeline and tests use (Chromium, the Liberation fonts, Tesseract).
+# system packages the construction pipeline and tests use (Chromium, the Liberation fonts, Tesseract,
+# pdflatex for the LaTeX tables).
 # Needs no network beyond the package registries. Safe to run again: it only fills in what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,8 @@ uv sync --frozen --quiet
 missing=()
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "${VLDOCIR_CHROMIUM:-}" ] || missing+=(chromium)
 command -v tesseract >/dev/null 2>&1 || missing+=(tesseract-ocr)
+# pdflatex checks that the LaTeX tables `make tables` writes compile (booktabs, geometry, xcolor).
+command -v pdflatex >/dev/null 2>&1 || missing+=(texlive-latex-recommended)
 # The generated documents ask for the Liberation fonts; without them Chromium falls back to wider
 # fonts, pages break elsewhere and the mini benchmark no longer rebuilds identically.
 { command -v fc-list >/dev/null 2>&1 && fc-list : family | grep -q "Liberation Serif"; } || missing+=(fonts-liberation)
