@@ -20,7 +20,7 @@ from vldocir import store
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import load_benchmark
 from vldocir.retrieval.embeddings import BadPagesError
-from vldocir.retrieval.encoders import ModelLoadError
+from vldocir.retrieval.checkpoints import ModelLoadError
 
 ALL_RETRIEVERS = {
     # name: (model class or encoder class, hub id)

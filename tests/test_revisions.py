@@ -16,7 +16,7 @@ from helpers import REPO_ROOT, compose_cfg, evaluate, tiny_overrides
 from hydra.utils import instantiate
 
 from vldocir.config_checks import ConfigError
-from vldocir.retrieval.encoders import Checkpoint, ModelLoadError, RevisionError, is_commit
+from vldocir.retrieval.checkpoints import Checkpoint, ModelLoadError, RevisionError, is_commit
 
 RETRIEVER_YAMLS = sorted((REPO_ROOT / "conf" / "retriever").glob("*.yaml"))
 SHA = "0123456789abcdef0123456789abcdef01234567"
