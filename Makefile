@@ -54,5 +54,4 @@ figures: setup  ## only the figures (results/figures)
 	$(REPORT) 'do=[figures]' $(ARGS)
 
 check: setup  ## OK / DIFF / MISSING for every published cell (exit 1 on DIFF); ARGS="quiet=true tolerance=0.1"
-	$(if $(CHECK_ARGS),$(error CHECK_ARGS is gone: pass Hydra overrides, e.g. ARGS="quiet=true tolerance=0.1"))
 	$(REPORT) 'do=[check]' $(ARGS)

@@ -1,4 +1,4 @@
-"""Secrets: one redaction rule (tracking/manifest.py), run.py's refusal of secret-looking overrides
+"""Secrets: one redaction rule (vldocir/manifest.py), run.py's refusal of secret-looking overrides
 (launch.py), and end to end, that no secret from the environment is written anywhere.
 
 The end-to-end tests plant unique values in the environment variables that hold this project's
