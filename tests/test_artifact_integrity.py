@@ -25,7 +25,7 @@ from vldocir.cache import ArtifactCache, remove_stale_staging, staging_path
 from vldocir.data.benchmark import load_benchmark
 from vldocir.retrieval.dense import DamagedStoreError
 from vldocir.retrieval.embeddings import PageEmbeddingStore, read_ragged, verify_ragged, write_ragged
-from vldocir.retrieval.settings import DocumentContext
+from vldocir.retrieval.context import DocumentContext
 
 BAD = 2  # the shard every test damages (pages 10..14)
 
@@ -45,11 +45,12 @@ def retriever_for(subset_dir: Path, cache_dir: Path, *extra: str):
 
 def search(subset_dir: Path, cache_dir: Path, context: DocumentContext | None = None, policy: str = "resume", **options):
     retriever, cache = retriever_for(subset_dir, cache_dir, f"cache_policy={policy}")
+    retriever.context = context
     for name, value in options.items():
         setattr(retriever, name, value)
     bench = load_benchmark(subset_dir)
     queries = dict(zip(bench.queries["query_id"], bench.queries["text"]))
-    run = retriever.retrieve(bench, queries, 21, cache, context=context).to_pandas()
+    run = retriever.retrieve(bench, queries, 21, cache).to_pandas()
     return run, retriever, cache
 
 

@@ -40,10 +40,17 @@ BAD = [
     (["retriever.id=../x"], "retriever.id names a results-store directory"),
     (["setting.id=a/b"], "setting.id names a results-store directory"),
     (["+foo=1"], "+foo=... adds a top-level key that nothing reads"),
-    (["+n_ctx=256"], "+n_ctx=... adds a top-level key that nothing reads"),  # setting=base reads no n_ctx
-    ([*NO_MODEL, "setting=ctx", "n_ctx=0"], "setting.method (ctx-n0): n_ctx must be an integer >= 1, got 0"),
-    ([*NO_MODEL, "setting=ctx", "n_ctx=abc"], "setting.method (ctx-nabc): n_ctx must be an integer >= 1, got 'abc'"),
-    ([*NO_MODEL, "setting=ctx", "setting.method.kmeans_iterations=0"], "kmeans_iterations must be an integer >= 1, got 0"),
+    ([*NO_MODEL, "setting=ctx", "n_ctx=0"], "retriever.model (colqwen25): n_ctx must be an integer >= 1, got 0"),
+    ([*NO_MODEL, "setting=ctx", "n_ctx=abc"], "retriever.model (colqwen25): n_ctx must be an integer >= 1, got 'abc'"),
+    ([*NO_MODEL, "setting=ctx", "retriever.model.context.kmeans_iterations=0"], "kmeans_iterations must be an integer >= 1, got 0"),
+    (["setting=ctx"], "setting ctx-n256 scores pages with document-context vectors built from page embeddings; "
+                      "retriever dom_bm25 (BM25Retriever) has none"),
+    # a setting's input runs are composed and checked before any work too
+    (["setting=bctx"], "input run 'ctx' of dom_bm25/bctx-n256: setting ctx-n256 scores pages with document-context"),
+    ([*NO_MODEL, "setting=bctx", "n_ctx=0"], "input run 'ctx' of colqwen25/bctx-n0: retriever.model (colqwen25): n_ctx must be"),
+    (["setting=rrf", "setting.fuse=nope"], "input run 'nope' of dom_bm25/rrf-nope-ocr_bm25: In 'config': Could not find 'setting/nope'"),
+    (["setting=rrf", "setting.fuse=base", "setting.method.k=-1"], "setting.method (rrf-base-ocr_bm25): k must be an integer >= 0, got -1"),
+    (["setting=rrf", "setting.fuse=base", "setting.method.inputs=[]"], "needs at least 1 input run(s), got 0"),
 ]
 
 

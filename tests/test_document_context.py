@@ -10,6 +10,7 @@ from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
 from helpers import evaluate, tiny_overrides
 from test_search import shard, stored_fp32
+from vldocir.errors import ConfigError
 from vldocir.retrieval.context import DocumentContextVectors, spherical_kmeans
 from vldocir.retrieval.search import exact_search
 from vldocir.retrieval.vectors import RaggedVectors
@@ -58,7 +59,7 @@ def test_context_scores_equal_page_maxsim_plus_document_maxsim():
 
 
 def test_ctx_on_a_text_retriever_says_what_it_needs(subset_dir, isolated_paths):
-    with pytest.raises(ValueError, match="setting=ctx .* BM25Retriever has none"):
+    with pytest.raises(ConfigError, match=r"setting ctx-n4 scores pages .* retriever dom_bm25 \(BM25Retriever\) has none"):
         evaluate("setting=ctx", "n_ctx=4", f"dataset.source={subset_dir}")
 
 

@@ -49,19 +49,20 @@ def test_ctx_command_composes_with_n_ctx(isolated_paths, resolve):
     cfg = OmegaConf.create(done.stdout)
     assert cfg.retriever.id == "colqwen25"
     assert cfg.n_ctx == 256
-    assert cfg.setting.method._target_ == "vldocir.retrieval.settings.DocumentContext"
+    # document-context scoring is an option of the embedding retriever's search
+    assert cfg.retriever.model.context._target_ == "vldocir.retrieval.context.DocumentContext"
     if resolve:
-        assert cfg.setting.method.n_ctx == 256
+        assert cfg.retriever.model.context.n_ctx == 256
         assert cfg.setting.id == "ctx-n256"
     else:
-        assert OmegaConf.to_container(cfg.setting)["method"]["n_ctx"] == "${n_ctx}"
-        assert cfg.setting.method.n_ctx == 256  # the interpolation resolves to the top-level knob
+        assert OmegaConf.to_container(cfg.retriever)["model"]["context"]["n_ctx"] == "${n_ctx}"
+        assert cfg.retriever.model.context.n_ctx == 256  # the interpolation resolves to the top-level knob
 
 
 def test_ctx_setting_instantiates_with_n_ctx(isolated_paths):
     cfg = compose_cfg("retriever=colqwen25", "setting=ctx", "n_ctx=128")
-    assert cfg.setting.method.n_ctx == 128 and cfg.setting.id == "ctx-n128"
-    assert instantiate(cfg.setting.method).cache_params()["n_ctx"] == 128
+    assert cfg.retriever.model.context.n_ctx == 128 and cfg.setting.id == "ctx-n128"
+    assert instantiate(cfg.retriever.model).cache_params()["context"]["n_ctx"] == 128
 
 
 # --- sweeps through submitit -------------------------------------------------------------------

@@ -98,6 +98,7 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
         value = str(OmegaConf.select(cfg, key))
         if not SAFE_NAME.fullmatch(value) or value in (".", ".."):
             raise ConfigError(f"{key} names a results-store directory and must use letters, digits, '.', '_' and '-' only, got {value!r}")
+    _check_context(cfg)
     known = _known_top_level_keys()
     for key in _added_top_level_keys(overrides):
         if key not in known:
@@ -105,3 +106,23 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
                 f"+{key}=... adds a top-level key that nothing reads (known: {', '.join(sorted(known - {'hydra'}))}); "
                 "check the spelling, or set a nested key such as retriever.model.<name>"
             )
+
+
+def _check_context(cfg: DictConfig) -> None:
+    """Document-context scoring (``setting=ctx``) is an option of the embedding retriever's search."""
+    if OmegaConf.select(cfg, "retriever.model.context") is None:
+        return
+    from hydra.utils import get_class
+
+    from vldocir.retrieval.dense import EmbeddingRetriever
+
+    target = str(OmegaConf.select(cfg, "retriever.model._target_"))
+    try:
+        accepts = issubclass(get_class(target), EmbeddingRetriever)
+    except Exception:  # an unknown target fails at instantiation, with Hydra's own message
+        return
+    if not accepts:
+        raise ConfigError(
+            f"setting {cfg.setting.id} scores pages with document-context vectors built from page embeddings; "
+            f"retriever {cfg.retriever.id} ({target.rsplit('.', 1)[-1]}) has none: use an embedding retriever such as retriever=colqwen25"
+        )

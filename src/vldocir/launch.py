@@ -23,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from vldocir.config_checks import CONF_DIR
 from vldocir.manifest import environment_secrets, is_secret_key, override_key
 
 
@@ -101,3 +102,39 @@ def refuse_secret_overrides(argv: list[str], stream: TextIO | None = None) -> No
     )
     print(message, file=stream or sys.stderr)
     raise SystemExit(REFUSED_STATUS)
+
+
+# -- input runs of a setting ----------------------------------------------------------------------
+
+def _override_root(override: str) -> str:
+    """The config node an override sets: ``retriever.model.x=1`` / ``+setting@foo=x`` -> ``retriever`` / ``setting``."""
+    return re.split(r"[.@/]", override_key(override), maxsplit=1)[0]
+
+
+def input_overrides(parent: list[str], spec) -> list[str]:
+    """The overrides that make input run ``spec`` (a :class:`~vldocir.retrieval.settings.RunSpec`)
+    of a job run with ``parent``: the job's overrides (dataset, paths, depth, n_ctx, ...) minus
+    those of its setting, and minus those of its retriever when the input names another retriever;
+    then ``retriever=``, ``setting=`` and the input's own overrides. The input is exactly the run
+    ``python run.py <these overrides>`` makes, so its run key, and its store entry, are the same."""
+    dropped = {"setting"} | ({"retriever"} if spec.retriever is not None else set())
+    kept = [o for o in parent if _override_root(o) not in dropped]
+    if spec.retriever is not None:
+        kept.append(f"retriever={spec.retriever}")
+    return [*kept, f"setting={spec.setting}", *spec.overrides]
+
+
+def compose_job(overrides: list[str]) -> DictConfig:
+    """The job config ``python run.py <overrides>`` runs (its ``hydra`` node removed).
+
+    Inside a Hydra app (run.py, a multirun job, a submitit job) the app's own config search path is
+    used; otherwise (a library call, a test) ``conf/`` of this checkout.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        name = HydraConfig.get().job.config_name if HydraConfig.initialized() else "config"
+        return compose(config_name=name or "config", overrides=overrides)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)

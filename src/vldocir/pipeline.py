@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
+
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
+from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,16 +25,24 @@ from vldocir import store
 from vldocir.cache import ArtifactCache, content_key
 from vldocir.config_checks import ConfigError, check_config, optimized_metric
 from vldocir.data.benchmark import Benchmark, load_benchmark
+from vldocir.data.reduced import open_dataset
 from vldocir.evaluation.aggregate import summarise
 from vldocir.evaluation.console import format_report, structure_table
 from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
 from vldocir.io import atomic_write_json
+from vldocir.retrieval.settings import RunJob
 from vldocir.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
 
 
-def open_benchmark(dataset: DictConfig) -> Benchmark:
+def open_benchmark(dataset: DictConfig, cache_dir: str | Path) -> Benchmark:
+    """The benchmark ``dataset`` names. A derived one (``dataset.derive``: conf/dataset/*_reduced.yaml)
+    is made from its parent's benchmark on first use and cached under ``cache_dir`` (vldocir.data.reduced)."""
+    return open_dataset(dataset, Path(cache_dir), _open_source)
+
+
+def _open_source(dataset: DictConfig) -> Benchmark:
     """Load ``dataset.source``; build it first from ``dataset.build`` if it does not exist yet."""
     source = str(dataset.source)
     local = not source.startswith("hf://")
@@ -50,10 +62,10 @@ def _overrides() -> list[str]:
     return [str(o) for o in OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)]
 
 
-def _start_manifest(cfg: DictConfig) -> dict[str, Any]:
+def _start_manifest(cfg: DictConfig, overrides: list[str] | None = None) -> dict[str, Any]:
     return {
         "config": redact_secrets(OmegaConf.to_container(cfg, resolve=True)),
-        "overrides": redact_overrides(_overrides()),
+        "overrides": redact_overrides(_overrides() if overrides is None else overrides),
         "git": git_state(Path(cfg.paths.root_dir)),
         "packages": package_versions(),
         "hardware": hardware(),
@@ -78,15 +90,25 @@ def optimized_value(cfg: DictConfig, metrics: dict[str, Any] | None) -> float | 
     return metrics["aggregates"][aggregate][metric]
 
 
-def instantiate_setting(cfg: DictConfig):
-    """The setting object; its parameter checks fail here, as one line naming ``setting.method``."""
+def _instantiate(cfg: DictConfig, node: str, label: str):
+    """Instantiate ``cfg.<node>``; a parameter check that fails is one line naming the node."""
     try:
-        return instantiate(cfg.setting.method)
+        return instantiate(OmegaConf.select(cfg, node))
     except InstantiationException as error:
         cause = error.__cause__ or error
         if isinstance(cause, (ValueError, TypeError)):
-            raise ConfigError(f"setting.method ({cfg.setting.id}): {cause}") from error
+            raise ConfigError(f"{node} ({label}): {cause}") from error
         raise
+
+
+def instantiate_setting(cfg: DictConfig):
+    """The setting object; its parameter checks fail here, as one line naming ``setting.method``."""
+    return _instantiate(cfg, "setting.method", cfg.setting.id)
+
+
+def instantiate_retriever(cfg: DictConfig):
+    """The retriever object; its parameter checks (document context's n_ctx too) fail as one line."""
+    return _instantiate(cfg, "retriever.model", cfg.retriever.id)
 
 
 def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
@@ -98,8 +120,8 @@ def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
     cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
     manifest = _start_manifest(cfg)
     tracker.start(manifest)
-    bench = open_benchmark(cfg.dataset)
-    retriever = instantiate(cfg.retriever.model)
+    bench = open_benchmark(cfg.dataset, cfg.paths.cache_dir)
+    retriever = instantiate_retriever(cfg)
     from vldocir.retrieval.dense import EmbeddingRetriever
 
     if not isinstance(retriever, EmbeddingRetriever):
@@ -123,61 +145,211 @@ def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
     return {"store": str(store.directory), "complete": not missing, **stats}
 
 
+@dataclass
+class ResolvedRun:
+    """A run of one (retriever, setting) job: computed now, or reused from the store (read on first use)."""
+
+    computed: pa.Table | None
+    key: str
+    reused: store.Entry | None          # the verified entry it was read from
+    setting_dir: Path
+    retrieval: dict[str, Any] = field(default_factory=dict)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    query_flags: dict[str, dict[str, Any]] = field(default_factory=dict)
+    entry: Path | None = None            # the entry that holds it evaluated at this job's ks
+
+    @property
+    def run(self) -> pa.Table:
+        if self.computed is None:
+            self.computed = store.read_stored_run(self.reused)
+        return self.computed
+
+
+class RunResolver:
+    """Resolves a job's run, and first the input runs its setting names, through the results store.
+
+    Each input is composed as the job ``python run.py <job overrides> retriever=.. setting=..``
+    (:func:`vldocir.launch.input_overrides`), resolved the same way (recursively), evaluated at the
+    job's ``eval.ks`` and filed as an entry of its own; within one job an input named twice is
+    resolved once. Every resolution is a ``run`` cache event (hit or miss) in the manifest.
+    """
+
+    def __init__(self, bench: Benchmark, cache: ArtifactCache, ks: list[int]):
+        self.bench, self.cache, self.ks = bench, cache, ks
+        self.done: dict[str, ResolvedRun] = {}
+        self._index: EvidenceIndex | None = None
+
+    @property
+    def index(self) -> EvidenceIndex:
+        if self._index is None:
+            bench = self.bench
+            self._index = EvidenceIndex.from_tables(bench.queries, bench.qrels, bench.arrow("pages", ["page_id", "doc_id"]).to_pandas())
+        return self._index
+
+    def resolve(self, cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ()) -> ResolvedRun:
+        from vldocir.launch import compose_job, input_overrides
+
+        label = f"{cfg.retriever.id}/{cfg.setting.id}"
+        if label in chain:
+            raise ConfigError(f"setting inputs form a cycle: {' -> '.join((*chain, label))}")
+        setting, retriever = instantiate_setting(cfg), instantiate_retriever(cfg)
+        depth = int(cfg.depth)
+        inputs, input_runs = [], []
+        for spec in setting.inputs():
+            sub_overrides = input_overrides(overrides, spec)
+            sub_cfg = compose_job(sub_overrides)
+            check_config(sub_cfg, sub_overrides)
+            if OmegaConf.to_container(sub_cfg.dataset, resolve=True) != OmegaConf.to_container(cfg.dataset, resolve=True):
+                raise ConfigError(f"input run {spec.label()} of {label} is on another dataset ({sub_cfg.dataset.name}); "
+                                  "a setting combines runs of one benchmark")
+            resolved = self.resolve_and_file(sub_cfg, sub_overrides, (*chain, label))
+            input_runs.append(resolved)
+            inputs.append({"input": spec.label(), "retriever": sub_cfg.retriever.id, "setting": sub_cfg.setting.id,
+                           "run_key": resolved.key, "entry": str(resolved.entry) if resolved.entry else None,
+                           "reused": resolved.reused is not None})
+        parts = {"benchmark": self.bench.fingerprint, "retriever": retriever.cache_params() if setting.uses_retriever else None,
+                 "setting": setting.cache_params(), "depth": depth}
+        if inputs:
+            parts["inputs"] = [i["run_key"] for i in inputs]
+        key = content_key(parts)
+        setting_dir = store.setting_directory(cfg.paths.results_dir, self.bench.name, cfg.retriever.id, cfg.setting.id)
+        if key in self.done:
+            self.cache.record("run", key, "hit")
+            return self.done[key]
+        stored = None if cfg.cache_policy == "overwrite" else store.find_run(setting_dir, key)
+        self.cache.record("run", key, "hit" if stored else ("overwrite" if cfg.cache_policy == "overwrite" else "miss"))
+        if stored is not None:
+            log.info("%s: reusing the run stored in %s (key %s): no search", label, stored.path, key)
+            resolved = ResolvedRun(None, key, stored, setting_dir, inputs=inputs,
+                                   query_flags=_stored_flags(stored))
+        else:
+            for other in store.other_parameters(setting_dir, key, self.bench.fingerprint, depth):
+                log.warning("%s holds a run of %s with other parameters; both are kept, and reports use the newest. "
+                            "Give a variant its own id (retriever.id=... or setting.id=...) to compare them side by side",
+                            other, label)
+            queries = self.bench.queries
+            job = RunJob(self.bench, dict(zip(queries["query_id"], queries["text"])), depth, self.cache, retriever,
+                         [i.run for i in input_runs])
+            log.info("%s: computing the run%s", label, f" from {len(input_runs)} input run(s)" if input_runs else "")
+            run = setting.make_run(job)
+            resolved = ResolvedRun(run, key, None, setting_dir, retrieval=job.stats, inputs=inputs, query_flags=job.query_flags)
+        self.done[key] = resolved
+        return resolved
+
+    def evaluate(self, resolved: ResolvedRun) -> tuple[pd.DataFrame, dict]:
+        per_query = per_query_metrics(resolved.run, self.index, self.ks)
+        for column, values in resolved.query_flags.items():
+            per_query[column] = per_query["query_id"].map(values)
+        return per_query, summarise(per_query, self.ks)
+
+    def resolve_and_file(self, cfg: DictConfig, overrides: list[str], chain: tuple[str, ...]) -> ResolvedRun:
+        """Resolve an input run and make sure the store holds it evaluated at this job's ks."""
+        resolved = self.resolve(cfg, overrides, chain)
+        if resolved.entry is not None:
+            return resolved
+        name = store.entry_name(int(cfg.depth), self.ks, resolved.key)
+        if resolved.reused is not None and resolved.reused.path.name == name:
+            resolved.entry = resolved.reused.path  # already evaluated at these ks
+            return resolved
+        per_query, metrics = self.evaluate(resolved)
+        manifest = _start_manifest(cfg, overrides)
+        manifest.update(input_of=chain[-1], benchmark={**self.bench.summary(), "root": str(self.bench.root)}, cache=[],
+                        run={"key": resolved.key, "depth": int(cfg.depth), "reused": resolved.reused is not None,
+                             "inputs": resolved.inputs},
+                        store=_store_record(resolved.key, int(cfg.depth), self.ks, self.bench.fingerprint))
+        if resolved.query_flags:
+            manifest["run"]["query_flags"] = sorted(resolved.query_flags)
+        if resolved.reused is not None:
+            manifest["run"]["reused_from"] = str(resolved.reused.path)
+        else:
+            manifest["retrieval"] = resolved.retrieval
+        resolved.entry = store.publish(resolved.setting_dir, name, run=None if resolved.reused else resolved.run,
+                                       reused=resolved.reused, per_query=per_query, metrics=metrics, manifest=manifest)
+        log.info("input run %s/%s filed in %s", cfg.retriever.id, cfg.setting.id, resolved.entry)
+        return resolved
+
+
+def check_inputs(cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ()) -> None:
+    """Instantiate the setting and retriever of the job and, recursively, compose and check every
+    input run, so that a bad input fails in a second, as a :class:`ConfigError` naming it."""
+    from vldocir.launch import compose_job, input_overrides
+
+    label = f"{cfg.retriever.id}/{cfg.setting.id}"
+    if label in chain:
+        raise ConfigError(f"setting inputs form a cycle: {' -> '.join((*chain, label))}")
+    setting = instantiate_setting(cfg)
+    instantiate_retriever(cfg)
+    for spec in setting.inputs():
+        sub_overrides = input_overrides(overrides, spec)
+        try:
+            sub_cfg = compose_job(sub_overrides)
+        except HydraException as error:
+            raise ConfigError(f"input run {spec.label()!r} of {label}: {str(error).splitlines()[0]}") from error
+        try:
+            check_config(sub_cfg, sub_overrides)
+            check_inputs(sub_cfg, sub_overrides, (*chain, label))
+        except ConfigError as error:
+            raise ConfigError(f"input run {spec.label()!r} of {label}: {error}") from error
+
+
+def _store_record(run_key: str, depth: int, ks: list[int], fingerprint: str) -> dict[str, Any]:
+    return {"run_key": run_key, "eval_key": content_key({"run": run_key, "ks": ks}), "depth": depth, "ks": ks,
+            "fingerprint": fingerprint}
+
+
+def _stored_flags(entry: store.Entry) -> dict[str, dict[str, Any]]:
+    """The per-query flags a setting recorded with a stored run (the columns per_query_metrics does not make)."""
+    import pyarrow.parquet as pq
+
+    path = entry.path / store.PER_QUERY_FILE
+    flags = (entry.manifest.get("run") or {}).get("query_flags") or []
+    if not flags or not path.is_file():
+        return {}
+    table = pq.read_table(path, columns=["query_id", *flags]).to_pandas()
+    return {c: dict(zip(table["query_id"], table[c])) for c in flags}
+
+
 def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     """Run the stages ``cfg`` asks for and record them; returns ``metrics.json``'s content."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
-    setting = instantiate_setting(cfg)
-    manifest = _start_manifest(cfg)
+    overrides = _overrides()
+    check_inputs(cfg, overrides)  # parameter checks of the job and of every input run, before anything starts
+    manifest = _start_manifest(cfg, overrides)
     # Started before anything can fail, so that a failed job is recorded (and finished) as failed.
     tracker.start(manifest)
 
     tick = time.perf_counter()
-    bench = open_benchmark(cfg.dataset)
+    bench = open_benchmark(cfg.dataset, cfg.paths.cache_dir)
     timings["load_benchmark_s"] = time.perf_counter() - tick
-    retriever = instantiate(cfg.retriever.model)
 
     ks, depth = [int(k) for k in cfg.eval.ks], int(cfg.depth)
-    setting_dir = store.setting_directory(cfg.paths.results_dir, bench.name, cfg.retriever.id, cfg.setting.id)
-    run_key = content_key(
-        {"benchmark": bench.fingerprint, "retriever": retriever.cache_params(), "setting": setting.cache_params(), "depth": depth}
-    )
-    manifest["benchmark"] = bench.summary()
-    manifest["run"] = {"key": run_key, "depth": depth}
-    manifest["store"] = {"run_key": run_key, "eval_key": content_key({"run": run_key, "ks": ks}), "depth": depth, "ks": ks,
-                         "fingerprint": bench.fingerprint}
-
+    manifest["benchmark"] = {**bench.summary(), "root": str(bench.root)}
+    resolver = RunResolver(bench, cache, ks)
     tick = time.perf_counter()
-    stored = None if cfg.cache_policy == "overwrite" else store.find_run(setting_dir, run_key)
-    cache.record("run", run_key, "hit" if stored else ("overwrite" if cfg.cache_policy == "overwrite" else "miss"))
-    if stored is not None:
-        log.info("reusing the run stored in %s (key %s): no search", stored.path, run_key)
-        run = store.read_stored_run(stored)
-        manifest["run"]["reused_from"] = str(stored.path)
-    else:
-        for other in store.other_parameters(setting_dir, run_key, bench.fingerprint, depth):
-            log.warning("%s holds a run of %s/%s with other parameters; both are kept, and reports use the newest. "
-                        "Give a variant its own id (retriever.id=... or setting.id=...) to compare them side by side",
-                        other, cfg.retriever.id, cfg.setting.id)
-        queries = bench.queries
-        query_texts = dict(zip(queries["query_id"], queries["text"]))
-        run = setting.apply(retriever, bench, query_texts, depth, cache)
-        manifest["retrieval"] = getattr(retriever, "stats", {})
+    resolved = resolver.resolve(cfg, overrides)
     timings["retrieve_s"] = time.perf_counter() - tick
+    manifest["run"] = {"key": resolved.key, "depth": depth, "reused": resolved.reused is not None}
+    if resolved.inputs:
+        manifest["run"]["inputs"] = resolved.inputs
+    if resolved.query_flags:
+        manifest["run"]["query_flags"] = sorted(resolved.query_flags)
+    if resolved.reused is not None:
+        manifest["run"]["reused_from"] = str(resolved.reused.path)
+    else:
+        manifest["retrieval"] = resolved.retrieval
+    manifest["store"] = _store_record(resolved.key, depth, ks, bench.fingerprint)
 
     tick = time.perf_counter()
-    index = EvidenceIndex.from_tables(bench.queries, bench.qrels, bench.arrow("pages", ["page_id", "doc_id"]).to_pandas())
-    per_query = per_query_metrics(run, index, ks)
-    metrics = summarise(per_query, ks)
+    per_query, metrics = resolver.evaluate(resolved)
     timings["evaluate_s"] = time.perf_counter() - tick
     timings["wall_s"] = time.perf_counter() - started
 
-    manifest["run"]["reused"] = stored is not None
     manifest["cache"] = cache.events
     manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    entry = store.publish(setting_dir, store.entry_name(depth, ks, run_key), run=None if stored else run, reused=stored,
-                          per_query=per_query, metrics=metrics, manifest=manifest)
+    entry = store.publish(resolved.setting_dir, store.entry_name(depth, ks, resolved.key), run=None if resolved.reused else resolved.run,
+                          reused=resolved.reused, per_query=per_query, metrics=metrics, manifest=manifest)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
-    print(format_report(metrics, entry, stored is not None), flush=True)
+    print(format_report(metrics, entry, resolved.reused is not None), flush=True)
     return metrics

@@ -30,6 +30,33 @@ from vldocir.retrieval.vectors import RaggedVectors
 log = logging.getLogger(__name__)
 
 
+class DocumentContext:
+    """Document-context scoring, an option of the embedding retriever's search (``setting=ctx``).
+
+    Paper Eq. 8: s(q, p, d) = s_page(q, p) + s_doc(q, d), where s_doc is the MaxSim of the query
+    against its document's ``n_ctx`` context vectors: spherical k-means centroids of all the
+    document's page token vectors. Built once per (page store, n_ctx, k-means settings).
+
+    Args:
+        n_ctx: context vectors per document.
+        kmeans_iterations, seed: spherical k-means settings (part of the cache key).
+    """
+
+    def __init__(self, n_ctx: int, kmeans_iterations: int = 20, seed: int = 0):
+        for name, value, least in (("n_ctx", n_ctx, 1), ("kmeans_iterations", kmeans_iterations, 1), ("seed", seed, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        self.n_ctx, self.kmeans_iterations, self.seed = n_ctx, kmeans_iterations, seed
+
+    def cache_params(self) -> dict[str, Any]:
+        return {"n_ctx": self.n_ctx, "kmeans_iterations": self.kmeans_iterations, "seed": self.seed}
+
+    def vectors(self, store: PageEmbeddingStore, bench: Benchmark, cache: ArtifactCache, progress: bool = True,
+                stats: dict | None = None) -> "DocumentContextVectors":
+        return document_context_vectors(store, bench, cache, self.n_ctx, self.kmeans_iterations, self.seed,
+                                        progress=progress, stats=stats)
+
+
 @dataclass
 class DocumentContextVectors:
     """Context vectors of every document, and which document each page (store order) belongs to."""

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +30,7 @@ from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, conten
 from vldocir.data.benchmark import Benchmark
 from vldocir.data.runs import make_run
 from vldocir.retrieval.base import Retriever
+from vldocir.retrieval.context import DocumentContext
 from vldocir.retrieval.embeddings import (
     RAGGED_FILES,
     BadPagesError,
@@ -46,9 +47,6 @@ from vldocir.retrieval.embeddings import (
 from vldocir.retrieval.encoders import Encoder
 from vldocir.retrieval.search import NonFiniteVectorsError, exact_search
 from vldocir.retrieval.vectors import RaggedVectors, resolve_device
-
-if TYPE_CHECKING:
-    from vldocir.retrieval.settings import DocumentContext
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +77,20 @@ class EmbeddingRetriever(Retriever):
         verify: ``full`` (checksum every page shard as the search streams it, overlapped with the
             search of the previous shard) or ``cheap`` (sizes, headers and offsets only; NaN/Inf
             is still caught in the search). Does not change results, so not part of any key.
+        context: document-context scoring (paper Eq. 8), a
+            :class:`~vldocir.retrieval.context.DocumentContext`; ``setting=ctx`` sets it. ``None``:
+            page scores alone.
     """
 
     def __init__(self, encoder: Encoder, shard_size: int = 1024, storage_dtype: str = "float16",
                  on_bad_page: str = "fail", search: dict | None = None, decode_workers: int = 4, progress: bool = True,
-                 verify: str = "full"):
+                 verify: str = "full", context: DocumentContext | None = None):
         if on_bad_page not in BAD_PAGE_POLICIES:
             raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
         if verify not in VERIFY_LEVELS:
             raise ValueError(f"verify must be one of {VERIFY_LEVELS}, got {verify!r}")
         self.verify = verify
+        self.context = context
         self.encoder, self.shard_size, self.storage_dtype = encoder, shard_size, storage_dtype
         self.on_bad_page = on_bad_page
         self.search = dict(search or {})  # exact_search's keyword arguments; its defaults otherwise
@@ -97,8 +99,11 @@ class EmbeddingRetriever(Retriever):
 
     def cache_params(self) -> dict[str, Any]:
         # on_bad_page changes the run (skipped pages are never retrieved); shard size does not.
-        return {"kind": self.encoder.kind, "encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype,
-                "on_bad_page": self.on_bad_page}
+        params = {"kind": self.encoder.kind, "encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype,
+                  "on_bad_page": self.on_bad_page}
+        if self.context is not None:
+            params["context"] = self.context.cache_params()
+        return params
 
     # -- pages ---------------------------------------------------------------------------------
     def _page_key_parts(self, bench: Benchmark) -> dict[str, Any]:
@@ -167,9 +172,9 @@ class EmbeddingRetriever(Retriever):
         return read_ragged(path)
 
     # -- retrieve ------------------------------------------------------------------------------
-    def retrieve(self, bench: Benchmark, queries: dict[str, str], depth: int, cache: ArtifactCache,
-                 context: "DocumentContext | None" = None) -> pa.Table:
-        """The top ``depth`` pages per query; with ``context`` (setting=ctx), scored by paper Eq. 8."""
+    def retrieve(self, bench: Benchmark, queries: dict[str, str], depth: int, cache: ArtifactCache) -> pa.Table:
+        """The top ``depth`` pages per query; with ``self.context`` (setting=ctx), scored by paper Eq. 8."""
+        context = self.context
         store = self.encode_pages(bench, cache)
         if not store.complete:
             missing = store.missing_shards()

@@ -1,0 +1,171 @@
+"""Settings as operators over runs: round robin and RRF merges (hand-computed, ranx), input runs
+resolved through the results store (filed as entries, computed once, reused), and bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from ranx import Run, fuse
+
+from helpers import evaluate
+from vldocir.data.runs import make_run, read_run
+from vldocir.launch import input_overrides
+from vldocir.retrieval.fusion import (
+    ranked_lists,
+    reciprocal_rank_fusion,
+    round_robin,
+    round_robin_lists,
+    rrf_scores,
+)
+from vldocir.retrieval.settings import RunSpec, parse_inputs
+
+
+def run_of(lists: dict[str, list[str]]) -> pa.Table:
+    """A run holding each query's list in that order (distinct descending scores)."""
+    return make_run(list(lists), list(lists.values()), [np.arange(len(v), 0, -1) for v in lists.values()])
+
+
+# --- round robin ----------------------------------------------------------------------------------
+
+
+def test_round_robin_of_unequal_lists_by_hand():
+    a, b, c = ["p1", "p2", "p3", "p4", "p5"], ["p2", "p6"], ["p7", "p1", "p8"]
+    # turn 1: p1 (a), p2 (b), p7 (c); turn 2: a's p2 taken, b's p6, c's p1 taken; turn 3: p3, p8; then a's rest
+    assert round_robin_lists([a, b, c]) == ["p1", "p2", "p7", "p6", "p3", "p8", "p4", "p5"]
+    assert round_robin_lists([a, b, c], depth=4) == ["p1", "p2", "p7", "p6"]
+    # stable: the same lists in another order give the order of that list first
+    assert round_robin_lists([b, a]) == ["p2", "p1", "p6", "p3", "p4", "p5"]
+    assert round_robin_lists([[], ["x"], []]) == ["x"]
+    assert round_robin_lists([]) == []
+
+
+def test_round_robin_of_runs_keeps_every_query_and_orders_by_score():
+    base = run_of({"q1": ["a", "b", "c"], "q2": ["x"]})
+    ctx = run_of({"q1": ["c", "a", "d"], "q3": ["y", "z"]})
+    merged = round_robin([base, ctx], depth=10, query_ids=["q1", "q2", "q3", "q4"])
+    assert ranked_lists(merged) == {"q1": ["a", "c", "b", "d"], "q2": ["x"], "q3": ["y", "z"]}
+    # scores decrease strictly down each list, so the evaluation's score order is the merged order
+    frame = merged.to_pandas()
+    for _, group in frame.groupby("query_id"):
+        assert (np.diff(group.sort_values("rank")["score"].to_numpy()) < 0).all()
+    assert ranked_lists(round_robin([base, ctx], depth=2)) == {"q1": ["a", "c"], "q2": ["x"], "q3": ["y", "z"]}
+
+
+def test_input_ties_follow_the_evaluation_order():
+    """Within an input, equal scores are ordered by page_id (the rule everywhere): the merge reads that order."""
+    tied = make_run(["q"], [["b", "a", "c"]], [[1.0, 1.0, 0.5]])
+    assert ranked_lists(tied) == {"q": ["a", "b", "c"]}
+    assert ranked_lists(round_robin([tied, run_of({"q": ["c"]})], depth=5)) == {"q": ["a", "c", "b"]}
+
+
+# --- reciprocal rank fusion ---------------------------------------------------------------------
+
+
+def test_rrf_by_hand():
+    scores = rrf_scores([["a", "b"], ["b", "c"]], k=60)
+    assert scores == pytest.approx({"a": 1 / 61, "b": 1 / 62 + 1 / 61, "c": 1 / 62})
+    fused = reciprocal_rank_fusion([run_of({"q": ["a", "b"]}), run_of({"q": ["b", "c"]})], depth=10)
+    assert ranked_lists(fused) == {"q": ["b", "a", "c"]}
+
+
+@pytest.mark.parametrize("k", [60, 1])
+def test_rrf_equals_ranx(k):
+    rng = np.random.default_rng(7)
+    pages = [f"p{i:03d}" for i in range(60)]
+    runs = []
+    for _ in range(3):
+        lists = {f"q{q}": list(rng.choice(pages, size=int(rng.integers(5, 40)), replace=False)) for q in range(25)}
+        runs.append(run_of(lists))
+    ours = ranked_lists(reciprocal_rank_fusion(runs, depth=100, k=k))
+    theirs = fuse([Run({q: {p: float(len(v) - i) for i, p in enumerate(v)} for q, v in ranked_lists(r).items()}) for r in runs],
+                  method="rrf", params={"k": k}).to_dict()
+    assert set(ours) == set(theirs)
+    for q, fused in theirs.items():
+        # ranx's scores, ordered by our rule (score descending, then page id)
+        expected = sorted(fused, key=lambda p: (-fused[p], p))
+        assert ours[q] == expected, q
+        assert [round(fused[p], 12) for p in ours[q]] == sorted((round(v, 12) for v in fused.values()), reverse=True)
+
+
+# --- input specs and overrides ---------------------------------------------------------------------
+
+
+def test_run_specs_parse_from_yaml_forms():
+    assert RunSpec.parse("base") == RunSpec("base")
+    assert RunSpec.parse("ocr_bm25:base") == RunSpec("base", "ocr_bm25")
+    assert RunSpec.parse({"setting": "ctx", "overrides": ["n_ctx=512"]}) == RunSpec("ctx", None, ("n_ctx=512",))
+    for bad in ({"retriever": "x"}, {"setting": "a", "depth": 3}, 3):
+        with pytest.raises(ValueError, match="an input run is"):
+            RunSpec.parse(bad)
+    with pytest.raises(ValueError, match="at least 1"):
+        parse_inputs([])
+    with pytest.raises(ValueError, match="must be a list"):
+        parse_inputs("base")
+
+
+def test_input_overrides_keep_the_job_and_drop_its_setting():
+    job = ["retriever=colqwen25", "retriever.model.encoder.dtype=float32", "setting=bctx", "setting.id=mine",
+           "n_ctx=32", "depth=50", "dataset.source=/x", "+setting.extra=1"]
+    assert input_overrides(job, RunSpec("ctx")) == [
+        "retriever=colqwen25", "retriever.model.encoder.dtype=float32", "n_ctx=32", "depth=50", "dataset.source=/x",
+        "setting=ctx"]
+    assert input_overrides(job, RunSpec("base", "ocr_bm25", ("retriever.model.k1=1.2",))) == [
+        "n_ctx=32", "depth=50", "dataset.source=/x", "retriever=ocr_bm25", "setting=base", "retriever.model.k1=1.2"]
+
+
+# --- through the pipeline -----------------------------------------------------------------------------
+
+
+def test_rrf_hybrid_files_its_inputs_and_reuses_them(isolated_paths):
+    """setting=rrf of DOM-BM25 and OCR-BM25: both inputs become entries of their own, the fused run
+    equals ranx's fusion of those entries, and a rerun (or a job that names an input) searches nothing."""
+    first = evaluate("setting=rrf", "setting.fuse=base")
+    assert first.entry.parent.name == "rrf-base-ocr_bm25"
+    inputs = first.manifest["run"]["inputs"]
+    assert [(i["retriever"], i["setting"], i["reused"]) for i in inputs] == [("dom_bm25", "base", False), ("ocr_bm25", "base", False)]
+    events = [(e["kind"], e["status"]) for e in first.manifest["cache"]]
+    assert events == [("run", "miss"), ("bm25-index", "miss"), ("run", "miss"), ("bm25-index", "miss"), ("run", "miss")]
+
+    stored = [read_run(f"{i['entry']}/run.parquet") for i in inputs]
+    fused = read_run(first.entry / "run.parquet")
+    theirs = fuse([Run({q: {p: float(len(v) - i) for i, p in enumerate(v)} for q, v in ranked_lists(r).items()}) for r in stored],
+                  method="rrf", params={"k": 60}).to_dict()
+    ours = ranked_lists(fused)
+    assert {q: sorted(v, key=lambda p: (-v[p], p))[:100] for q, v in theirs.items()} == ours
+    for i in inputs:  # each input entry records what it is an input of, with its own config
+        manifest = json.loads((isolated_paths / "results" / i["entry"] / "manifest.json").read_text())
+        assert manifest["input_of"] == "dom_bm25/rrf-base-ocr_bm25"
+        assert manifest["config"]["retriever"]["id"] == i["retriever"]
+
+    again = evaluate("setting=rrf", "setting.fuse=base")
+    assert [(e["kind"], e["status"]) for e in again.manifest["cache"]] == [("run", "hit")] * 3
+    assert again.entry == first.entry
+    # the input is exactly the run `python run.py retriever=ocr_bm25` makes: reused, not searched
+    alone = evaluate("retriever=ocr_bm25")
+    assert alone.manifest["run"]["reused"] and alone.entry == isolated_paths / "results" / inputs[1]["entry"]
+    per_query = pd.read_parquet(first.entry / "per_query.parquet")
+    assert len(per_query) == first.metrics["n_queries"]
+
+
+def test_round_robin_of_another_retriever_and_a_depth_sweep(isolated_paths):
+    """Any list of runs: base of DOM-BM25 then OCR-BM25, as inputs given on the command line; the
+    inputs follow the job's depth."""
+    over = ["setting=bctx", "setting.id=dom-then-ocr", "setting.method.inputs=[base,ocr_bm25:base]", "depth=20", "eval.ks=[5,10]"]
+    done = evaluate(*over)
+    inputs = done.manifest["run"]["inputs"]
+    dom, ocr = (read_run(f"{i['entry']}/run.parquet") for i in inputs)
+    assert {len(g) for _, g in dom.to_pandas().groupby("query_id")} == {20}
+    expected = round_robin([dom, ocr], depth=20)
+    assert ranked_lists(read_run(done.entry / "run.parquet")) == ranked_lists(expected)
+
+
+def test_a_setting_that_names_its_own_store_directory_is_a_cycle(isolated_paths):
+    from vldocir.config_checks import ConfigError
+
+    with pytest.raises(ConfigError, match=r"cycle: dom_bm25/bctx-n256 -> dom_bm25/bctx-n256"):
+        evaluate("setting=bctx", "setting.method.inputs=[bctx]")
+    assert not (isolated_paths / "results").exists()
