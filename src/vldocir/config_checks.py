@@ -109,8 +109,9 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
 
 
 def _check_context(cfg: DictConfig) -> None:
-    """Document-context scoring (``setting=ctx``) is an option of the embedding retriever's search."""
-    if OmegaConf.select(cfg, "retriever.model.context") is None:
+    """Document-context scoring (``setting=ctx``) and hierarchical retrieval are options of the
+    embedding retriever's search."""
+    if all(OmegaConf.select(cfg, f"retriever.model.{option}") is None for option in ("context", "hierarchical")):
         return
     from hydra.utils import get_class
 

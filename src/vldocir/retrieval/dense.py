@@ -31,6 +31,7 @@ from vldocir.data.benchmark import Benchmark
 from vldocir.data.runs import make_run
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.context import DocumentContext
+from vldocir.retrieval.hierarchical import HierarchicalSearch
 from vldocir.retrieval.embeddings import (
     RAGGED_FILES,
     BadPagesError,
@@ -80,17 +81,23 @@ class EmbeddingRetriever(Retriever):
         context: document-context scoring (paper Eq. 8), a
             :class:`~vldocir.retrieval.context.DocumentContext`; ``setting=ctx`` sets it. ``None``:
             page scores alone.
+        hierarchical: hierarchical retrieval (documents first, then their pages), a
+            :class:`~vldocir.retrieval.hierarchical.HierarchicalSearch`; ``setting=hierarchical``
+            sets it. ``None``: exhaustive search.
     """
 
     def __init__(self, encoder: Encoder, shard_size: int = 1024, storage_dtype: str = "float16",
                  on_bad_page: str = "fail", search: dict | None = None, decode_workers: int = 4, progress: bool = True,
-                 verify: str = "full", context: DocumentContext | None = None):
+                 verify: str = "full", context: DocumentContext | None = None,
+                 hierarchical: HierarchicalSearch | None = None):
+        if context is not None and hierarchical is not None:
+            raise ValueError("document-context scoring and hierarchical retrieval are separate settings; set one of them")
         if on_bad_page not in BAD_PAGE_POLICIES:
             raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
         if verify not in VERIFY_LEVELS:
             raise ValueError(f"verify must be one of {VERIFY_LEVELS}, got {verify!r}")
         self.verify = verify
-        self.context = context
+        self.context, self.hierarchical = context, hierarchical
         self.encoder, self.shard_size, self.storage_dtype = encoder, shard_size, storage_dtype
         self.on_bad_page = on_bad_page
         self.search = dict(search or {})  # exact_search's keyword arguments; its defaults otherwise
@@ -103,6 +110,8 @@ class EmbeddingRetriever(Retriever):
                   "on_bad_page": self.on_bad_page}
         if self.context is not None:
             params["context"] = self.context.cache_params()
+        if self.hierarchical is not None:
+            params["hierarchical"] = self.hierarchical.cache_params()
         return params
 
     # -- pages ---------------------------------------------------------------------------------
@@ -189,12 +198,20 @@ class EmbeddingRetriever(Retriever):
         context_vectors = None
         tick = time.perf_counter()
         try:
-            if context is not None:
-                context_vectors = context.vectors(store, bench, cache, progress=self.progress, stats=self.stats)
+            if self.hierarchical is not None:
+                doc_vectors, doc_of_item = self.hierarchical.document_vectors(store, bench, cache, self.progress, self.stats)
                 tick = time.perf_counter()
-            top = exact_search(query_vectors, store.shards(full=self.verify == "full"), depth, total_items=store.n_pages,
-                               progress=self.progress, context=context_vectors.for_shard if context_vectors else None,
-                               **self.search)
+                self.stats["hierarchical"] = {}
+                top = self.hierarchical.search(query_vectors, doc_vectors, doc_of_item, store.shards(full=self.verify == "full"),
+                                               depth, n_items=store.n_pages, progress=self.progress,
+                                               stats=self.stats["hierarchical"], **self.search)
+            else:
+                if context is not None:
+                    context_vectors = context.vectors(store, bench, cache, progress=self.progress, stats=self.stats)
+                    tick = time.perf_counter()
+                top = exact_search(query_vectors, store.shards(full=self.verify == "full"), depth, total_items=store.n_pages,
+                                   progress=self.progress, context=context_vectors.for_shard if context_vectors else None,
+                                   **self.search)
         except (CorruptArtifactError, NonFiniteVectorsError) as error:
             raise _drop_damaged(store, cache, error) from error
         elapsed = time.perf_counter() - tick

@@ -1,0 +1,372 @@
+"""A client for OpenAI-compatible chat-completion servers (vLLM, SGLang, the OpenAI API), with an
+on-disk response cache: query splitting asks it for sub-queries, query generation for VLM answers
+about page images.
+
+Built by Hydra (``_target_: vldocir.llm.ChatClient``). What it guarantees:
+
+- **Secrets.** The API key is read from the environment variable named by ``api_env_var`` when the
+  first request is made; it is never an argument, never an attribute, and never written to the
+  cache, :meth:`ChatClient.cache_params` or :meth:`ChatClient.usage`. A local server that needs no
+  key gets the placeholder ``EMPTY`` (what vLLM expects).
+- **Retries.** The ``openai`` client's own retries are off (``max_retries=0``); this module retries
+  timeouts, connection errors, HTTP 429 and 5xx up to ``max_retries`` times with exponential
+  backoff and jitter (a ``Retry-After`` header is honoured up to ``backoff_max_s``). Other 4xx
+  answers are not retried: the same request would fail again.
+- **No raise per item.** :meth:`ChatClient.complete_many` returns one :class:`ChatResult` per
+  request; a request that failed has ``error`` set. Only a misconfigured client raises.
+- **Cache.** A successful response is stored under ``cache_dir/<k[:2]>/<k>.json``, ``k`` the
+  SHA-256 of (model, messages with each inline image replaced by the SHA-256 of its bytes,
+  temperature, max_tokens, ``params``), written atomically. The server's address is not part of
+  the key (the same model served elsewhere answers the same). A cached response is replayed
+  without contacting the server, so a rerun works with the server down; with ``temperature > 0``
+  the first sample is the one replayed. Failures are never cached.
+- **Concurrency.** At most ``concurrency`` requests are in flight at once per client, whoever calls.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vldocir.errors import ConfigError
+from vldocir.io import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+BASE_URL_ENV = "VLDOCIR_LLM_BASE_URL"
+NO_KEY = "EMPTY"
+CACHE_FORMAT = 1  # part of every cache key: bump it when the stored response format changes
+
+Messages = list[dict[str, Any]]
+
+
+def image_part(image: bytes, mime: str = "image/png", detail: str | None = None) -> dict[str, Any]:
+    """A chat message content part holding an image inline (a base64 data URL), e.g.
+    ``{"role": "user", "content": [{"type": "text", "text": "..."}, image_part(png)]}``."""
+    url = {"url": f"data:{mime};base64,{base64.b64encode(image).decode('ascii')}"}
+    if detail is not None:
+        url["detail"] = detail
+    return {"type": "image_url", "image_url": url}
+
+
+def _normalized(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with each inline image replaced by ``sha256:<hex of its bytes>``: what the cache
+    key hashes and what a cache entry records (a page image is not stored again per request)."""
+
+    def part(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            if value.get("type") == "image_url" and isinstance(value.get("image_url"), Mapping):
+                url = str(value["image_url"].get("url", ""))
+                if url.startswith("data:") and "," in url:
+                    header, _, data = url.partition(",")
+                    raw = base64.b64decode(data) if header.endswith(";base64") else data.encode()
+                    url = f"sha256:{hashlib.sha256(raw).hexdigest()}"
+                return {**value, "image_url": {**value["image_url"], "url": url}}
+            return {k: part(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [part(v) for v in value]
+        return value
+
+    return [part(m) for m in messages]
+
+
+@dataclass
+class ChatResult:
+    """One request's outcome: ``content`` (the assistant's text) or ``error`` (``"<kind>: <detail>"``,
+    ``error_kind`` one of ``timeout``, ``connection``, ``http_<status>``, ``bad_response``)."""
+
+    content: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    cached: bool = False
+    attempts: int = 0  # HTTP requests made for it (0 when replayed from the cache)
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class _Retryable(Exception):
+    def __init__(self, kind: str, detail: str, retry_after: float | None = None):
+        super().__init__(detail)
+        self.kind, self.detail, self.retry_after = kind, detail, retry_after
+
+
+class ChatClient:
+    """Chat completions from an OpenAI-compatible server, cached on disk.
+
+    Args:
+        model: the served model name (e.g. ``Qwen/Qwen3-VL-32B-Instruct``).
+        base_url: the server's ``/v1`` URL; ``None``: ``$VLDOCIR_LLM_BASE_URL``.
+        api_env_var: the NAME of the environment variable holding the key (unset: ``EMPTY``). Not
+            ``api_key_env``: vldocir.manifest's rule takes any name with "key" in it for a secret.
+        temperature, max_tokens: sampling; part of the cache key.
+        params: further request parameters (``top_p``, ``seed``, ``extra_body``, ...); part of the cache key.
+        timeout_s: per HTTP request.
+        max_retries: retries after the first attempt (timeouts, connection errors, 429, 5xx).
+        backoff_s, backoff_max_s: retry n (from 0) waits ``min(backoff_max_s, backoff_s * 2**n)`` times
+            a uniform jitter in [0.5, 1].
+        concurrency: the most requests in flight at once.
+        cache_dir: where responses are cached; ``None``: no cache.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_env_var: str = "OPENAI_API_KEY",
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        params: Mapping[str, Any] | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+        concurrency: int = 8,
+        cache_dir: str | Path | None = None,
+    ):
+        if not model:
+            raise ConfigError("llm.model: the served model name is required")
+        base_url = base_url or os.environ.get(BASE_URL_ENV)
+        if not base_url:
+            raise ConfigError(f"llm.base_url: not set and ${BASE_URL_ENV} is empty; give the server's /v1 URL")
+        if not api_env_var or not str(api_env_var).replace("_", "").isalnum():
+            raise ConfigError(f"llm.api_env_var names an environment variable (e.g. OPENAI_API_KEY), got {api_env_var!r}")
+        if isinstance(concurrency, bool) or int(concurrency) < 1:
+            raise ConfigError(f"llm.concurrency must be >= 1, got {concurrency!r}")
+        if isinstance(max_retries, bool) or int(max_retries) < 0:
+            raise ConfigError(f"llm.max_retries must be >= 0, got {max_retries!r}")
+        self.model, self.base_url, self.api_env_var = str(model), str(base_url), str(api_env_var)
+        self.temperature, self.max_tokens = float(temperature), int(max_tokens)
+        self.params = _plain(params or {})  # Hydra passes an OmegaConf node
+        if clash := sorted(set(self.params) & {"model", "messages", "temperature", "max_tokens", "stream"}):
+            raise ConfigError(f"llm.params: {clash} are set by the client (or its own arguments), not in params")
+        self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
+        self.backoff_s, self.backoff_max_s = float(backoff_s), float(backoff_max_s)
+        self.concurrency = int(concurrency)
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self._setup()
+
+    def _setup(self) -> None:
+        self._client = None
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._usage = dict.fromkeys(
+            ("requests", "called", "cached", "failed", "retries", "prompt_tokens", "completion_tokens",
+             "cached_prompt_tokens", "cached_completion_tokens"), 0)
+
+    # The openai client holds the key: it is never pickled (a submitit job rebuilds it from its environment).
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_client", "_lock", "_slots", "_usage")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    def __repr__(self) -> str:
+        return f"ChatClient(model={self.model!r}, base_url={self.base_url!r}, api_env_var={self.api_env_var!r})"
+
+    def cache_params(self) -> dict[str, Any]:
+        """What changes the answers: model and sampling (not the server's address, never the key)."""
+        return {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens, **self.params}
+
+    def usage(self) -> dict[str, Any]:
+        """Counts so far, for a manifest: ``requests`` (HTTP requests, retries included), ``called``
+        (answered by the server), ``cached`` (replayed), ``failed``, ``retries`` and tokens (of the
+        server's answers; ``cached_*``: of the replayed ones)."""
+        with self._lock:
+            return {"model": self.model, **self._usage}
+
+    def _count(self, **increments: int) -> None:
+        with self._lock:
+            for name, value in increments.items():
+                self._usage[name] += value
+
+    # -- the cache ----------------------------------------------------------------------------------
+    def cache_key(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        request = {"format": CACHE_FORMAT, **self.cache_params(), "messages": _normalized(messages)}
+        text = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _cache_path(self, key: str) -> Path | None:
+        return None if self.cache_dir is None else self.cache_dir / key[:2] / f"{key}.json"
+
+    def _cached(self, key: str) -> ChatResult | None:
+        path = self._cache_path(key)
+        if path is None or not path.is_file():
+            return None
+        try:
+            response = json.loads(path.read_text())["response"]
+            return ChatResult(content=str(response["content"]), cached=True, finish_reason=response.get("finish_reason"),
+                              prompt_tokens=int(response.get("prompt_tokens", 0)),
+                              completion_tokens=int(response.get("completion_tokens", 0)))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.warning("damaged LLM cache entry %s (%s); asking the server again", path, error)
+            return None
+
+    def _store(self, key: str, messages: Sequence[Mapping[str, Any]], result: ChatResult) -> None:
+        path = self._cache_path(key)
+        if path is None:
+            return
+        entry = {
+            "key": key,
+            "request": {**self.cache_params(), "messages": _normalized(messages)},
+            "response": {"content": result.content, "finish_reason": result.finish_reason,
+                         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens},
+        }
+        try:
+            atomic_write_json(entry, path)
+        except OSError as error:  # a full disk costs the cache entry, not the answer
+            log.warning("could not write LLM cache entry %s: %s", path, error)
+
+    # -- requests -----------------------------------------------------------------------------------
+    def _openai(self):
+        with self._lock:
+            if self._client is None:
+                import openai
+
+                self._client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get(self.api_env_var) or NO_KEY,
+                                             timeout=self.timeout_s, max_retries=0)
+            return self._client
+
+    def _scrub(self, text: str) -> str:
+        key = os.environ.get(self.api_env_var)
+        return text.replace(key, "<redacted>") if key and len(key) >= 4 else text
+
+    def _request(self, messages: Sequence[Mapping[str, Any]]) -> ChatResult:
+        """One HTTP request; raises :class:`_Retryable` for what a retry may fix."""
+        import openai
+
+        try:
+            with self._slots:
+                response = self._openai().chat.completions.create(
+                    model=self.model, messages=list(messages), temperature=self.temperature,
+                    max_tokens=self.max_tokens, **self.params)
+        except openai.APITimeoutError as error:
+            raise _Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
+        except openai.APIConnectionError as error:
+            raise _Retryable("connection", self._scrub(str(error.__cause__ or error))) from error
+        except openai.APIStatusError as error:
+            kind, detail = f"http_{error.status_code}", self._scrub(str(error))[:500]
+            if error.status_code == 429 or error.status_code >= 500:
+                raise _Retryable(kind, detail, _retry_after(error)) from error
+            return ChatResult(error=f"{kind}: {detail}", error_kind=kind)
+        try:
+            choice = response.choices[0]
+            content = choice.message.content
+            if content is None:
+                raise ValueError("the answer has no text content")
+            usage = response.usage
+            return ChatResult(content=content, finish_reason=choice.finish_reason,
+                              prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                              completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
+        except (AttributeError, IndexError, TypeError, ValueError) as error:
+            return ChatResult(error=f"bad_response: {error}", error_kind="bad_response")
+
+    def _complete(self, messages: Sequence[Mapping[str, Any]], key: str) -> ChatResult:
+        attempt = 0
+        while True:
+            attempt += 1
+            self._count(requests=1)
+            try:
+                result = self._request(messages)
+            except _Retryable as error:
+                if attempt > self.max_retries:
+                    result = ChatResult(error=f"{error.kind}: {error.detail} (after {attempt} attempts)", error_kind=error.kind)
+                else:
+                    delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+                    if error.retry_after is not None:
+                        delay = max(delay, min(self.backoff_max_s, error.retry_after))
+                    log.info("LLM request failed (%s); retry %d/%d in %.2f s", error.kind, attempt, self.max_retries, delay)
+                    self._count(retries=1)
+                    time.sleep(delay)
+                    continue
+            except Exception as error:  # noqa: BLE001 - one bad request must not end a batch
+                result = ChatResult(error=f"bad_response: {type(error).__name__}: {self._scrub(str(error))[:500]}",
+                                    error_kind="bad_response")
+            result.attempts = attempt
+            break
+        if result.ok:
+            self._count(called=1, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
+            self._store(key, messages, result)
+        else:
+            self._count(failed=1)
+            log.warning("LLM request failed: %s", result.error)
+        return result
+
+    def complete(self, messages: Sequence[Mapping[str, Any]]) -> ChatResult:
+        """One chat completion (cached); a failure is a result with ``error``, not an exception."""
+        return self.complete_many([messages])[0]
+
+    def complete_many(self, requests: Sequence[Sequence[Mapping[str, Any]]], progress: bool | str = False,
+                      ) -> list[ChatResult]:
+        """One result per request, in order: cached ones replayed, the rest sent ``concurrency`` at
+        a time. Identical requests are sent once. ``progress``: a tqdm bar (a string: its label)."""
+        keys = [self.cache_key(messages) for messages in requests]
+        results: dict[str, ChatResult] = {}
+        todo: dict[str, Sequence[Mapping[str, Any]]] = {}
+        for key, messages in zip(keys, requests):
+            if key in results or key in todo:
+                continue
+            cached = self._cached(key)
+            if cached is not None:
+                results[key] = cached
+                self._count(cached=1, cached_prompt_tokens=cached.prompt_tokens,
+                            cached_completion_tokens=cached.completion_tokens)
+            else:
+                todo[key] = messages
+        if todo:
+            bar = _progress_bar(progress, len(todo), self.model)
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)), thread_name_prefix="llm") as pool:
+                futures = {pool.submit(self._complete, messages, key): key for key, messages in todo.items()}
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar(1)
+            bar(0, close=True)
+        return [results[key] for key in keys]
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists from any mappings and sequences (OmegaConf containers included)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _retry_after(error: Any) -> float | None:
+    try:
+        value = error.response.headers.get("retry-after")
+        return float(value) if value is not None else None
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _progress_bar(progress: bool | str, total: int, model: str) -> Callable[..., None]:
+    if not progress:
+        return lambda n, close=False: None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc=progress if isinstance(progress, str) else f"LLM ({model})", unit="request")
+
+    def update(n: int, close: bool = False) -> None:
+        bar.update(n)
+        if close:
+            bar.close()
+
+    return update

@@ -1,0 +1,151 @@
+"""A real OpenAI-compatible chat-completions server for tests (``POST /v1/chat/completions``).
+
+It answers with scripted replies: first those given as a list, in the order requests arrive, then
+``responder(request_body)`` (default: ``Reply()``), so that concurrent tests can answer by content.
+It records every request (body and headers) and the most requests it served at once. It runs in a
+daemon thread on 127.0.0.1 (an ephemeral port) and is bounded in time: a reply's delay is capped
+at ``max_delay_s`` and every socket times out.
+
+    with ChatServer([Reply(status=500), Reply('["a", "b"]')]) as server:
+        client = ChatClient(model="m", base_url=server.url, ...)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted answer: ``content`` in a 200 chat completion, or an error ``status``, after ``delay_s``."""
+
+    content: str | None = "[]"
+    status: int = 200
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    prompt_tokens: int = 11
+    completion_tokens: int = 7
+
+
+@dataclass
+class Recorded:
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    def text(self) -> str:
+        """The text parts of the request's messages, joined (what a test matches replies on)."""
+        out = []
+        for message in self.body.get("messages", []):
+            content = message.get("content")
+            parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+            out += [p.get("text") or "" for p in parts if isinstance(p, dict) and p.get("type") == "text"]
+        return "\n".join(out)
+
+
+class ChatServer:
+    def __init__(self, replies: Iterable[Reply] = (), responder: Callable[[Recorded], Reply] | None = None,
+                 max_delay_s: float = 1.0):
+        self.script: deque[Reply] = deque(replies)
+        self.responder = responder or (lambda request: Reply())
+        self.max_delay_s = max_delay_s
+        self.requests: list[Recorded] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> "ChatServer":
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        self.port = server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(timeout=5)
+            self._server = None
+
+    def __enter__(self) -> "ChatServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- serving ------------------------------------------------------------------------------------
+    def _next_reply(self, request: Recorded) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if self.script:
+                return self.script.popleft()
+        return self.responder(request)
+
+    def _done(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+
+def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 10  # a stuck client cannot hold a handler thread for longer
+
+        def log_message(self, *args) -> None:  # keep test output clean
+            pass
+
+        def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                return
+            request = Recorded(json.loads(raw or b"{}"), {k.lower(): v for k, v in self.headers.items()})
+            reply = server._next_reply(request)
+            try:
+                time.sleep(min(reply.delay_s, server.max_delay_s))
+                if reply.status != 200:
+                    self._send(reply.status, {"error": {"message": f"scripted status {reply.status}", "type": "server_error",
+                                                        "code": reply.status}}, reply.headers)
+                    return
+                self._send(200, {
+                    "id": f"chatcmpl-{len(server.requests)}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": request.body.get("model", "test-model"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": reply.content}}],
+                    "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                              "total_tokens": reply.prompt_tokens + reply.completion_tokens},
+                }, reply.headers)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (its timeout) while the reply was delayed
+            finally:
+                server._done()
+
+    return Handler

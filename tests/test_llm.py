@@ -1,0 +1,186 @@
+"""The chat client against a real HTTP server speaking the chat-completions protocol (chat_server.py):
+retries, the response cache, the concurrency bound and the key's whereabouts."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import time
+
+import pytest
+
+from chat_server import ChatServer, Reply
+from vldocir.errors import ConfigError
+from vldocir.llm import ChatClient, image_part
+
+KEY = "sk-test-0123456789abcdef"  # what the environment holds in these tests; must never be written
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch):
+    monkeypatch.setenv("VLDOCIR_TEST_LLM_KEY", KEY)
+
+
+def client(url: str, cache_dir=None, **kwargs) -> ChatClient:
+    options = dict(model="test-model", base_url=url, api_env_var="VLDOCIR_TEST_LLM_KEY", timeout_s=0.3,
+                   max_retries=2, backoff_s=0.01, backoff_max_s=0.05, concurrency=4, cache_dir=cache_dir)
+    return ChatClient(**{**options, **kwargs})
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def files_text(root) -> str:
+    return "".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
+
+
+def test_answer_key_and_usage(tmp_path):
+    with ChatServer([Reply("hello", prompt_tokens=5, completion_tokens=2)]) as server:
+        llm = client(server.url, tmp_path / "llm", temperature=0.5, max_tokens=64, params={"seed": 3})
+        result = llm.complete(ask("hi"))
+    assert result.ok and result.content == "hello" and not result.cached and result.attempts == 1
+    body = server.requests[0].body
+    assert body["model"] == "test-model" and body["messages"] == ask("hi")
+    assert (body["temperature"], body["max_tokens"], body["seed"]) == (0.5, 64, 3)
+    assert server.requests[0].headers["authorization"] == f"Bearer {KEY}", "the key is read from the named variable"
+    assert llm.usage() == {"model": "test-model", "requests": 1, "called": 1, "cached": 0, "failed": 0, "retries": 0,
+                           "prompt_tokens": 5, "completion_tokens": 2, "cached_prompt_tokens": 0,
+                           "cached_completion_tokens": 0}
+
+
+def test_the_key_is_never_written(tmp_path):
+    with ChatServer([Reply("ok")]) as server:
+        llm = client(server.url, tmp_path / "llm")
+        assert llm.complete(ask("hi")).ok
+    assert len(list((tmp_path / "llm").rglob("*.json"))) == 1
+    assert KEY not in files_text(tmp_path / "llm")
+    assert KEY not in json.dumps(llm.cache_params()) + json.dumps(llm.usage()) + repr(llm)
+    assert KEY.encode() not in pickle.dumps(llm), "the openai client (which holds the key) is not pickled"
+    assert pickle.loads(pickle.dumps(llm)).cache_params() == llm.cache_params()
+
+
+def test_no_key_in_the_environment_sends_a_placeholder(monkeypatch):
+    monkeypatch.delenv("VLDOCIR_TEST_LLM_KEY")
+    with ChatServer([Reply("ok")]) as server:
+        assert client(server.url).complete(ask("hi")).ok
+    assert server.requests[0].headers["authorization"] == "Bearer EMPTY"
+
+
+def test_timeout_is_retried(tmp_path):
+    with ChatServer([Reply("late", delay_s=1.0), Reply("in time")]) as server:
+        llm = client(server.url, tmp_path / "llm", timeout_s=0.2)
+        result = llm.complete(ask("hi"))
+    assert (result.content, result.attempts) == ("in time", 2)
+    assert len(server.requests) == 2 and llm.usage()["retries"] == 1
+
+
+def test_5xx_is_retried_then_reported_and_not_cached(tmp_path):
+    with ChatServer([Reply(status=500), Reply(status=503), Reply(status=502)]) as server:
+        llm = client(server.url, tmp_path / "llm", max_retries=2)
+        result = llm.complete(ask("hi"))
+    assert not result.ok and result.error_kind == "http_502" and result.attempts == 3
+    assert "after 3 attempts" in result.error
+    assert len(server.requests) == 3
+    assert not list((tmp_path / "llm").rglob("*.json")), "failures are not cached"
+    assert llm.usage()["failed"] == 1
+
+
+def test_429_is_retried_after_the_servers_delay():
+    with ChatServer([Reply(status=429, headers={"Retry-After": "0.3"}), Reply("ok")]) as server:
+        llm = client(server.url, backoff_max_s=1.0)
+        start = time.monotonic()
+        result = llm.complete(ask("hi"))
+    assert result.ok and result.attempts == 2
+    assert time.monotonic() - start >= 0.3
+
+
+def test_4xx_is_not_retried():
+    with ChatServer([Reply(status=400), Reply("never asked")]) as server:
+        result = client(server.url).complete(ask("hi"))
+    assert result.error_kind == "http_400" and result.attempts == 1 and len(server.requests) == 1
+
+
+def test_server_down_replays_the_cache(tmp_path):
+    requests = [ask(f"question {i}") for i in range(5)]
+    with ChatServer(responder=lambda r: Reply(f"answer to {r.text()}")) as server:
+        first = client(server.url, tmp_path / "llm").complete_many(requests)
+    assert len(server.requests) == 5
+    # the server is gone now: a new client (another run) replays every answer without a request
+    again = client(server.url, tmp_path / "llm")
+    replayed = again.complete_many(requests)
+    assert [r.content for r in replayed] == [r.content for r in first] == [f"answer to question {i}" for i in range(5)]
+    assert all(r.cached and r.attempts == 0 for r in replayed)
+    assert again.usage()["requests"] == 0 and again.usage()["cached"] == 5
+    assert again.usage()["cached_prompt_tokens"] == 5 * 11
+
+
+def test_server_down_without_cache_is_an_error_per_item(tmp_path):
+    server = ChatServer().start()
+    server.stop()
+    results = client(server.url, tmp_path / "llm", max_retries=1).complete_many([ask("a"), ask("b")])
+    assert [r.error_kind for r in results] == ["connection", "connection"]
+    assert all(r.attempts == 2 for r in results)
+
+
+def test_concurrency_is_bounded_and_order_kept():
+    with ChatServer(responder=lambda r: Reply(r.text().upper(), delay_s=0.15)) as server:
+        llm = client(server.url, concurrency=3, timeout_s=2)
+        results = llm.complete_many([ask(f"q{i}") for i in range(12)], progress=True)
+    assert [r.content for r in results] == [f"Q{i}" for i in range(12)]
+    assert len(server.requests) == 12
+    assert 2 <= server.max_in_flight <= 3
+
+
+def test_identical_requests_are_sent_once():
+    with ChatServer(responder=lambda r: Reply(r.text())) as server:
+        results = client(server.url).complete_many([ask("a"), ask("b"), ask("a")])
+    assert [r.content for r in results] == ["a", "b", "a"] and len(server.requests) == 2
+
+
+def test_cache_key_covers_model_sampling_and_image_bytes(tmp_path):
+    base = client("http://127.0.0.1:9/v1")
+    png_a, png_b = b"\x89PNG fake page a", b"\x89PNG fake page b"
+    with_a = [{"role": "user", "content": [{"type": "text", "text": "what is shown?"}, image_part(png_a)]}]
+    with_b = [{"role": "user", "content": [{"type": "text", "text": "what is shown?"}, image_part(png_b)]}]
+    key = base.cache_key(with_a)
+    assert key == client("http://elsewhere:1/v1", timeout_s=9, concurrency=1).cache_key(with_a), \
+        "the server's address, timeouts and concurrency do not change answers"
+    assert key != base.cache_key(with_b)
+    for changed in (dict(model="other"), dict(temperature=0.7), dict(max_tokens=7), dict(params={"top_p": 0.9})):
+        assert client("http://127.0.0.1:9/v1", **changed).cache_key(with_a) != key, changed
+
+
+def test_images_are_sent_inline_and_cached_by_hash(tmp_path):
+    png = b"\x89PNG fake page bytes"
+    messages = [{"role": "user", "content": [{"type": "text", "text": "describe"}, image_part(png)]}]
+    with ChatServer([Reply("a page")]) as server:
+        assert client(server.url, tmp_path / "llm").complete(messages).content == "a page"
+    url = server.requests[0].body["messages"][0]["content"][1]["image_url"]["url"]
+    assert url == "data:image/png;base64," + base64.b64encode(png).decode()
+    entry = files_text(tmp_path / "llm")
+    assert base64.b64encode(png).decode() not in entry and "sha256:" in entry
+
+
+def test_damaged_cache_entry_is_asked_again(tmp_path):
+    with ChatServer([Reply("first"), Reply("second")]) as server:
+        llm = client(server.url, tmp_path / "llm")
+        llm.complete(ask("hi"))
+        next((tmp_path / "llm").rglob("*.json")).write_text("{not json")
+        assert llm.complete(ask("hi")).content == "second"
+    assert len(server.requests) == 2
+
+
+def test_misconfigured_client_raises(monkeypatch):
+    monkeypatch.delenv("VLDOCIR_LLM_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="base_url"):
+        ChatClient(model="m")
+    monkeypatch.setenv("VLDOCIR_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    assert ChatClient(model="m").base_url == "http://127.0.0.1:9/v1"
+    with pytest.raises(ConfigError, match="api_env_var"):
+        ChatClient(model="m", api_env_var="sk-a literal key")
+    with pytest.raises(ConfigError, match="concurrency"):
+        ChatClient(model="m", concurrency=0)
+    with pytest.raises(ConfigError, match="temperature"):
+        ChatClient(model="m", params={"temperature": 1.0})
