@@ -256,27 +256,36 @@ def test_env_sh_keeps_user_values_and_warns_without_a_venv(tmp_path):
 # --- experiments -------------------------------------------------------------------------------
 
 
-def _sweep_points(cfg) -> list[str]:
-    """One override per value of each swept parameter of ``hydra.sweeper.params``."""
+def _sweep_points(cfg) -> list[list[str]]:
+    """The overrides of every job of the sweep ``hydra.sweeper.params`` declares (their cross product)."""
+    import itertools
+
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     params = cfg.hydra.sweeper.get("params")
     params = OmegaConf.to_container(params) if params is not None else {}
     overrides = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
-    return [f"{o.get_key_element()}={value}" for o in overrides for value in o.sweep_string_iterator()]
+    axes = [[f"{o.get_key_element()}={value}" for value in o.sweep_string_iterator()] for o in overrides]
+    return [list(job) for job in itertools.product(*axes)] if axes else []
 
 
 @pytest.mark.parametrize("experiment", [None] + [p.stem for p in EXPERIMENT_FILES])
 def test_every_experiment_composes(isolated_paths, experiment):
+    """Every job of every experiment composes, passes run.py's checks and instantiates its setting,
+    its retriever and, recursively, its input runs (what the job does before any work)."""
+    from vldocir.pipeline import check_inputs
+
     overrides = [] if experiment is None else [f"experiment={experiment}"]
     cfg = compose_cfg(*overrides, keep_hydra=True)
     points = _sweep_points(cfg)
     if experiment is not None:
         assert points, f"experiment={experiment} sweeps nothing (hydra.sweeper.params is empty)"
-    for point in points or [None]:
-        job = OmegaConf.to_container(compose_cfg(*overrides, *([point] if point else [])), resolve=True)
+    for point in points or [[]]:
+        job_cfg = compose_cfg(*overrides, *point)
+        job = OmegaConf.to_container(job_cfg, resolve=True)
         assert job["retriever"]["id"] and job["setting"]["id"] and job["dataset"]["name"]
         check_config(OmegaConf.create(job))  # depth, ks, optimized_metric, ids: what run.py checks first
+        check_inputs(job_cfg, [*overrides, *point])
 
 
 def test_multirun_with_cfg_composes_instead_of_launching():

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from ranx import Run, fuse
 
-from helpers import evaluate
+from helpers import evaluate, tiny_overrides
 from vldocir.data.runs import make_run, read_run
 from vldocir.launch import input_overrides
 from vldocir.retrieval.fusion import (
@@ -169,3 +169,43 @@ def test_a_setting_that_names_its_own_store_directory_is_a_cycle(isolated_paths)
     with pytest.raises(ConfigError, match=r"cycle: dom_bm25/bctx-n256 -> dom_bm25/bctx-n256"):
         evaluate("setting=bctx", "setting.method.inputs=[bctx]")
     assert not (isolated_paths / "results").exists()
+
+
+# --- the acceptance sweep: every setting, two n_ctx, one encode ----------------------------------------
+
+
+@pytest.mark.slow
+def test_sweep_of_every_setting_encodes_once_and_computes_each_run_once(subset_dir, tiny, isolated_paths, tmp_path):
+    """`-m retriever=colqwen25 setting=base,ctx,bctx,rerank,ensemble n_ctx=32,128` (tiny checkpoints):
+    the corpus is encoded once and every distinct run (base, ctx per n_ctx, rerank, bctx and ensemble
+    per n_ctx) is computed once over the ten jobs, as the jobs' manifests (their cache events) show."""
+    from test_rerank import tiny_rerank_overrides
+    from tiny_models import build_tiny_jina_reranker_m0
+    from helpers import run_py
+
+    jina = build_tiny_jina_reranker_m0(tmp_path / "jina")
+    rerank_overrides = [o for o in tiny_rerank_overrides(jina) if o.startswith("reranker.")]
+    done = run_py("-m", *tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", *rerank_overrides,
+                  "setting=base,ctx,bctx,rerank,ensemble", "n_ctx=32,128", timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    manifests = [json.loads(p.read_text()) for p in (isolated_paths / "logs" / "multirun").rglob("manifest.json")]
+    assert len(manifests) == 10
+    events = [e for m in manifests for e in m["cache"]]
+    page_misses = [e for e in events if e["kind"] == "page-embeddings" and e["status"] != "hit"]
+    assert len(page_misses) == 1, page_misses  # the corpus is encoded by the first job only
+    runs = {}
+    for e in events:
+        if e["kind"] == "run":
+            runs.setdefault(e["key"], []).append(e["status"])
+    # base, rerank (n_ctx does not change them), ctx x2, bctx x2, ensemble x2
+    assert len(runs) == 8
+    assert all(statuses.count("miss") == 1 for statuses in runs.values()), runs
+    context_builds = [e for e in events if e["kind"] == "doc-context" and e["status"] != "hit"]
+    assert len(context_builds) == 2  # one set of context vectors per n_ctx
+    by_setting = {(m["config"]["setting"]["id"]) for m in manifests}
+    assert by_setting == {"base", "rerank", "ctx-n32", "ctx-n128", "bctx-n32", "bctx-n128", "ensemble-n32", "ensemble-n128"}
+    ensemble = next(m for m in manifests if m["config"]["setting"]["id"] == "ensemble-n32")
+    assert [i["setting"] for i in ensemble["run"]["inputs"]] == ["base", "ctx-n32", "rerank"]
+    # the ensemble is the round robin of its stored inputs
+    inputs = [read_run(f"{i['entry']}/run.parquet") for i in ensemble["run"]["inputs"]]
+    assert ranked_lists(read_run(f"{ensemble['entry']}/run.parquet")) == ranked_lists(round_robin(inputs, depth=100))

@@ -290,3 +290,127 @@ def build_tiny_qwen2vl_embedder(directory: Path) -> Path:
     Qwen2VLForConditionalGeneration(config).save_pretrained(directory)
     processor.save_pretrained(directory)
     return directory
+
+
+#: The hub code of the tiny jina-reranker-m0 stand-in (written into the checkpoint as
+#: `modeling_tiny_jina_reranker.py` and named by config.json's `auto_map`, as the real repository names
+#: its `modeling.py`). Written here, not copied: it keeps what callers rely on, namely the class name,
+#: the `compute_score` signature, its return convention (a bare float for one pair, else a list), the
+#: prompt layout (document first, then query) and the appended score token read by an MLP head whose
+#: output is squashed by sigmoid(logit - 2.65) into (0, 1).
+TINY_JINA_RERANKER_CODE = '''\
+"""Tiny offline stand-in for the hub code of jinaai/jina-reranker-m0 (vldocir tests)."""
+
+from __future__ import annotations
+
+import torch
+from PIL import Image
+from torch import nn
+from transformers import Qwen2VLForConditionalGeneration
+
+LOGIT_BIAS = 2.65
+SCORE_TOKEN_ID = 100
+
+
+def _prompt(query: str, doc: str, query_type: str, doc_type: str) -> str:
+    vision = "<|vision_start|><|image_pad|><|vision_end|>"
+    document = vision if doc_type == "image" else doc
+    question = vision if query_type == "image" else query
+    return f"**Document**:\\n{document}\\n**Query**:\\n{question}"
+
+
+class JinaVLForRanking(Qwen2VLForConditionalGeneration):
+    def __init__(self, config):
+        super().__init__(config)
+        hidden = config.text_config.hidden_size
+        self.score = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, pixel_values=None, image_grid_thw=None,
+                mm_token_type_ids=None, **kwargs):
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
+                            image_grid_thw=image_grid_thw, mm_token_type_ids=mm_token_type_ids,
+                            use_cache=False).last_hidden_state
+        # left padding: the last position is every row's score token
+        return torch.sigmoid(self.score(hidden[:, -1]).squeeze(-1) - LOGIT_BIAS)
+
+    @torch.no_grad()
+    def compute_score(self, pairs, batch_size=8, max_length=10240, max_query_length=512, max_doc_length=None,
+                      query_type="text", doc_type="text", normalize_scores=True, show_progress=False):
+        if not hasattr(self, "_processor"):
+            from transformers import AutoProcessor
+
+            self._processor = AutoProcessor.from_pretrained(self.name_or_path, max_pixels=602112, min_pixels=3136)
+        assert isinstance(pairs, list)
+        if isinstance(pairs[0], str):
+            pairs = [pairs]
+        device = next(self.parameters()).device
+        scores = []
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start : start + batch_size]
+            texts = [_prompt(q, d, query_type, doc_type) for q, d in chunk]
+            images = None
+            if doc_type == "image":
+                images = [d if isinstance(d, Image.Image) else Image.open(d) for _, d in chunk]
+            batch = self._processor(text=texts, images=images, return_tensors="pt", padding=True, truncation=True,
+                                    max_length=max_length - 1)
+            rows = batch["input_ids"].shape[0]
+            batch["input_ids"] = torch.cat([batch["input_ids"], torch.full((rows, 1), SCORE_TOKEN_ID)], dim=1)
+            ones = torch.ones((rows, 1), dtype=batch["attention_mask"].dtype)
+            batch["attention_mask"] = torch.cat([batch["attention_mask"], ones], dim=1)
+            if "mm_token_type_ids" in batch:
+                extra = torch.zeros((rows, 1), dtype=batch["mm_token_type_ids"].dtype)
+                batch["mm_token_type_ids"] = torch.cat([batch["mm_token_type_ids"], extra], dim=1)
+            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            scores.extend(self.forward(**batch).view(-1).float().cpu().numpy().tolist())
+        return scores[0] if len(scores) == 1 else scores
+'''
+
+TINY_JINA_RERANKER_MODULE = "modeling_tiny_jina_reranker"
+
+
+def build_tiny_jina_reranker_m0(directory: Path) -> Path:
+    """A tiny jina-reranker-m0 stand-in: a Qwen2-VL backbone plus a score head, behind hub code.
+
+    Loads as the real checkpoint does, through remote code only: `AutoModel.from_pretrained(directory,
+    trust_remote_code=True)` finds `JinaVLForRanking` via config.json's `auto_map` in the module
+    `TINY_JINA_RERANKER_MODULE` written beside the weights, and scores with
+    `model.compute_score(pairs, max_length=..., doc_type="image")`. `AutoProcessor.from_pretrained`
+    gives a `Qwen2VLProcessor` whose tokenizer pads on the left (the score is read at the last
+    position). The score token id (100) lies inside the tiny vocabulary.
+    """
+    import importlib.util
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    code = directory / f"{TINY_JINA_RERANKER_MODULE}.py"
+    code.write_text(TINY_JINA_RERANKER_CODE)
+    spec = importlib.util.spec_from_file_location(f"_tiny_{TINY_JINA_RERANKER_MODULE}", code)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    tokenizer = _qwen_tokenizer()
+    tokenizer.padding_side = "left"
+    image_processor, video_processor = _qwen_image_and_video_processors()
+    processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
+    config = Qwen2VLConfig(
+        text_config=_qwen_text_config(tokenizer),
+        vision_config={
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": QWEN_TEXT["hidden_size"],
+            "mlp_ratio": 2,
+            "num_heads": 2,
+            "patch_size": QWEN_PATCH_SIZE,
+            "spatial_merge_size": QWEN_MERGE_SIZE,
+            "temporal_patch_size": QWEN_TEMPORAL_PATCH_SIZE,
+        },
+        tie_word_embeddings=True,
+        **_qwen_token_ids(tokenizer),
+    )
+    config.architectures = ["JinaVLForRanking"]
+    config.auto_map = {"AutoModel": f"{TINY_JINA_RERANKER_MODULE}.JinaVLForRanking"}
+    torch.manual_seed(SEED)
+    module.JinaVLForRanking(config).save_pretrained(directory)
+    processor.save_pretrained(directory)
+    return directory

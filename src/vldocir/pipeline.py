@@ -230,7 +230,7 @@ class RunResolver:
             queries = self.bench.queries
             job = RunJob(self.bench, dict(zip(queries["query_id"], queries["text"])), depth, self.cache, retriever,
                          [i.run for i in input_runs])
-            log.info("%s: computing the run%s", label, f" from {len(input_runs)} input run(s)" if input_runs else "")
+            log.info("%s: computing the run (key %s)%s", label, key, f" from {len(input_runs)} input run(s)" if input_runs else "")
             run = setting.make_run(job)
             resolved = ResolvedRun(run, key, None, setting_dir, retrieval=job.stats, inputs=inputs, query_flags=job.query_flags)
         self.done[key] = resolved
@@ -350,6 +350,15 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
     entry = store.publish(resolved.setting_dir, store.entry_name(depth, ks, resolved.key), run=None if resolved.reused else resolved.run,
                           reused=resolved.reused, per_query=per_query, metrics=metrics, manifest=manifest)
+    _write_job_manifest(manifest, entry)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
     print(format_report(metrics, entry, resolved.reused is not None), flush=True)
     return metrics
+
+
+def _write_job_manifest(manifest: dict[str, Any], entry: Path) -> None:
+    """The job's own manifest, also when its entry was reused or already held this result, in the
+    Hydra job directory (``<log_dir>/.../manifest.json``): what this job found, computed and reused."""
+    output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
+    if output_dir and Path(output_dir).is_dir():
+        atomic_write_json({**manifest, "entry": str(entry)}, Path(output_dir) / "manifest.json")
