@@ -279,3 +279,34 @@ def test_config_composes_and_instantiates(isolated_paths, monkeypatch, overrides
     assert isinstance(setting, QuerySplit) and setting.variant == variant
     assert setting.llm.base_url == "http://127.0.0.1:9/v1" and setting.llm.api_env_var == "OPENAI_API_KEY"
     assert str(setting.llm.cache_dir) == str(isolated_paths / "cache" / "llm")
+
+
+# -- through the pipeline ------------------------------------------------------------------------------
+def test_qsplit_end_to_end_flags_failed_splits_in_per_query(subset_dir, isolated_paths, monkeypatch):
+    """`python run.py setting=qsplit` (DOM-BM25) against the local server: the entry's per_query.parquet
+    carries the flags, the manifest the failure counts; a rerun with the server gone reuses the stored
+    run and keeps its flags."""
+    import pandas as pd
+
+    from helpers import evaluate
+
+    bench = load_benchmark(subset_dir)
+    broken = bench.queries.text.iloc[0]
+    monkeypatch.setenv("VLDOCIR_TEST_LLM_KEY", KEY)
+    over = [f"dataset.source={subset_dir}", "setting=qsplit", "setting.method.llm.api_env_var=VLDOCIR_TEST_LLM_KEY",
+            "setting.method.llm.timeout_s=20", "setting.method.llm.max_retries=2", "setting.method.max_failed_fraction=0.5"]
+    with ChatServer(responder=lambda r: Reply("no list here") if question(r) == broken else split_in_halves(r)) as server:
+        first = evaluate(*over, f"setting.method.llm.base_url={server.url}")
+    assert first.entry.parent.name == "qsplit"
+    per_query = pd.read_parquet(first.entry / "per_query.parquet").set_index("query_id")
+    failed = set(per_query.index[per_query.qsplit_failed])
+    assert failed == set(bench.queries.query_id[bench.queries.text == broken])
+    assert (per_query.loc[list(failed), "qsplit_failure"] == "malformed").all()
+    assert (per_query.drop(index=list(failed)).qsplit_n == 2).all()  # the two halves (variant 3 searches the query too)
+    assert first.manifest["retrieval"]["query_split"]["failed"]["malformed"] == len(failed)
+    assert first.manifest["run"]["query_flags"] == ["qsplit_failed", "qsplit_failure", "qsplit_n"]
+
+    again = evaluate(*over, "setting.method.llm.base_url=http://127.0.0.1:9/v1", "eval.ks=[5,10]")  # nothing listens
+    assert again.manifest["run"]["reused"]
+    flags = pd.read_parquet(again.entry / "per_query.parquet").set_index("query_id")
+    assert set(flags.index[flags.qsplit_failed]) == failed
