@@ -360,9 +360,13 @@ def unverified(results_dir: str | Path) -> list[tuple[Path, list[str]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m vldocir.store [RESULTS_DIR] [--verify]``: the index of the store."""
+    """``python -m vldocir.store [RESULTS_DIR] [--verify]``: the index of the store.
+    ``python -m vldocir.store export RUN OUT [--tag T]``: a stored run as a TREC run file (:func:`export_main`)."""
     import argparse
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m vldocir.store", description=main.__doc__)
     parser.add_argument("results_dir", nargs="?", default=os.environ.get("VLDOCIR_RESULTS_DIR", "results"))
     parser.add_argument("--verify", action="store_true", help="also hash every run.parquet and list what does not verify")
@@ -378,6 +382,98 @@ def main(argv: list[str] | None = None) -> int:
         for path, problems in bad:
             print(f"UNVERIFIED {path}: {'; '.join(problems)}", file=sys.stderr)
         return 1 if bad else 0
+    return 0
+
+
+# -- export ----------------------------------------------------------------------------------------
+
+
+def resolve_entry(run: str | Path, results_dir: str | Path | None = None) -> tuple[Entry, str]:
+    """The verified entry ``run`` names, and how it was chosen.
+
+    ``run`` is an entry directory, a ``<benchmark>/<retriever>/<setting>`` directory (its newest
+    verified entry), or ``<benchmark>/<retriever>/<setting>`` relative to ``<results_dir>/runs``.
+    The entry's ``run.parquet`` is hashed in full: an entry that does not verify is refused.
+    """
+    path = Path(run)
+    if not path.is_dir() and len(path.parts) == 3 and results_dir is not None:
+        path = Path(results_dir) / "runs" / path
+    if not path.is_dir():
+        raise StoreError(f"{run} is neither an entry nor a <benchmark>/<retriever>/<setting> directory of the store")
+    how = "the entry named"
+    if not (path / MANIFEST_FILE).is_file():
+        newest = newest_entry_in(path)
+        if newest is None:
+            raise StoreError(f"{path} holds no verified entry (python -m vldocir.store --verify lists what is wrong)")
+        count = sum(1 for p in _entries_in(path) if (p / MANIFEST_FILE).is_file())
+        path, how = newest, f"the newest verified of {count} entries"
+    entry = Entry(path)
+    problems = entry.problems(full=True)
+    if problems:
+        raise StoreError(f"{path} is not a verified entry: {'; '.join(problems)}")
+    return entry, how
+
+
+def export_trec(entry: Entry, out: str | Path, tag: str | None = None, force: bool = False,
+                exact_scores: bool = False) -> dict[str, Any]:
+    """Write the entry's run as a TREC run file ``out`` (atomically; an existing file only with
+    ``force``, and never inside the store's ``runs/``). ``tag`` defaults to ``<retriever>.<setting>``.
+
+    trec_eval reads scores as float32 and breaks ties by docid descending, vldocir by page_id
+    ascending; so tied pages get scores one float32 step apart in vldocir's order
+    (:func:`vldocir.data.runs.trec_scores`) and trec_eval evaluates every query as the entry's
+    ``per_query.parquet`` says. ``exact_scores`` writes the stored scores unchanged instead
+    (trec_eval then orders ties its own way).
+    """
+    import pyarrow.compute as pc
+
+    from vldocir.data.runs import write_trec_run
+
+    out = Path(out)
+    runs_root = entry.path.resolve().parents[3]
+    if out.resolve().is_relative_to(runs_root):
+        raise StoreError(f"{out} is inside the results store {runs_root}, whose directories are never written into; "
+                         "export elsewhere")
+    if out.exists() and not force:
+        raise StoreError(f"{out} exists; pass --force to replace it")
+    tag = tag or f"{entry.path.parents[1].name}.{entry.path.parent.name}"
+    run = read_stored_run(entry)
+    counts = write_trec_run(run, out, tag, separate_ties=not exact_scores)
+    return {"entry": str(entry.path), "out": str(out), "tag": tag, "queries": len(pc.unique(run.column("query_id"))), **counts}
+
+
+def export_main(argv: list[str]) -> int:
+    """``python -m vldocir.store export RUN OUT [--tag T] [--force] [--exact-scores] [--results-dir DIR]``:
+    write a stored run as a TREC run file (``qid Q0 docid rank score tag``).
+
+    RUN is an entry directory, a ``runs/<benchmark>/<retriever>/<setting>`` directory (its newest
+    entry), or ``<benchmark>/<retriever>/<setting>`` within the store (``--results-dir``, default
+    ``$VLDOCIR_RESULTS_DIR`` or ``results``).
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m vldocir.store export", description=export_main.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="entry directory, setting directory, or <benchmark>/<retriever>/<setting>")
+    parser.add_argument("out", help="the TREC run file to write")
+    parser.add_argument("--tag", default=None, help="the run tag (6th column); default <retriever>.<setting>")
+    parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    parser.add_argument("--exact-scores", action="store_true",
+                        help="write the stored scores unchanged (trec_eval then breaks ties by docid descending)")
+    parser.add_argument("--results-dir", default=os.environ.get("VLDOCIR_RESULTS_DIR", "results"))
+    args = parser.parse_args(argv)
+    try:
+        entry, how = resolve_entry(args.run, args.results_dir)
+        done = export_trec(entry, args.out, args.tag, args.force, args.exact_scores)
+    except (StoreError, ValueError) as error:
+        print(f"export: {error}", file=sys.stderr)
+        return 2
+    print(f"Exported {done['rows']} rows ({done['queries']} queries) of {entry.path} ({how}) to {done['out']}, tag {done['tag']}")
+    if done["lowered"]:
+        print(f"  {done['lowered']} score(s) lowered by float32 steps to order tied pages as vldocir does "
+              "(page_id ascending; trec_eval would order them by docid descending); --exact-scores keeps them")
+    if done["ties_left"]:
+        print(f"  {done['ties_left']} pair(s) of tied pages left tied: trec_eval orders them by docid descending")
     return 0
 
 

@@ -126,6 +126,7 @@ class ResultsView:
     def __init__(self, results_dir: str | Path, benchmark: str, ks: Sequence[int] = (), depth: int | None = None):
         self.results_dir = Path(results_dir)
         self.benchmark = benchmark
+        self.ks, self.depth = tuple(ks), depth
         self.entries = list_runs(self.results_dir)
         self.index = select(self.entries, ks=ks, depth=depth)
         self._runs: dict[Path, StoredRun] = {}
@@ -157,6 +158,17 @@ class ResultsView:
     def runs(self) -> list[StoredRun]:
         """Every run of the benchmark, mapped by the manifest or not."""
         return [self._stored(row) for row in self.index[self.index.benchmark == self.benchmark].itertuples()]
+
+    def distinct_runs(self) -> list[StoredRun]:
+        """One entry per distinct run of the benchmark: per (retriever, setting, run key), so that
+        parameter or depth variants filed under one retriever id count separately; each chosen as
+        :func:`~vldocir.store.select` chooses (the entry :meth:`get` returns for a run is the one
+        chosen here for its run key)."""
+        rows = self.entries[self.entries.benchmark == self.benchmark]
+        found = []
+        for _, group in rows.groupby(["retriever", "setting", "run_key"], sort=True, dropna=False):
+            found.extend(self._stored(row) for row in select(group, ks=self.ks, depth=self.depth).itertuples())
+        return found
 
     def any_run(self) -> StoredRun | None:
         """A run of the benchmark, for what every run holds alike (query counts): the first by path."""

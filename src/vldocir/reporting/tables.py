@@ -321,7 +321,9 @@ def build_tables(spec: PaperSpec, view: ResultsView, names: list[str] | None = N
 
 
 def write_tables(tables: dict[str, ReportTable], out_dir: Path, note: str | None = None,
-                 entries: list[str] | None = None) -> list[Path]:
+                 entries: list[str] | None = None, sections: list[str] | None = None) -> list[Path]:
+    """Each table as ``<name>.md`` and ``<name>.tex``, plus the index ``README.md`` (the tables,
+    the store entries used, then ``sections``: further Markdown lines, e.g. the other runs)."""
     ignore_generated(out_dir)
     written = []
     for name, table in tables.items():
@@ -336,5 +338,7 @@ def write_tables(tables: dict[str, ReportTable], out_dir: Path, note: str | None
         index.append(f"- [{table.title}]({name}.md) ({name}.tex): {table.n_rows_reproduced} of {len(table.rows)} rows reproduced")
     if entries:
         index += ["", "## Store entries used", "", *[f"- {line}" for line in entries]]
+    if sections:
+        index += ["", *sections]
     atomic_write_text("\n".join(index) + "\n", out_dir / "README.md")
     return written
