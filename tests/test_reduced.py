@@ -218,3 +218,18 @@ def test_open_dataset_passes_plain_datasets_through_and_refuses_unknown_rules(tm
         open_dataset({"name": "x", "derive": {"parent": plain, "keep": "all"}}, tmp_path, _open_source)
     with pytest.raises(ConfigError, match=r"dataset.derive.parent"):
         open_dataset({"name": "x", "derive": {"keep": "evidence_pages"}}, tmp_path, _open_source)
+
+
+def test_a_run_on_the_reduced_mini_is_filed_under_its_own_benchmark_and_viewable(isolated_paths):
+    """`python run.py dataset=mini_reduced`: the run retrieves reduced pages only, is filed under
+    vl-docir-mini-reduced, and the manifest names where the benchmark was opened (the viewer uses it)."""
+    from helpers import evaluate
+    from vldocir.reporting.viewer import benchmark_root
+
+    done = evaluate("dataset=mini_reduced")
+    assert done.entry.parts[-4] == "vl-docir-mini-reduced"
+    root = Path(done.manifest["benchmark"]["root"])
+    assert root.parent == isolated_paths / "cache" / "reduced"
+    kept = set(pd.read_parquet(root / "pages.parquet", columns=["page_id"]).page_id)
+    assert set(pq.read_table(done.entry / "run.parquet").column("page_id").to_pylist()) <= kept
+    assert benchmark_root(done.entry, done.manifest) == root

@@ -55,8 +55,9 @@ class StoredRun:
         return [int(k) for k in self.metrics["ks"]]
 
     def benchmark_dir(self) -> Path | None:
-        """The benchmark directory the run was evaluated on (``manifest.json``: dataset.source)."""
-        source = self.manifest.get("config", {}).get("dataset", {}).get("source")
+        """The benchmark directory the run was evaluated on (``manifest.json``: benchmark.root, or
+        dataset.source in entries written before the root was recorded)."""
+        source = (self.manifest.get("benchmark") or {}).get("root") or self.manifest.get("config", {}).get("dataset", {}).get("source")
         if not source or str(source).startswith("hf://"):
             return None
         path = Path(source)

@@ -79,9 +79,10 @@ def benchmark_root(run_dir: Path, manifest: dict, override: Path | None = None) 
     if override is not None:
         root = Path(override)
     else:
-        source = manifest.get("config", {}).get("dataset", {}).get("source")
+        # benchmark.root: where the pipeline opened it (also a derived one, e.g. the reduced corpus)
+        source = (manifest.get("benchmark") or {}).get("root") or manifest.get("config", {}).get("dataset", {}).get("source")
         if not source:
-            raise ViewerError(f"{run_dir / MANIFEST_FILE} names no dataset.source; pass --benchmark-dir")
+            raise ViewerError(f"{run_dir / MANIFEST_FILE} names no benchmark root or dataset.source; pass --benchmark-dir")
         if str(source).startswith("hf://"):
             raise ViewerError(f"the run was made on {source}; pass its local copy with --benchmark-dir")
         root = Path(source)
