@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim mini mini-ship clean
+.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings mini mini-ship clean
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,9 @@ bench-eval: setup  ## evaluation speed at paper scale vs pytrec_eval and ranx (s
 
 bench-maxsim: setup  ## exact MaxSim search on CPU vs colpali-engine score_multi_vector and fp32 matmul (ARGS="--pages 20000")
 	$(PYTHON) perf/bench_maxsim.py $(ARGS)
+
+bench-settings: setup  ## cost of setting=ctx and setting=hierarchical vs exact search, 100,000 random pages + the mini (ARGS="--quick")
+	$(PYTHON) perf/bench_settings.py $(ARGS)
 
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py

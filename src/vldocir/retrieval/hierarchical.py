@@ -88,7 +88,7 @@ def pooled_page_vectors(shards: Iterable[RaggedVectors], page_doc: np.ndarray, n
         nonempty = np.flatnonzero(lengths > 0)
         if not len(nonempty):
             continue
-        tokens = shard.fp32().numpy()
+        tokens = shard.fp32(np.arange(len(shard.vectors))).numpy()  # a copy: the shard may be a read-only map
         means = np.add.reduceat(tokens, shard.offsets[:-1][nonempty], axis=0) / lengths[nonempty, None]
         norms = np.linalg.norm(means, axis=1, keepdims=True)
         rows = shard.first_index + nonempty
