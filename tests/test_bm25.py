@@ -55,3 +55,62 @@ def test_missing_text_column_says_what_to_do(small_bench, tmp_path):
 def test_query_without_known_terms_is_absent_from_the_run(small_bench, tmp_path):
     run = BM25Retriever().retrieve(small_bench, {"q": "qqqzzzxxy"}, 5, ArtifactCache(tmp_path))
     assert run.num_rows == 0
+
+
+# --- deterministic rankings whatever the backend ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tied_bench(small_bench, tmp_path_factory):
+    """The small benchmark with only five distinct page texts: hundreds of pages tie on every query."""
+    import pyarrow as pa
+
+    from vldocir.data.benchmark import load_benchmark, write_benchmark
+
+    texts = ["solar panel output per year", "solar output in the quarterly report", "revenue and net income",
+             "income of the patient cohort", "panel of the report"]
+    pages = small_bench.arrow("pages")
+    dom = pa.array([texts[i % len(texts)] for i in range(pages.num_rows)], pa.string())
+    pages = pages.set_column(pages.schema.get_field_index("dom_text"), "dom_text", dom)
+    tables = {name: small_bench.arrow(name) for name in ("documents", "elements", "queries", "qrels")}
+    images = small_bench.root  # image paths are relative to the benchmark root: write next to it
+    root = tmp_path_factory.mktemp("tied") / "tied"
+    write_benchmark(root, {**tables, "pages": pages}, {"name": "tied", "version": "test"})
+    if (images / "pages").is_dir():
+        import shutil
+
+        shutil.copytree(images / "pages", root / "pages")
+    return load_benchmark(root)
+
+
+def _oracle(bench, queries, depth, cache):
+    """Every page scored (k = all pages, so no cut-off to break ties), then score desc, page_id asc."""
+    retriever = BM25Retriever(backend="numpy")
+    model, tokenizer, page_ids = retriever._index(bench, cache)
+    out = {}
+    for qid, text in queries.items():
+        tokens = tokenizer.tokenize([text], update_vocab=False, return_as="ids", show_progress=False)
+        docs, scores = model.retrieve(tokens, k=len(page_ids), show_progress=False)
+        ranked = sorted(((float(s), page_ids[d]) for d, s in zip(docs[0], scores[0]) if s > 0), key=lambda x: (-x[0], x[1]))
+        out[qid] = [p for _, p in ranked[:depth]]
+    return out
+
+
+@pytest.mark.parametrize("options", [dict(backend="numba", n_threads=2), dict(backend="numba", n_threads=1, query_batch_size=7),
+                                     dict(backend="numpy", n_threads=0), dict(backend="numpy", n_threads=2, query_batch_size=1),
+                                     dict(backend="numba", n_threads=-1, tie_margin=0)])
+def test_rankings_do_not_depend_on_backend_threads_or_batch_size(tied_bench, tmp_path, options):
+    queries = {"q1": "solar output", "q2": "income report", "q3": "panel", "q4": "revenue of the panel"}
+    cache = ArtifactCache(tmp_path)
+    expected = _oracle(tied_bench, queries, 10, cache)
+    retriever = BM25Retriever(**options)
+    run = retriever.retrieve(tied_bench, queries, 10, cache).to_pandas()
+    got = {q: list(g.sort_values("rank").page_id) for q, g in run.groupby("query_id")}
+    assert got == expected
+    assert retriever.stats["search"]["refetched_for_ties"] > 0  # hundreds of tied pages: the cut-off needed a wider fetch
+    assert retriever.stats["search"]["queries_per_s"] > 0
+
+
+def test_backend_is_checked():
+    with pytest.raises(ValueError, match="backend must be one of numba, numpy"):
+        BM25Retriever(backend="rust")

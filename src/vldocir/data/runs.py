@@ -44,6 +44,45 @@ def make_run(query_ids: Sequence[str], page_ids: Sequence[Sequence[str]], scores
     )
 
 
+def run_from_indices(query_ids: Sequence[str], page_ids: Sequence[str], indices: np.ndarray, scores: np.ndarray) -> pa.Table:
+    """The run of ``make_run``, from each query's candidates as positions into ``page_ids``.
+
+    ``indices`` (n_queries, n) int64 positions into ``page_ids`` (-1: no candidate), ``scores``
+    (n_queries, n) float; rows ordered by query (given order), score descending, page_id ascending,
+    ranked 1..n. Integer sorts and dictionary-built id columns, no per-row Python objects: a
+    paper-scale run (27 M rows) takes seconds (``make_run`` takes about a minute).
+    """
+    indices = np.asarray(indices, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float32)
+    page_ids = np.asarray(page_ids, dtype=object)
+    n_queries, width = indices.shape if indices.ndim == 2 else (len(query_ids), 0)
+    by_id = np.argsort(page_ids, kind="stable")
+    page_rank = np.empty(len(page_ids), dtype=np.int64)
+    page_rank[by_id] = np.arange(len(page_ids))
+    valid = indices >= 0
+    rows = np.repeat(np.arange(n_queries), width)
+    # invalid cells sort last in their row (score -inf, rank past every page)
+    key_score = np.where(valid, -scores.astype(np.float64), np.inf).ravel()
+    key_page = np.where(valid, page_rank[np.where(valid, indices, 0)], len(page_ids)).ravel()
+    order = np.lexsort((key_page, key_score, rows))
+    order = order[valid.ravel()[order]]
+    query_of_row = rows[order]
+    counts = np.bincount(query_of_row, minlength=n_queries)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    query_col = pa.DictionaryArray.from_arrays(pa.array(query_of_row.astype(np.int32)),
+                                               pa.array(np.asarray(query_ids, dtype=object), pa.string()))
+    page_col = pa.DictionaryArray.from_arrays(pa.array(indices.ravel()[order].astype(np.int32)), pa.array(page_ids, pa.string()))
+    return pa.table(
+        {
+            "query_id": query_col.cast(pa.string()),
+            "page_id": page_col.cast(pa.string()),
+            "rank": pa.array((np.arange(len(order)) - starts + 1).astype(np.int32), pa.int32()),
+            "score": pa.array(scores.ravel()[order], pa.float32()),
+        },
+        schema=RUN_SCHEMA,
+    )
+
+
 def write_run(run: pa.Table, path: str | Path) -> None:
     """Write atomically, ids dictionary-encoded so that readers get codes without re-hashing.
 

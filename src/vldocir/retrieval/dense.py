@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, content_key
 from vldocir.data.benchmark import Benchmark
-from vldocir.data.runs import make_run
+from vldocir.data.runs import run_from_indices
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.context import DocumentContext
 from vldocir.retrieval.hierarchical import HierarchicalSearch
@@ -223,13 +223,7 @@ class EmbeddingRetriever(Retriever):
         self.stats["page_embeddings"] = {"dir": str(store.directory), "shards": store.n_shards, "shard_size": store.shard_size,
                                          "dtype": store.dtype}
 
-        page_ids = np.asarray(store.page_ids(), dtype=object)
-        hits, scores = [], []
-        for row_idx, row_scores in zip(top.indices, top.scores):
-            keep = row_idx >= 0
-            hits.append(page_ids[row_idx[keep]])
-            scores.append(row_scores[keep])
-        return make_run(list(queries), hits, scores)
+        return run_from_indices(list(queries), np.asarray(store.page_ids(), dtype=object), top.indices, top.scores)
 
 
 def _drop_damaged(store: PageEmbeddingStore, cache: ArtifactCache, error: Exception) -> Exception:
