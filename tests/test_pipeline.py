@@ -75,7 +75,9 @@ def test_store_entry_and_manifest(run_eval, small_bench_dir, isolated_paths):
     assert manifest["benchmark"]["name"] == "test-small"
     assert manifest["hardware"]["cpus"] >= 1 and manifest["hardware"]["host"]
     assert manifest["timings"]["wall_s"] > 0
-    assert set(manifest["timings"]) >= {"load_benchmark_s", "retrieve_s", "evaluate_s", "wall_s"}
+    assert set(manifest["timings"]) >= {"load_benchmark_s", "validate_s", "fingerprint_s", "retrieve_s", "evaluate_s", "wall_s"}
+    assert isinstance(manifest["timings"]["validate_from_memo"], bool)
+    assert isinstance(manifest["timings"]["fingerprint_from_memo"], bool)
     assert manifest["run"]["reused"] is False
     # The manifest vouches for the files beside it.
     assert manifest["store"]["run_key"] == manifest["run"]["key"] and manifest["store"]["ks"] == [3, 5, 10]

@@ -312,7 +312,7 @@ def _stored_flags(entry: store.Entry) -> dict[str, dict[str, Any]]:
 def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     """Run the stages ``cfg`` asks for and record them; returns ``metrics.json``'s content."""
     started = time.perf_counter()
-    timings: dict[str, float] = {}
+    timings: dict[str, Any] = {}
     cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
     overrides = _overrides()
     check_inputs(cfg, overrides)  # parameter checks of the job and of every input run, before anything starts
@@ -323,6 +323,7 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     tick = time.perf_counter()
     bench = open_benchmark(cfg.dataset, cfg.paths.cache_dir)
     timings["load_benchmark_s"] = time.perf_counter() - tick
+    timings.update(bench.load_timings)  # validate_s, fingerprint_s and whether each came from the memo
 
     ks, depth = [int(k) for k in cfg.eval.ks], int(cfg.depth)
     manifest["benchmark"] = {**bench.summary(), "root": str(bench.root)}
@@ -347,13 +348,19 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     timings["wall_s"] = time.perf_counter() - started
 
     manifest["cache"] = cache.events
-    manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    manifest["timings"] = _rounded(timings)
     entry = store.publish(resolved.setting_dir, store.entry_name(depth, ks, resolved.key), run=None if resolved.reused else resolved.run,
                           reused=resolved.reused, per_query=per_query, metrics=metrics, manifest=manifest)
     _write_job_manifest(manifest, entry)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
     print(format_report(metrics, entry, resolved.reused is not None), flush=True)
     return metrics
+
+
+def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
+    """Seconds to the millisecond; flags (``*_from_memo``) and nested records kept."""
+    return {k: _rounded(v) if isinstance(v, dict) else round(v, 3) if isinstance(v, float) else v
+            for k, v in timings.items()}
 
 
 def _write_job_manifest(manifest: dict[str, Any], entry: Path) -> None:
