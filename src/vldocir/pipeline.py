@@ -182,8 +182,7 @@ class RunResolver:
     @property
     def index(self) -> EvidenceIndex:
         if self._index is None:
-            bench = self.bench
-            self._index = EvidenceIndex.from_tables(bench.queries, bench.qrels, bench.arrow("pages", ["page_id", "doc_id"]).to_pandas())
+            self._index = EvidenceIndex.from_benchmark(self.bench)
         return self._index
 
     def resolve(self, cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ()) -> ResolvedRun:
