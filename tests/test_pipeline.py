@@ -111,11 +111,14 @@ def test_cache_events_across_runs(run_eval):
 def test_identical_rerun_reuses_the_stored_run(run_eval, monkeypatch):
     metrics, _, _, run_dir = run_eval()
     _age(run_dir / store.RUN_FILE)
-    writes = []
+    writes, reads = [], []
     monkeypatch.setattr(store, "_write_file", lambda *args: writes.append(args))
+    real_read = store.read_stored_run
+    monkeypatch.setattr(store, "read_stored_run", lambda entry, columns=None: reads.append(columns) or real_read(entry, columns))
     again, manifest, printed, again_dir = run_eval()
     # The same evaluation of the same run: the entry stays as it is, its manifest that of the first run.
     assert writes == [], "nothing to write: the entry already holds this result"
+    assert reads == [("query_id", "page_id", "score")], "read once, without the ranks the metrics recompute"
     assert manifest["store"]["files"] == json.loads((run_dir / store.MANIFEST_FILE).read_text())["store"]["files"]
     assert manifest["run"]["reused"] is True and again_dir == run_dir
     assert json.loads((run_dir / store.MANIFEST_FILE).read_text())["run"]["reused"] is False

@@ -28,7 +28,7 @@ from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.data.reduced import open_dataset
 from vldocir.evaluation.aggregate import summarise
 from vldocir.evaluation.console import format_report, structure_table
-from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
+from vldocir.evaluation.metrics import RUN_COLUMNS, EvidenceIndex, per_query_metrics
 from vldocir.io import atomic_write_json
 from vldocir.retrieval.settings import RunJob
 from vldocir.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
@@ -164,6 +164,11 @@ class ResolvedRun:
             self.computed = store.read_stored_run(self.reused)
         return self.computed
 
+    def run_to_evaluate(self) -> pa.Table:
+        """The run as the metrics read it: in memory if it is, else the stored run's ids and scores
+        only (no ranks: a quarter less to read at paper scale), not kept."""
+        return self.computed if self.computed is not None else store.read_stored_run(self.reused, RUN_COLUMNS)
+
 
 class RunResolver:
     """Resolves a job's run, and first the input runs its setting names, through the results store.
@@ -235,8 +240,11 @@ class RunResolver:
         self.done[key] = resolved
         return resolved
 
-    def evaluate(self, resolved: ResolvedRun) -> tuple[pd.DataFrame, dict]:
-        per_query = per_query_metrics(resolved.run, self.index, self.ks)
+    def evaluate(self, resolved: ResolvedRun, keep_run: bool = False) -> tuple[pd.DataFrame, dict]:
+        """Per-query metrics and their aggregates. A stored run is read for this alone (its ids and
+        scores only), unless ``keep_run``: then it is read in full once, and kept."""
+        run = resolved.run if keep_run else resolved.run_to_evaluate()
+        per_query = per_query_metrics(run, self.index, self.ks)
         for column, values in resolved.query_flags.items():
             per_query[column] = per_query["query_id"].map(values)
         return per_query, summarise(per_query, self.ks)
@@ -250,7 +258,7 @@ class RunResolver:
         if resolved.reused is not None and resolved.reused.path.name == name:
             resolved.entry = resolved.reused.path  # already evaluated at these ks
             return resolved
-        per_query, metrics = self.evaluate(resolved)
+        per_query, metrics = self.evaluate(resolved, keep_run=True)  # the setting combines it next
         manifest = _start_manifest(cfg, overrides)
         manifest.update(input_of=chain[-1], benchmark={**self.bench.summary(), "root": str(self.bench.root)}, cache=[],
                         run={"key": resolved.key, "depth": int(cfg.depth), "reused": resolved.reused is not None,

@@ -194,8 +194,8 @@ def other_parameters(setting_dir: Path, run_key: str, fingerprint: str, depth: i
     return found
 
 
-def read_stored_run(entry: Entry) -> pa.Table:
-    return read_run(entry.path / RUN_FILE)
+def read_stored_run(entry: Entry, columns: Sequence[str] | None = None) -> pa.Table:
+    return read_run(entry.path / RUN_FILE, columns)
 
 
 # -- publishing ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from vldocir.evaluation.codes import RunError, RunIds, all_distinct, evidence_fields, unique_string_values
 
-__all__ = ["METRICS", "EvidenceIndex", "RunError", "metric_columns", "per_query_metrics", "rank_run"]
+__all__ = ["METRICS", "RUN_COLUMNS", "EvidenceIndex", "RunError", "metric_columns", "per_query_metrics", "rank_run"]
 
 METRICS = ("ndcg", "recall", "ndcgall", "recallall")
 
@@ -40,6 +40,9 @@ INDEX_COLUMNS = {
     "pages": ("page_id", "doc_id"),
 }
 """The columns an :class:`EvidenceIndex` is made of, per table (in ``from_tables``' argument order)."""
+
+RUN_COLUMNS = ("query_id", "page_id", "score")
+"""The columns of a run that the metrics read (they rank rows themselves: a stored ``rank`` is not needed)."""
 
 
 def metric_columns(ks: Sequence[int]) -> list[str]:
