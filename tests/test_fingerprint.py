@@ -56,6 +56,7 @@ def image_bench(small_bench_dir, tmp_path, cache_dir) -> Path:
     pq.write_table(pages.set_column(index, "image", pa.array(images, pages.schema.field("image").type)), root / "pages.parquet")
     backdate(root)
     load_benchmark(root)  # valid
+    shutil.rmtree(cache_dir)  # each test starts without a memo
     return root
 
 

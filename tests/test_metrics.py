@@ -295,6 +295,14 @@ def bench_index(small_bench):
     return EvidenceIndex.from_tables(small_bench.queries, small_bench.qrels, small_bench.pages)
 
 
+def test_index_from_the_needed_columns_only(small_bench, bench_index):
+    index = EvidenceIndex.from_benchmark(small_bench)
+    for name in ("evidence_pages", "evidence_docs", "page_doc"):
+        np.testing.assert_array_equal(getattr(index, name), getattr(bench_index, name))
+    assert index.query_ids.equals(bench_index.query_ids) and index.page_ids.equals(bench_index.page_ids)
+    pd.testing.assert_frame_equal(index.queries, bench_index.queries)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_equals_trec_eval(small_bench, bench_index, seed):
     run, run_dict, qrels = _random_benchmark_run(small_bench, seed)

@@ -75,7 +75,9 @@ def test_store_entry_and_manifest(run_eval, small_bench_dir, isolated_paths):
     assert manifest["benchmark"]["name"] == "test-small"
     assert manifest["hardware"]["cpus"] >= 1 and manifest["hardware"]["host"]
     assert manifest["timings"]["wall_s"] > 0
-    assert set(manifest["timings"]) >= {"load_benchmark_s", "retrieve_s", "evaluate_s", "wall_s"}
+    assert set(manifest["timings"]) >= {"load_benchmark_s", "validate_s", "fingerprint_s", "retrieve_s", "evaluate_s", "wall_s"}
+    assert isinstance(manifest["timings"]["validate_from_memo"], bool)
+    assert isinstance(manifest["timings"]["fingerprint_from_memo"], bool)
     assert manifest["run"]["reused"] is False
     # The manifest vouches for the files beside it.
     assert manifest["store"]["run_key"] == manifest["run"]["key"] and manifest["store"]["ks"] == [3, 5, 10]
@@ -106,11 +108,18 @@ def test_cache_events_across_runs(run_eval):
     assert deeper["run"]["key"] != first["run"]["key"]
 
 
-def test_identical_rerun_reuses_the_stored_run(run_eval):
+def test_identical_rerun_reuses_the_stored_run(run_eval, monkeypatch):
     metrics, _, _, run_dir = run_eval()
     _age(run_dir / store.RUN_FILE)
+    writes, reads = [], []
+    monkeypatch.setattr(store, "_write_file", lambda *args: writes.append(args))
+    real_read = store.read_stored_run
+    monkeypatch.setattr(store, "read_stored_run", lambda entry, columns=None: reads.append(columns) or real_read(entry, columns))
     again, manifest, printed, again_dir = run_eval()
     # The same evaluation of the same run: the entry stays as it is, its manifest that of the first run.
+    assert writes == [], "nothing to write: the entry already holds this result"
+    assert reads == [("query_id", "page_id", "score")], "read once, without the ranks the metrics recompute"
+    assert manifest["store"]["files"] == json.loads((run_dir / store.MANIFEST_FILE).read_text())["store"]["files"]
     assert manifest["run"]["reused"] is True and again_dir == run_dir
     assert json.loads((run_dir / store.MANIFEST_FILE).read_text())["run"]["reused"] is False
     assert not _rewritten(run_dir / store.RUN_FILE)

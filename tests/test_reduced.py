@@ -233,3 +233,6 @@ def test_a_run_on_the_reduced_mini_is_filed_under_its_own_benchmark_and_viewable
     kept = set(pd.read_parquet(root / "pages.parquet", columns=["page_id"]).page_id)
     assert set(pq.read_table(done.entry / "run.parquet").column("page_id").to_pylist()) <= kept
     assert benchmark_root(done.entry, done.manifest) == root
+    # Load timings of the reduced benchmark, and of its parent (loaded first).
+    timings = done.manifest["timings"]
+    assert {"validate_s", "fingerprint_s"} <= set(timings) and {"validate_s", "fingerprint_s"} <= set(timings["parent"])

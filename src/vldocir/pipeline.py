@@ -28,7 +28,7 @@ from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.data.reduced import open_dataset
 from vldocir.evaluation.aggregate import summarise
 from vldocir.evaluation.console import format_report, structure_table
-from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
+from vldocir.evaluation.metrics import RUN_COLUMNS, EvidenceIndex, per_query_metrics
 from vldocir.io import atomic_write_json
 from vldocir.retrieval.settings import RunJob
 from vldocir.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
@@ -164,6 +164,11 @@ class ResolvedRun:
             self.computed = store.read_stored_run(self.reused)
         return self.computed
 
+    def run_to_evaluate(self) -> pa.Table:
+        """The run as the metrics read it: in memory if it is, else the stored run's ids and scores
+        only (no ranks: a quarter less to read at paper scale), not kept."""
+        return self.computed if self.computed is not None else store.read_stored_run(self.reused, RUN_COLUMNS)
+
 
 class RunResolver:
     """Resolves a job's run, and first the input runs its setting names, through the results store.
@@ -182,8 +187,7 @@ class RunResolver:
     @property
     def index(self) -> EvidenceIndex:
         if self._index is None:
-            bench = self.bench
-            self._index = EvidenceIndex.from_tables(bench.queries, bench.qrels, bench.arrow("pages", ["page_id", "doc_id"]).to_pandas())
+            self._index = EvidenceIndex.from_benchmark(self.bench)
         return self._index
 
     def resolve(self, cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ()) -> ResolvedRun:
@@ -236,8 +240,11 @@ class RunResolver:
         self.done[key] = resolved
         return resolved
 
-    def evaluate(self, resolved: ResolvedRun) -> tuple[pd.DataFrame, dict]:
-        per_query = per_query_metrics(resolved.run, self.index, self.ks)
+    def evaluate(self, resolved: ResolvedRun, keep_run: bool = False) -> tuple[pd.DataFrame, dict]:
+        """Per-query metrics and their aggregates. A stored run is read for this alone (its ids and
+        scores only), unless ``keep_run``: then it is read in full once, and kept."""
+        run = resolved.run if keep_run else resolved.run_to_evaluate()
+        per_query = per_query_metrics(run, self.index, self.ks)
         for column, values in resolved.query_flags.items():
             per_query[column] = per_query["query_id"].map(values)
         return per_query, summarise(per_query, self.ks)
@@ -251,7 +258,7 @@ class RunResolver:
         if resolved.reused is not None and resolved.reused.path.name == name:
             resolved.entry = resolved.reused.path  # already evaluated at these ks
             return resolved
-        per_query, metrics = self.evaluate(resolved)
+        per_query, metrics = self.evaluate(resolved, keep_run=True)  # the setting combines it next
         manifest = _start_manifest(cfg, overrides)
         manifest.update(input_of=chain[-1], benchmark={**self.bench.summary(), "root": str(self.bench.root)}, cache=[],
                         run={"key": resolved.key, "depth": int(cfg.depth), "reused": resolved.reused is not None,
@@ -312,7 +319,7 @@ def _stored_flags(entry: store.Entry) -> dict[str, dict[str, Any]]:
 def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     """Run the stages ``cfg`` asks for and record them; returns ``metrics.json``'s content."""
     started = time.perf_counter()
-    timings: dict[str, float] = {}
+    timings: dict[str, Any] = {}
     cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
     overrides = _overrides()
     check_inputs(cfg, overrides)  # parameter checks of the job and of every input run, before anything starts
@@ -323,6 +330,7 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     tick = time.perf_counter()
     bench = open_benchmark(cfg.dataset, cfg.paths.cache_dir)
     timings["load_benchmark_s"] = time.perf_counter() - tick
+    timings.update(bench.load_timings)  # validate_s, fingerprint_s and whether each came from the memo
 
     ks, depth = [int(k) for k in cfg.eval.ks], int(cfg.depth)
     manifest["benchmark"] = {**bench.summary(), "root": str(bench.root)}
@@ -347,13 +355,19 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     timings["wall_s"] = time.perf_counter() - started
 
     manifest["cache"] = cache.events
-    manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    manifest["timings"] = _rounded(timings)
     entry = store.publish(resolved.setting_dir, store.entry_name(depth, ks, resolved.key), run=None if resolved.reused else resolved.run,
                           reused=resolved.reused, per_query=per_query, metrics=metrics, manifest=manifest)
     _write_job_manifest(manifest, entry)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
     print(format_report(metrics, entry, resolved.reused is not None), flush=True)
     return metrics
+
+
+def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
+    """Seconds to the millisecond; flags (``*_from_memo``) and nested records kept."""
+    return {k: _rounded(v) if isinstance(v, dict) else round(v, 3) if isinstance(v, float) else v
+            for k, v in timings.items()}
 
 
 def _write_job_manifest(manifest: dict[str, Any], entry: Path) -> None:

@@ -194,8 +194,8 @@ def other_parameters(setting_dir: Path, run_key: str, fingerprint: str, depth: i
     return found
 
 
-def read_stored_run(entry: Entry) -> pa.Table:
-    return read_run(entry.path / RUN_FILE)
+def read_stored_run(entry: Entry, columns: Sequence[str] | None = None) -> pa.Table:
+    return read_run(entry.path / RUN_FILE, columns)
 
 
 # -- publishing ------------------------------------------------------------------------------------
@@ -239,6 +239,13 @@ def publish(
     """
     if (run is None) == (reused is None):
         raise ValueError("publish needs exactly one of a new run or a reused entry")
+    if reused is not None and reused.path == setting_dir / name and _holds(reused, metrics):
+        # The stored run re-evaluated at the same ks, to the same metrics: nothing to write. (Its
+        # run.parquet was verified in full by find_run; the small files are checked here.)
+        log.info("%s already holds this result (an identical evaluation); kept as it is", reused.path)
+        manifest["store"] = {**manifest.get("store", {}),
+                             **{k: reused.record[k] for k in ("format", "created_at", "files")}}
+        return reused.path
     setting_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(setting_dir)  # debris of writers killed earlier (never a live writer's)
     staging = staging_path(setting_dir / name)
@@ -269,6 +276,18 @@ def publish(
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _same_metrics(entry: Entry, metrics: dict) -> bool:
+    return json.loads((entry.path / METRICS_FILE).read_text()) == json.loads(json.dumps(metrics, default=str))
+
+
+def _holds(entry: Entry, metrics: dict) -> bool:
+    """Whether ``entry`` verifies (sizes, small files' checksums) and holds exactly ``metrics``."""
+    try:
+        return not entry.problems() and _same_metrics(entry, metrics)
+    except (OSError, ValueError):  # (json.JSONDecodeError is a ValueError)
+        return False
+
+
 def _commit_entry(staging: Path, final: Path, metrics: dict) -> Path:
     """Rename ``staging`` to ``final``; if ``final`` exists, keep it when it is the same result,
     else publish beside it (``<name>.2``, ``<name>.3``, ...): nothing is ever replaced."""
@@ -284,7 +303,7 @@ def _commit_entry(staging: Path, final: Path, metrics: dict) -> Path:
                 raise
         existing = Entry(target)
         problems = existing.problems(full=True) if (target / MANIFEST_FILE).is_file() else ["no manifest.json (not an entry)"]
-        if not problems and json.loads((target / METRICS_FILE).read_text()) == json.loads(json.dumps(metrics, default=str)):
+        if not problems and _same_metrics(existing, metrics):
             log.info("%s already holds this result (an identical evaluation); kept as it is", target)
             return target
         if problems:

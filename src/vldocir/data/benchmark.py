@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,12 +20,12 @@ from typing import Iterable, Mapping
 import pandas as pd
 import pyarrow as pa
 
-from vldocir.data.fingerprint import compute_fingerprint
+from vldocir.data.fingerprint import BenchmarkFiles, compute_fingerprint
 from vldocir.data.schema import TABLES
 from vldocir.data.tables import (
     BenchmarkError, check_schema, read_image_refs, read_schema, read_table, sort_canonically, table_location,
 )
-from vldocir.data.validation import validate_tables
+from vldocir.data.validation import rules_digest, validate_tables
 from vldocir.io import atomic_write_json, atomic_write_parquet
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ class Benchmark:
     root: Path
     info: dict
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    load_timings: dict[str, float | bool | None] = field(default_factory=dict)
+    """What :func:`load_benchmark` spent: ``validate_s`` and ``fingerprint_s``, and whether each
+    came from the memo (``validate_from_memo``, ``fingerprint_from_memo``)."""
 
     @property
     def name(self) -> str:
@@ -114,11 +118,17 @@ def resolve_source(source: str | Path, revision: str | None = None, cache_dir: s
 
 
 def load_benchmark(
-    source: str | Path, *, validate: bool = True, revision: str | None = None, cache_dir: str | Path | None = None
+    source: str | Path, *, validate: bool = True, revision: str | None = None, cache_dir: str | Path | None = None,
+    memo: bool = True,
 ) -> Benchmark:
-    """Open a benchmark from a directory or ``hf://<org>/<name>`` and validate it.
+    """Open a benchmark from a directory or ``hf://<org>/<name>``, validate it and fingerprint it.
 
     Raises :class:`BenchmarkError` naming the table, row and rule of the first problem found.
+
+    A benchmark whose table files, image files and image directories are exactly those of a past
+    load that validated (by path, size, mtime, inode and device; see
+    :mod:`vldocir.data.fingerprint`) is not validated again; ``memo=False`` validates anyway. With
+    ``validate=False`` the fingerprint is computed when first asked for (image paths unchecked).
     """
     root = resolve_source(source, revision=revision, cache_dir=cache_dir)
     info_path = root / INFO_FILE
@@ -132,8 +142,22 @@ def load_benchmark(
     for spec in TABLES.values():
         check_schema(spec, read_schema(table_location(root, spec.name)))
     bench = Benchmark(root=root, info=info)
-    if validate:
+    if not validate:
+        return bench
+    tick = time.perf_counter()
+    files = BenchmarkFiles(root)
+    passed = None
+    from_memo = memo and files.validated(rules_digest())
+    if not from_memo:
+        started_ns = time.time_ns()
         validate_tables(bench, BenchmarkError)
+        passed = (rules_digest(), started_ns) if memo else None
+    validate_s = time.perf_counter() - tick
+    # After validation: the fingerprint opens the image paths that validation vouched for.
+    tick = time.perf_counter()
+    bench.__dict__["fingerprint"] = files.fingerprint(passed)  # (the cached_property's slot)
+    bench.load_timings = {"validate_s": validate_s, "validate_from_memo": from_memo,
+                          "fingerprint_s": time.perf_counter() - tick, "fingerprint_from_memo": files.from_memo}
     return bench
 
 

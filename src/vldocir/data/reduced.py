@@ -159,7 +159,9 @@ def open_dataset(dataset: Mapping[str, Any], cache_dir: Path, open_parent: Calla
     if derive.get("parent") is None:
         raise ConfigError("dataset.derive.parent must name the dataset config to derive from (e.g. /dataset/mini@derive.parent)")
     parent = open_dataset(derive["parent"], cache_dir, open_parent)
-    return open_reduced(parent, cache_dir)
+    bench = open_reduced(parent, cache_dir)
+    bench.load_timings = {**bench.load_timings, "parent": parent.load_timings}  # the parent was loaded too
+    return bench
 
 
 # ----------------------------------------------------------------------------------------------

@@ -99,9 +99,12 @@ def write_run(run: pa.Table, path: str | Path) -> None:
     )
 
 
-def read_run(path: str | Path) -> pa.Table:
-    table = pq.read_table(path, read_dictionary=["query_id", "page_id"])
-    missing = {"query_id", "page_id", "score"} - set(table.column_names)
+def read_run(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """A stored run (all columns, or ``columns``), its ids dictionary-encoded as written."""
+    ids = [c for c in ("query_id", "page_id") if columns is None or c in columns]
+    table = pq.read_table(path, columns=None if columns is None else list(columns), read_dictionary=ids)
+    required = {"query_id", "page_id", "score"}
+    missing = (required if columns is None else required & set(columns)) - set(table.column_names)
     if missing:
         raise ValueError(f"{path}: not a run, columns {sorted(missing)} are missing")
     return table

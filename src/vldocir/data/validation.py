@@ -9,6 +9,9 @@ of rows that break it.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib
 import os
 import re
 import stat
@@ -58,6 +61,18 @@ def _isin(values: pd.Series, allowed: pd.Series) -> np.ndarray:
 
 
 Error = Callable[[str, "str | None", str], Exception]
+
+
+@functools.cache
+def rules_digest() -> str:
+    """A digest of what decides whether a benchmark is valid: the source of this module, of the
+    schema and of the table reader, and the pandas and pyarrow versions. A memo of a past
+    validation (:mod:`vldocir.data.fingerprint`) is trusted only under the same rules, so editing a
+    rule needs no version to be bumped by hand."""
+    digest = hashlib.blake2b(f"pandas {pd.__version__} pyarrow {pa.__version__}".encode(), digest_size=16)
+    for module in ("vldocir.data.validation", "vldocir.data.schema", "vldocir.data.tables"):
+        digest.update(Path(importlib.import_module(module).__file__).read_bytes())
+    return digest.hexdigest()
 
 
 def validate_tables(bench: "Benchmark", error: Error) -> None:
