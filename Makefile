@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim mini mini-ship clean
+.PHONY: setup run test test-fast bench-eval bench-maxsim bench-context mini mini-ship clean
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,9 @@ bench-eval: setup  ## evaluation speed at paper scale vs pytrec_eval and ranx (s
 
 bench-maxsim: setup  ## exact MaxSim search on CPU vs colpali-engine score_multi_vector and fp32 matmul (ARGS="--pages 20000")
 	$(PYTHON) perf/bench_maxsim.py $(ARGS)
+
+bench-context: setup  ## document-context vectors: peak RSS flat in the corpus size, s/doc, worker speed-up (ARGS="--docs 200")
+	$(PYTHON) perf/bench_context.py $(ARGS)
 
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py
