@@ -60,9 +60,11 @@ from vldocir.retrieval.vectors import RaggedVectors
 
 log = logging.getLogger(__name__)
 
-MIN_DOCS_PER_WORKER = 100
-"""A worker process costs seconds to start (it imports numpy, torch and faiss); at ~0.03 s a
-document, fewer documents than this each are clustered faster in fewer processes."""
+MIN_DOCS_PER_WORKER = 500
+"""A worker process costs seconds to start: spawned, it imports the job's main module, torch,
+pandas and faiss (7-8 CPU seconds on the 2-core development machine); at 0.03-0.05 s a document
+(n_ctx 1024, 1,300 tokens), fewer documents than this each are clustered as fast in fewer
+processes."""
 
 
 class DocumentContext:
@@ -217,7 +219,7 @@ def _build(partial: Path, store: PageEmbeddingStore, doc_ids: list[str], page_do
     bar.close()
     writer.finish({})
     (partial / "doc_ids.json").write_text(json.dumps(doc_ids))
-    (partial / RECORD).unlink()
+    (partial / RECORD).unlink(missing_ok=True)
     elapsed = time.perf_counter() - tick
     clustered = len(doc_ids) - reused
     return {"n_ctx": n_ctx, "documents": len(doc_ids), "documents_clustered": clustered, "documents_reused": reused,
@@ -241,6 +243,8 @@ def _plan(store: PageEmbeddingStore, page_doc: np.ndarray, n_docs: int,
     page_tokens = np.concatenate(page_tokens)
     if len(page_tokens) != len(page_doc):
         raise ValueError(f"{store.directory} holds {len(page_tokens)} pages; {len(page_doc)} were given a document")
+    if not n_docs:
+        return [], np.zeros(0, dtype=np.int64), dim, shard_sums
     doc_tokens = np.zeros(n_docs, dtype=np.int64)
     np.add.at(doc_tokens, page_doc, page_tokens)
     pages_per_doc = np.bincount(page_doc, minlength=n_docs)
