@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings mini mini-ship clean
+.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context mini mini-ship clean
 
 setup:
 	@bash scripts/setup.sh
@@ -25,6 +25,9 @@ bench-maxsim: setup  ## exact MaxSim search on CPU vs colpali-engine score_multi
 
 bench-settings: setup  ## cost of setting=ctx and setting=hierarchical vs exact search, 100,000 random pages + the mini (ARGS="--quick")
 	$(PYTHON) perf/bench_settings.py $(ARGS)
+
+bench-context: setup  ## document-context vectors: peak RSS flat in the corpus size, s/doc, worker speed-up (ARGS="--docs 200")
+	$(PYTHON) perf/bench_context.py $(ARGS)
 
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py

@@ -24,7 +24,7 @@ from helpers import compose_cfg, evaluate
 from vldocir.cache import ArtifactCache, remove_stale_staging, staging_path
 from vldocir.data.benchmark import load_benchmark
 from vldocir.retrieval.dense import DamagedStoreError
-from vldocir.retrieval.embeddings import PageEmbeddingStore, read_ragged, verify_ragged, write_ragged
+from vldocir.retrieval.embeddings import PageEmbeddingStore, RaggedWriter, read_ragged, verify_ragged, write_ragged
 from vldocir.retrieval.context import DocumentContext
 
 BAD = 2  # the shard every test damages (pages 10..14)
@@ -241,6 +241,26 @@ def test_shard_json_records_sizes_checksums_and_finiteness(tmp_path):
     back = read_ragged(tmp_path, full=True)
     np.testing.assert_array_equal(back.item(2).shape, (2, 4))
     assert back.source == str(tmp_path)
+
+
+def test_ragged_writer_writes_blocks_in_any_order_as_write_ragged_writes_all(tmp_path):
+    rng = np.random.default_rng(4)
+    items = [rng.standard_normal((int(n), 6)).astype(np.float32) for n in [3, 0, 5, 1, 4]]
+    (tmp_path / "all").mkdir()
+    (tmp_path / "blocks").mkdir()
+    write_ragged(tmp_path / "all", items, "float16", {})
+    writer = RaggedWriter(tmp_path / "blocks", np.array([len(x) for x in items]), 6, "float16")
+    digest = writer.write(3, items[3:])
+    writer.write(0, items[:3])
+    assert writer.digest(3, 5) == digest
+    writer.finish({})
+    for name in ("vectors.npy", "offsets.npy", "shard.json"):
+        assert (tmp_path / "all" / name).read_bytes() == (tmp_path / "blocks" / name).read_bytes(), name
+    np.testing.assert_array_equal(np.load(tmp_path / "all" / "vectors.npy"), np.concatenate(items).astype(np.float16))
+    with pytest.raises(ValueError, match="lengths given up front"):
+        writer.write(1, items[2:4])
+    assert RaggedWriter(tmp_path / "blocks", np.array([len(x) for x in items]), 6, "float16").resumed
+    assert not RaggedWriter(tmp_path / "blocks", np.array([3, 0, 5, 1, 5]), 6, "float16").resumed
 
 
 def test_values_that_overflow_float16_fail_at_write_time_naming_the_item(tmp_path):

@@ -1,6 +1,17 @@
-"""Document-context scoring (setting=ctx, paper Eq. 8): context vectors, exact scores, caching."""
+"""Document-context scoring (setting=ctx, paper Eq. 8): context vectors, exact scores, caching;
+the build streamed to disk, parallel and resumable, bit for bit the sequential one."""
 
 from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -10,8 +21,12 @@ from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
 from helpers import evaluate, tiny_overrides
 from test_search import shard, stored_fp32
+from vldocir.cache import ArtifactCache, CorruptArtifactError
 from vldocir.errors import ConfigError
-from vldocir.retrieval.context import DocumentContextVectors, spherical_kmeans
+from vldocir.retrieval import context as context_module
+from vldocir.retrieval.context import DocumentContextVectors, document_context_vectors, spherical_kmeans
+from vldocir.retrieval.embeddings import (PageEmbeddingStore, RaggedWriter, finish_if_complete, open_page_store,
+                                          verify_ragged, write_ragged)
 from vldocir.retrieval.search import exact_search
 from vldocir.retrieval.vectors import RaggedVectors
 
@@ -72,7 +87,9 @@ def test_ctx_end_to_end_builds_context_vectors_once_per_n_ctx(subset_dir, tiny, 
 
     metrics, manifest, run_dir = evaluate(*common, "n_ctx=4")
     assert run_dir.parent.name == "ctx-n4" and metrics["n_queries"] == 21
-    assert manifest["retrieval"]["doc_context"] == {"n_ctx": 4, "documents": 3, "build_s": manifest["retrieval"]["doc_context"]["build_s"]}
+    built = manifest["retrieval"]["doc_context"]
+    assert built == {"n_ctx": 4, "documents": 3, "documents_clustered": 3, "documents_reused": 0, "workers": 1,
+                     "build_s": built["build_s"], "s_per_doc": built["s_per_doc"]}
     assert events(manifest, "doc-context") == ["miss"]
 
     _, manifest, _ = evaluate(*common, "n_ctx=8")
@@ -88,3 +105,225 @@ def test_ctx_end_to_end_builds_context_vectors_once_per_n_ctx(subset_dir, tiny, 
     ctx_run = pq.read_table(ctx_dir / "run.parquet").to_pandas()
     assert len(base_run) == len(ctx_run) == 21 * 10
     assert not base_run[["query_id", "page_id"]].equals(ctx_run[["query_id", "page_id"]])
+
+
+# -- the build: streamed, parallel, resumable -----------------------------------------------------
+def synthetic_store(cache_dir: Path, page_doc: np.ndarray, shard_size: int = 4, dim: int = 8, seed: int = 0,
+                    dtype: str = "float16") -> PageEmbeddingStore:
+    """A finished page store of random unit token vectors (0 to 30 per page), pages in shards of ``shard_size``."""
+    rng = np.random.default_rng(seed)
+    page_ids = [f"p{i:04d}" for i in range(len(page_doc))]
+    store = open_page_store(ArtifactCache(cache_dir), "synthetic", {}, page_ids, shard_size, dtype)
+    for shard in range(store.n_shards):
+        start, stop = store.shard_range(shard)
+        store.shard_dir(shard).mkdir(parents=True)
+        write_ragged(store.shard_dir(shard), [unit(rng.standard_normal((int(rng.integers(0, 31)), dim)))
+                                              for _ in range(start, stop)], dtype, {})
+    finish_if_complete(store, {})
+    return store
+
+
+def sequential_reference(store: PageEmbeddingStore, page_doc: np.ndarray, n_ctx: int, directory: Path) -> Path:
+    """The build as it was before streaming: every document's tokens gathered in page order from
+    fully read shards, clustered one after the other, written at once by write_ragged."""
+    tokens = [[] for _ in range(page_doc.max() + 1)]
+    for shard in store.shards(full=True):
+        for i in range(len(shard)):
+            tokens[page_doc[shard.first_index + i]].append(shard.subset(np.array([i])).fp32().numpy())
+    directory.mkdir(parents=True)
+    write_ragged(directory, [spherical_kmeans(np.concatenate(t), n_ctx, 5, 0) for t in tokens], store.dtype, {})
+    return directory
+
+
+PAGES_PER_DOC = [3, 1, 7, 2, 5, 4, 1, 6, 9, 2, 3, 4]  # straddling shards of 4, spanning three, one page alone
+
+
+def corpus(tmp_path: Path, page_doc: np.ndarray | None = None, **store_options):
+    page_doc = np.repeat(np.arange(len(PAGES_PER_DOC)), PAGES_PER_DOC) if page_doc is None else page_doc
+    store = synthetic_store(tmp_path / "cache", page_doc, **store_options)
+    return store, [f"d{i:02d}" for i in range(page_doc.max() + 1)], page_doc
+
+
+def build(store, doc_ids, page_doc, n_ctx=12, policy="resume", **options):
+    stats = {}
+    cache = ArtifactCache(store.directory.parents[1], policy)
+    built = document_context_vectors(store, doc_ids, page_doc, cache, n_ctx, 5, 0, progress=False, stats=stats, **options)
+    return built, stats.get("doc_context"), cache
+
+
+def artifact_files(built: DocumentContextVectors) -> dict[str, bytes]:
+    directory = Path(built.vectors.source)
+    return {name: (directory / name).read_bytes() for name in ("vectors.npy", "offsets.npy", "shard.json", "doc_ids.json")}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("order", ["contiguous", "interleaved"])
+def test_streamed_build_is_bit_for_bit_the_sequential_one(tmp_path, dtype, order):
+    page_doc = None
+    if order == "interleaved":  # a document's pages need not be adjacent in the store
+        shuffled = np.random.default_rng(3).permutation(np.repeat(np.arange(len(PAGES_PER_DOC)), PAGES_PER_DOC))
+        _, first, inverse = np.unique(shuffled, return_index=True, return_inverse=True)
+        page_doc = np.argsort(np.argsort(first))[inverse]  # numbered by first appearance, as doc_of_page does
+    store, doc_ids, page_doc = corpus(tmp_path, page_doc, dtype=dtype)
+    built, stats, _ = build(store, doc_ids, page_doc)
+    reference = sequential_reference(store, page_doc, 12, tmp_path / "reference")
+    (reference / "doc_ids.json").write_text(json.dumps(doc_ids))
+    files = artifact_files(built)
+    for name, data in files.items():
+        assert data == (reference / name).read_bytes(), name
+    assert len(set(built.vectors.lengths.tolist())) > 1, "some documents have fewer tokens than n_ctx, some more"
+    assert stats == {"n_ctx": 12, "documents": 12, "documents_clustered": 12, "documents_reused": 0, "workers": 1,
+                     "build_s": stats["build_s"], "s_per_doc": stats["s_per_doc"]}
+    artifact = Path(built.vectors.source)
+    assert sorted(p.name for p in artifact.iterdir()) == ["artifact.json", "doc_ids.json", "offsets.npy", "shard.json",
+                                                        "vectors.npy"]
+    assert not list(artifact.parent.glob(".*.partial"))
+
+
+class Killed(Exception):
+    pass
+
+
+def kill_after(monkeypatch, chunks: int) -> None:
+    """Make the build stop (as a kill would) once ``chunks`` chunks are written and recorded."""
+    real = RaggedWriter.write
+    count = {"n": 0}
+
+    def write(self, *args, **kwargs):
+        if count["n"] == chunks:
+            raise Killed
+        count["n"] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RaggedWriter, "write", write)
+
+
+def test_interrupted_build_resumes_where_it_stopped_and_ends_byte_identical(tmp_path, monkeypatch):
+    store, doc_ids, page_doc = corpus(tmp_path)
+    uninterrupted = artifact_files(build(*corpus(tmp_path / "other"))[0])
+
+    with monkeypatch.context() as patch:
+        kill_after(patch, 3)
+        with pytest.raises(Killed):
+            build(store, doc_ids, page_doc)
+    (partial,) = (store.directory.parents[1] / "doc-context").glob(".*.partial")
+    assert len((partial / "chunks.jsonl").read_text().splitlines()) == 3
+
+    built, stats, cache = build(store, doc_ids, page_doc)
+    assert artifact_files(built) == uninterrupted
+    assert stats["documents_reused"] > 0 and stats["documents_clustered"] == 12 - stats["documents_reused"]
+    assert [e["status"] for e in cache.events] == ["miss"] and not partial.exists()
+
+
+def test_resume_redoes_chunks_whose_rows_or_page_shards_changed(tmp_path, monkeypatch):
+    store, doc_ids, page_doc = corpus(tmp_path)
+    with monkeypatch.context() as patch:
+        kill_after(patch, 5)
+        with pytest.raises(Killed):
+            build(store, doc_ids, page_doc)
+    (partial,) = (store.directory.parents[1] / "doc-context").glob(".*.partial")
+    records = [json.loads(line) for line in (partial / "chunks.jsonl").read_text().splitlines()]
+    # Rows of the second finished chunk overwritten since (a disk, a stray script) ...
+    vectors = np.load(partial / "vectors.npy", mmap_mode="r+")
+    offsets = np.load(partial / "offsets.npy")
+    vectors[offsets[records[1]["docs"][0]]] = 0
+    vectors.flush()
+    del vectors
+    # ... the page shard the fourth one read re-encoded with other values, and a record cut short.
+    changed = records[3]["shards"][-1][0]
+    rng = np.random.default_rng(9)
+    lengths = np.diff(np.load(store.shard_dir(changed) / "offsets.npy"))
+    write_ragged(store.shard_dir(changed), [unit(rng.standard_normal((int(n), 8))) for n in lengths], "float16", {})
+    with open(partial / "chunks.jsonl", "a") as handle:
+        handle.write('{"docs": [0, ')
+    still_good = [r for i, r in enumerate(records) if i != 1 and changed not in [s for s, _ in r["shards"]]]
+
+    built, stats, _ = build(store, doc_ids, page_doc)
+    assert stats["documents_reused"] == sum(r["docs"][1] - r["docs"][0] for r in still_good) > 0
+    reference = sequential_reference(store, page_doc, 12, tmp_path / "reference")
+    assert Path(built.vectors.source, "vectors.npy").read_bytes() == (reference / "vectors.npy").read_bytes()
+
+
+@pytest.mark.parametrize("policy", ["reuse", "overwrite"])
+def test_a_partial_build_is_continued_under_resume_only(tmp_path, monkeypatch, policy):
+    store, doc_ids, page_doc = corpus(tmp_path)
+    with monkeypatch.context() as patch:
+        kill_after(patch, 3)
+        with pytest.raises(Killed):
+            build(store, doc_ids, page_doc)
+    _, stats, _ = build(store, doc_ids, page_doc, policy=policy)
+    assert stats["documents_reused"] == 0 and stats["documents_clustered"] == 12
+
+
+def test_a_partial_build_for_another_layout_starts_afresh(tmp_path, monkeypatch):
+    store, doc_ids, page_doc = corpus(tmp_path)
+    with monkeypatch.context() as patch:
+        kill_after(patch, 3)
+        with pytest.raises(Killed):
+            build(store, doc_ids, page_doc)
+    (partial,) = (store.directory.parents[1] / "doc-context").glob(".*.partial")
+    np.save(partial / "offsets.npy", np.load(partial / "offsets.npy") + 1)  # not what these documents need
+    built, stats, _ = build(store, doc_ids, page_doc)
+    assert stats["documents_reused"] == 0
+    verify_ragged(Path(built.vectors.source), full=True)
+
+
+def test_a_damaged_page_shard_stops_the_build_naming_it(tmp_path):
+    store, doc_ids, page_doc = corpus(tmp_path)
+    vectors = np.load(store.shard_dir(2) / "vectors.npy", mmap_mode="r+")
+    vectors[:] = np.nan
+    vectors.flush()
+    del vectors
+    with pytest.raises(CorruptArtifactError, match=str(store.shard_dir(2))):
+        build(store, doc_ids, page_doc)
+
+
+def test_corrupt_artifact_error_survives_the_trip_from_a_worker_process():
+    error = pickle.loads(pickle.dumps(CorruptArtifactError("/x/vectors.npy", "is missing")))
+    assert (error.path, error.reason, str(error)) == (Path("/x/vectors.npy"), "is missing", "/x/vectors.npy: is missing")
+
+
+@pytest.mark.slow
+def test_vectors_are_the_same_whatever_the_number_of_workers(tmp_path, monkeypatch):
+    store, doc_ids, page_doc = corpus(tmp_path)
+    one = artifact_files(build(store, doc_ids, page_doc, policy="overwrite", workers=1)[0])
+    monkeypatch.setattr(context_module, "MIN_DOCS_PER_WORKER", 1)  # a pool even for 12 documents
+    built, stats, _ = build(store, doc_ids, page_doc, policy="overwrite", workers=2)
+    assert stats["workers"] == 2 and artifact_files(built) == one
+
+
+@pytest.mark.slow
+def test_a_build_killed_with_sigkill_resumes_byte_identical(tmp_path):
+    store, doc_ids, page_doc = corpus(tmp_path)
+    uninterrupted = artifact_files(build(*corpus(tmp_path / "other"))[0])
+    script = textwrap.dedent(f"""
+        import time
+        import numpy as np
+        from vldocir.cache import ArtifactCache
+        from vldocir.retrieval import context
+        from vldocir.retrieval.embeddings import PageEmbeddingStore
+
+        chunk = context._cluster_chunk
+        def slow_chunk(*args):  # slow enough for the kill to land mid-build
+            time.sleep(0.5)
+            return chunk(*args)
+        context._cluster_chunk = slow_chunk
+        store = PageEmbeddingStore(__import__("pathlib").Path({str(store.directory)!r}), {store.n_pages}, {store.shard_size}, {store.dtype!r})
+        context.document_context_vectors(store, {doc_ids!r}, np.array({page_doc.tolist()!r}),
+                                         ArtifactCache({str(store.directory.parents[1])!r}), 12, 5, 0, workers=1, progress=False)
+    """)
+    process = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    record = store.directory.parents[1] / "doc-context"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        records = list(record.glob(".*.partial/chunks.jsonl"))
+        if records and len(records[0].read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the build ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+    built, stats, _ = build(store, doc_ids, page_doc)
+    assert artifact_files(built) == uninterrupted
+    assert 0 < stats["documents_reused"] < 12 and stats["documents_clustered"] == 12 - stats["documents_reused"]

@@ -18,6 +18,9 @@ directory beside its final place, ``.<name>.staging-<host>-<pid>-<ns>``, and ren
 A writer killed with SIGKILL (or a preempted SLURM job) leaves its staging directory behind;
 :func:`remove_stale_staging` deletes those whose writer is known to be dead: on this host, a pid
 that no longer exists; from any host (a shared filesystem), anything untouched for 24 hours.
+An artifact that takes hours to build in parts (document-context vectors) stages instead in
+``.<key>.partial/``, which is kept when its writer dies so that the next build continues it
+(:meth:`ArtifactCache.build_in_parts`); ``make clean`` or deleting it by hand discards it.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ class CorruptArtifactError(RuntimeError):
     def __init__(self, path: Path | str, reason: str):
         self.path, self.reason = Path(path), reason
         super().__init__(f"{path}: {reason}")
+
+    def __reduce__(self):  # raised in a worker process, re-raised in the parent (pickled)
+        return type(self), (self.path, self.reason)
 
 
 def content_key(parts: Any) -> str:
@@ -184,22 +190,63 @@ class ArtifactCache:
         staging.mkdir()
         try:
             yield staging
-            atomic_write_json({"kind": kind, "key": key, "description": description}, staging / DONE_FILE)
-            if (final / DONE_FILE).is_file() and self.policy != "overwrite":
-                # Another job (a parallel sweep point) finished the same artifact first, and may be
-                # reading it right now: keep it. Same key, same content; ours is discarded.
-                log.info("%s was finished by another job meanwhile; keeping that one", final)
-                return
-            if final.exists():
-                # Moved aside first (a staging name, so a crash here leaves only removable debris),
-                # then deleted: the final name is never half deleted.
-                old = staging_path(final)
-                final.rename(old)
-                shutil.rmtree(old, ignore_errors=True)
-            try:
-                staging.rename(final)
-            except OSError:
-                if not (final / DONE_FILE).is_file():  # not a concurrent writer's finished artifact
-                    raise
+            self._publish(staging, kind, key, description)
         finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def partial_directory(self, kind: str, key: str) -> Path:
+        return self.root / kind / f".{key}.partial"
+
+    @contextmanager
+    def build_in_parts(self, kind: str, key: str, description: dict) -> Iterator[Path | None]:
+        """Like :meth:`build`, for an artifact written part by part over a long time.
+
+        The staging directory is ``<root>/<kind>/.<key>.partial/`` and outlives a failed or killed
+        build: under policy ``resume`` the next build gets it back with the parts written so far
+        (what counts as a finished part is the caller's record); ``reuse`` and ``overwrite`` empty
+        it first. One job at a time builds a key (an exclusive lock on ``.<key>.lock`` beside it,
+        held for the whole block): a job that waited yields ``None`` when the other one finished
+        the artifact meanwhile, and the caller reads that one.
+        """
+        import fcntl
+
+        final = self.directory(kind, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with open(final.with_name(f".{key}.lock"), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("another job is building %s; waiting for it", final)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if (final / DONE_FILE).is_file() and self.policy != "overwrite":
+                    yield None
+                    return
+            partial = self.partial_directory(kind, key)
+            if partial.exists() and self.policy != "resume":
+                shutil.rmtree(partial)
+            partial.mkdir(exist_ok=True)
+            yield partial
+            self._publish(partial, kind, key, description)
+
+    def _publish(self, staging: Path, kind: str, key: str, description: dict) -> None:
+        """Mark ``staging`` finished and rename it to the artifact's place (see :meth:`build`)."""
+        final = self.directory(kind, key)
+        atomic_write_json({"kind": kind, "key": key, "description": description}, staging / DONE_FILE)
+        if (final / DONE_FILE).is_file() and self.policy != "overwrite":
+            # Another job (a parallel sweep point) finished the same artifact first, and may be
+            # reading it right now: keep it. Same key, same content; ours is discarded.
+            log.info("%s was finished by another job meanwhile; keeping that one", final)
+            shutil.rmtree(staging, ignore_errors=True)
+            return
+        if final.exists():
+            # Moved aside first (a staging name, so a crash here leaves only removable debris),
+            # then deleted: the final name is never half deleted.
+            old = staging_path(final)
+            final.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            staging.rename(final)
+        except OSError:
+            if not (final / DONE_FILE).is_file():  # not a concurrent writer's finished artifact
+                raise
             shutil.rmtree(staging, ignore_errors=True)

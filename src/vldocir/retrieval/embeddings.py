@@ -29,11 +29,13 @@ n_items, n_tokens, dim and ``finite: true`` (every value was checked to be neith
 
 A damaged shard is reported by path and dropped (the store's ``artifact.json`` first), so the next
 encode writes it anew and keeps every good shard: :meth:`PageEmbeddingStore.repair`.
-The same query-embedding and document-context files are written by :func:`write_ragged`.
+The same query-embedding and document-context files are written by :func:`write_ragged`, or piece
+by piece by :class:`RaggedWriter` (document-context vectors, which can outgrow memory).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -107,25 +109,130 @@ def write_ragged(directory: Path, items: Sequence[np.ndarray], dtype: str, extra
     """Write ``items`` (each (n_i, dim) fp32) as vectors.npy + offsets.npy + shard.json; returns shard.json.
 
     The values are checked finite after the 16-bit conversion (float16 overflows to Inf beyond
-    65504); a failure names the item (``names[i]`` when given) and writes nothing. shard.json
-    records the integrity facts :func:`verify_ragged` checks later.
+    65504); a failure names the item (``names[i]`` when given) and writes no vectors. shard.json
+    records the integrity facts :func:`verify_ragged` checks later. All at once; see
+    :class:`RaggedWriter` for the same files written piece by piece.
     """
+    stored = _checked_storage(items, dtype, names)  # before any file exists
+    lengths = np.array([len(x) for x in items], dtype=np.int64)
+    writer = RaggedWriter(directory, lengths, stored.shape[1], dtype)
+    writer._write_stored(0, len(items), stored)
+    return writer.finish(extra)
+
+
+def _checked_storage(items: Sequence[np.ndarray], dtype: str, names: Sequence[str] | None = None,
+                     first_item: int = 0, dim: int | None = None) -> np.ndarray:
+    """``items`` (each (n_i, dim) fp32) packed and converted to ``dtype``'s storage, (sum n_i, dim);
+    raises ValueError naming the first item that holds NaN or Inf after the conversion."""
     packed = RaggedVectors.from_list(items)
-    stored = to_storage(packed.vectors, dtype)
+    vectors = packed.vectors if len(packed.vectors) or dim is None else np.zeros((0, dim), np.float32)
+    stored = np.ascontiguousarray(to_storage(vectors, dtype))
     row = _nonfinite_row(stored, dtype == "bfloat16")
     if row is not None:
         item = int(np.searchsorted(packed.offsets, row, side="right")) - 1
-        label = names[item] if names is not None else f"item {item}"
+        label = names[item] if names is not None else f"item {first_item + item}"
         raise ValueError(f"{label}: non-finite values after conversion to {dtype} (float16 overflows beyond "
                          "+-65504); nothing was written")
-    np.save(directory / "vectors.npy", stored)
-    np.save(directory / "offsets.npy", packed.offsets)
-    files = {name: {"bytes": (directory / name).stat().st_size, CHECKSUM: file_digest(directory / name, CHECKSUM)}
-             for name in RAGGED_FILES}
-    meta = {"dtype": dtype, "n_items": len(items), "n_tokens": int(packed.offsets[-1]), "dim": int(stored.shape[1]),
-            "finite": True, "files": files, **extra}
-    atomic_write_json(meta, directory / SHARD_FILE)
-    return meta
+    return stored
+
+
+class RaggedWriter:
+    """The files of :func:`write_ragged` written a block of items at a time, in any order.
+
+    The item lengths are known up front: ``offsets.npy`` is written at once and ``vectors.npy`` is
+    preallocated at its final size (a sparse file, header as ``np.save`` writes it). :meth:`write`
+    puts items in their rows with plain file writes (rows written through a memory map would stay
+    in the writer's resident memory until unmapped); :meth:`finish` checksums both files and
+    writes ``shard.json``, so the result is byte for byte what :func:`write_ragged` writes.
+
+    A directory that already holds the same layout (same offsets, same vectors.npy header) is kept
+    as it is (``resumed``): a build killed midway continues where it stopped. Which blocks were
+    finished is the caller's record; :meth:`digest` reads a block back to check it.
+
+    Args:
+        directory: an existing directory.
+        lengths: (n_items,) int64, the rows of each item.
+        dim: the vectors' dimension.
+        dtype: storage dtype, ``float16`` or ``bfloat16`` (stored as uint16 bits).
+    """
+
+    def __init__(self, directory: Path, lengths: np.ndarray, dim: int, dtype: str):
+        if dtype not in STORAGE_DTYPES:
+            raise ValueError(f"storage dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
+        self.directory, self.dim, self.dtype = Path(directory), int(dim), dtype
+        self.offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.offsets[1:])
+        self.stored = np.dtype(np.uint16 if dtype == "bfloat16" else np.float16)
+        self.path = self.directory / "vectors.npy"
+        shape = (int(self.offsets[-1]), self.dim)
+        data_bytes = shape[0] * shape[1] * self.stored.itemsize
+        self.resumed = self._holds(shape)
+        if not self.resumed:
+            (self.directory / SHARD_FILE).unlink(missing_ok=True)
+            np.save(self.directory / "offsets.npy", self.offsets)
+            header = {"descr": np.lib.format.dtype_to_descr(self.stored), "fortran_order": False, "shape": shape}
+            with open(self.path, "wb") as handle:
+                np.lib.format.write_array_header_1_0(handle, header)
+                handle.truncate(handle.tell() + data_bytes)
+        self.data_start = self.path.stat().st_size - data_bytes
+
+    def _holds(self, shape: tuple[int, int]) -> bool:
+        """Whether the directory already holds this layout (a build being resumed)."""
+        try:
+            found = _npy_header(self.path, None)
+            offsets = np.load(self.directory / "offsets.npy")
+        except (CorruptArtifactError, OSError, ValueError):
+            return False
+        return found == (shape, self.stored) and np.array_equal(offsets, self.offsets)
+
+    def _span(self, first_item: int, stop_item: int) -> tuple[int, int]:
+        """(byte position in vectors.npy, byte count) of items ``first_item:stop_item``."""
+        row_bytes = self.dim * self.stored.itemsize
+        first, stop = int(self.offsets[first_item]), int(self.offsets[stop_item])
+        return self.data_start + first * row_bytes, (stop - first) * row_bytes
+
+    def write(self, first_item: int, items: Sequence[np.ndarray], names: Sequence[str] | None = None) -> str:
+        """Write ``items`` (each (n_i, dim) fp32) as items ``first_item, first_item + 1, ...``.
+
+        Each item must have the length given up front. The values are checked finite after the
+        16-bit conversion (float16 overflows to Inf beyond 65504); a failure names the item
+        (``names[i]`` when given) and writes none of them. Returns the sha256 of the rows written.
+        """
+        stop_item = first_item + len(items)
+        expected = np.diff(self.offsets[first_item : stop_item + 1])
+        if stop_item > len(self.offsets) - 1 or [len(x) for x in items] != expected.tolist():
+            raise ValueError(f"items {first_item}..{stop_item - 1} do not have the lengths given up front")
+        if any(x.shape[1:] != (self.dim,) for x in items if len(x)):
+            raise ValueError(f"items {first_item}..{stop_item - 1} are not all of dimension {self.dim}")
+        return self._write_stored(first_item, stop_item, _checked_storage(items, self.dtype, names, first_item, self.dim))
+
+    def _write_stored(self, first_item: int, stop_item: int, stored: np.ndarray) -> str:
+        position, size = self._span(first_item, stop_item)
+        assert stored.nbytes == size and stored.flags.c_contiguous
+        with open(self.path, "r+b") as handle:
+            handle.seek(position)
+            handle.write(stored.data)
+        return hashlib.new(CHECKSUM, stored.data).hexdigest()
+
+    def digest(self, first_item: int, stop_item: int) -> str:
+        """The sha256 of the stored rows of items ``first_item:stop_item``, read back from vectors.npy."""
+        position, size = self._span(first_item, stop_item)
+        digest = hashlib.new(CHECKSUM)
+        with open(self.path, "rb") as handle:
+            handle.seek(position)
+            while size > 0 and (block := handle.read(min(size, 8 << 20))):
+                digest.update(block)
+                size -= len(block)
+        return digest.hexdigest()
+
+    def finish(self, extra: dict) -> dict:
+        """Checksum both files and write shard.json (every item must have been written); returns it."""
+        files = {name: {"bytes": (self.directory / name).stat().st_size, CHECKSUM: file_digest(self.directory / name, CHECKSUM)}
+                 for name in RAGGED_FILES}
+        meta = {"dtype": self.dtype, "n_items": len(self.offsets) - 1, "n_tokens": int(self.offsets[-1]), "dim": self.dim,
+                "finite": True, "files": files, **extra}
+        atomic_write_json(meta, self.directory / SHARD_FILE)
+        return meta
 
 
 def read_json(path: Path) -> Any:
