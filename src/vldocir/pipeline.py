@@ -261,15 +261,7 @@ class RunResolver:
         per_query, metrics = self.evaluate(resolved, keep_run=True)  # the setting combines it next
         manifest = _start_manifest(cfg, overrides)
         manifest.update(input_of=chain[-1], benchmark={**self.bench.summary(), "root": str(self.bench.root)}, cache=[],
-                        run={"key": resolved.key, "depth": int(cfg.depth), "reused": resolved.reused is not None,
-                             "inputs": resolved.inputs},
-                        store=_store_record(resolved.key, int(cfg.depth), self.ks, self.bench.fingerprint))
-        if resolved.query_flags:
-            manifest["run"]["query_flags"] = sorted(resolved.query_flags)
-        if resolved.reused is not None:
-            manifest["run"]["reused_from"] = str(resolved.reused.path)
-        else:
-            manifest["retrieval"] = resolved.retrieval
+                        **_run_sections(resolved, int(cfg.depth), self.ks, self.bench.fingerprint))
         resolved.entry = store.publish(resolved.setting_dir, name, run=None if resolved.reused else resolved.run,
                                        reused=resolved.reused, per_query=per_query, metrics=metrics, manifest=manifest)
         log.info("input run %s/%s filed in %s", cfg.retriever.id, cfg.setting.id, resolved.entry)
@@ -297,6 +289,21 @@ def check_inputs(cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] =
             check_inputs(sub_cfg, sub_overrides, (*chain, label))
         except ConfigError as error:
             raise ConfigError(f"input run {spec.label()!r} of {label}: {error}") from error
+
+
+def _run_sections(resolved: ResolvedRun, depth: int, ks: list[int], fingerprint: str) -> dict[str, Any]:
+    """The manifest's ``run``, ``store`` and (for a run computed now) ``retrieval`` sections."""
+    run: dict[str, Any] = {"key": resolved.key, "depth": depth, "reused": resolved.reused is not None}
+    if resolved.inputs:
+        run["inputs"] = resolved.inputs
+    if resolved.query_flags:
+        run["query_flags"] = sorted(resolved.query_flags)
+    sections: dict[str, Any] = {"run": run, "store": _store_record(resolved.key, depth, ks, fingerprint)}
+    if resolved.reused is not None:
+        run["reused_from"] = str(resolved.reused.path)
+    else:
+        sections["retrieval"] = resolved.retrieval
+    return sections
 
 
 def _store_record(run_key: str, depth: int, ks: list[int], fingerprint: str) -> dict[str, Any]:
@@ -338,16 +345,7 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     tick = time.perf_counter()
     resolved = resolver.resolve(cfg, overrides)
     timings["retrieve_s"] = time.perf_counter() - tick
-    manifest["run"] = {"key": resolved.key, "depth": depth, "reused": resolved.reused is not None}
-    if resolved.inputs:
-        manifest["run"]["inputs"] = resolved.inputs
-    if resolved.query_flags:
-        manifest["run"]["query_flags"] = sorted(resolved.query_flags)
-    if resolved.reused is not None:
-        manifest["run"]["reused_from"] = str(resolved.reused.path)
-    else:
-        manifest["retrieval"] = resolved.retrieval
-    manifest["store"] = _store_record(resolved.key, depth, ks, bench.fingerprint)
+    manifest.update(_run_sections(resolved, depth, ks, bench.fingerprint))
 
     tick = time.perf_counter()
     per_query, metrics = resolver.evaluate(resolved)
