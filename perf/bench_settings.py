@@ -1,7 +1,7 @@
 """What document-context scoring (setting=ctx) and hierarchical retrieval (setting=hierarchical) cost
 next to exhaustive exact search, and what hierarchical retrieval gives up.
 
-    .venv/bin/python perf/bench_settings.py                 # 100,000 pages + the mini: 10-15 min on 2 quiet cores
+    .venv/bin/python perf/bench_settings.py                 # 100,000 pages + the mini: about 12 minutes here
     .venv/bin/python perf/bench_settings.py --quick         # 5,000 pages, 64 queries: about 1 minute
     .venv/bin/python perf/bench_settings.py --smoke --skip-mini   # 2,000 pages, 20 queries: seconds
     make bench-settings ARGS="--pages 200000 --out settings.json"
@@ -41,6 +41,10 @@ ColQwen2.5 checkpoint of tests/tiny_models.py built offline in a temporary direc
 ``retrieval.hierarchical.page_score_fraction`` and the Macro RecallAll@10 change vs base. A random
 tiny model ranks almost at random: Part B checks the machinery and the fraction, not quality.
 Cache, results and logs go to a temporary directory, never the repository's.
+
+Torch runs on one thread by default (``--threads 0``: torch's choice): on a shared 2-core machine
+two intra-op threads stall on every parallel op whenever the other is descheduled (exact search
+4-5x slower than on one thread, hierarchical search up to 30x; see perf/README.md).
 
 This is a script, not a timed test: the figures depend on the machine.
 """
@@ -127,17 +131,16 @@ def open_shards(corpus: dict, shard_size: int) -> list:
     return [read_ragged(d, first_index=i * shard_size) for i, d in enumerate(corpus["shard_dirs"])]
 
 
-def build_context(shards: list, doc_of_page: np.ndarray, n_docs: int, n_ctx: int, iterations: int,
-                  docs: np.ndarray | None = None) -> list[np.ndarray]:
-    """Spherical k-means context vectors of ``docs`` (default: all), the pipeline's loop
-    (vldocir.retrieval.context.document_context_vectors, without checksums and the cache)."""
+def build_context(shards: list, doc_of_page: np.ndarray, n_docs: int, n_ctx: int, iterations: int) -> list[np.ndarray]:
+    """Each document's (min(n_ctx, its tokens), dim) spherical k-means centroids, by the pipeline's
+    per-document loop (vldocir.retrieval.context._cluster_chunk, without checksums, chunks and cache)."""
     from vldocir.retrieval.context import spherical_kmeans
 
     first_of_shard = np.array([s.first_index for s in shards])
     pages_of_doc = np.split(np.argsort(doc_of_page, kind="stable"),
                             np.cumsum(np.bincount(doc_of_page, minlength=n_docs))[:-1])
     contexts = []
-    for doc in range(n_docs) if docs is None else docs:
+    for doc in range(n_docs):
         pages = pages_of_doc[doc]
         in_shard = np.searchsorted(first_of_shard, pages, side="right") - 1
         tokens = np.concatenate([shards[s].subset(pages[in_shard == s] - shards[s].first_index).fp32().numpy()
@@ -492,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mini-n-ctx", type=int, default=32)
     parser.add_argument("--mini-dir", type=Path, default=REPO_ROOT / "data" / "vl-docir-mini",
                         help="the benchmark of Part B (default: the shipped mini)")
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a shared machine more threads stall on every small op; "
+                             "0: torch's choice)")
     parser.add_argument("--skip-mini", action="store_true", help="Part A only")
     parser.add_argument("--skip-random", action="store_true", help="Part B only")
     parser.add_argument("--quick", action="store_true", help="5,000 pages, 64 queries")
