@@ -167,6 +167,25 @@ def _qwen_text_config(tokenizer) -> dict:
     }
 
 
+def _tiny_qwen2vl_config(tokenizer) -> Qwen2VLConfig:
+    """A tiny Qwen2-VL configuration (2 vision blocks, 32-d patches) on ``tokenizer``'s vocabulary."""
+    return Qwen2VLConfig(
+        text_config=_qwen_text_config(tokenizer),
+        vision_config={
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": QWEN_TEXT["hidden_size"],
+            "mlp_ratio": 2,
+            "num_heads": 2,
+            "patch_size": QWEN_PATCH_SIZE,
+            "spatial_merge_size": QWEN_MERGE_SIZE,
+            "temporal_patch_size": QWEN_TEMPORAL_PATCH_SIZE,
+        },
+        tie_word_embeddings=True,
+        **_qwen_token_ids(tokenizer),
+    )
+
+
 def build_tiny_colqwen25(directory: Path) -> Path:
     """A tiny ColQwen2.5 checkpoint (Qwen2.5-VL backbone + 128-d `custom_text_proj`).
 
@@ -271,21 +290,7 @@ def build_tiny_qwen2vl_embedder(directory: Path) -> Path:
     tokenizer = _qwen_tokenizer()
     image_processor, video_processor = _qwen_image_and_video_processors()
     processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
-    config = Qwen2VLConfig(
-        text_config=_qwen_text_config(tokenizer),
-        vision_config={
-            "depth": 2,
-            "embed_dim": 32,
-            "hidden_size": QWEN_TEXT["hidden_size"],
-            "mlp_ratio": 2,
-            "num_heads": 2,
-            "patch_size": QWEN_PATCH_SIZE,
-            "spatial_merge_size": QWEN_MERGE_SIZE,
-            "temporal_patch_size": QWEN_TEMPORAL_PATCH_SIZE,
-        },
-        tie_word_embeddings=True,
-        **_qwen_token_ids(tokenizer),
-    )
+    config = _tiny_qwen2vl_config(tokenizer)
     torch.manual_seed(SEED)
     Qwen2VLForConditionalGeneration(config).save_pretrained(directory)
     processor.save_pretrained(directory)
@@ -393,21 +398,7 @@ def build_tiny_jina_reranker_m0(directory: Path) -> Path:
     tokenizer.padding_side = "left"
     image_processor, video_processor = _qwen_image_and_video_processors()
     processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
-    config = Qwen2VLConfig(
-        text_config=_qwen_text_config(tokenizer),
-        vision_config={
-            "depth": 2,
-            "embed_dim": 32,
-            "hidden_size": QWEN_TEXT["hidden_size"],
-            "mlp_ratio": 2,
-            "num_heads": 2,
-            "patch_size": QWEN_PATCH_SIZE,
-            "spatial_merge_size": QWEN_MERGE_SIZE,
-            "temporal_patch_size": QWEN_TEMPORAL_PATCH_SIZE,
-        },
-        tie_word_embeddings=True,
-        **_qwen_token_ids(tokenizer),
-    )
+    config = _tiny_qwen2vl_config(tokenizer)
     config.architectures = ["JinaVLForRanking"]
     config.auto_map = {"AutoModel": f"{TINY_JINA_RERANKER_MODULE}.JinaVLForRanking"}
     torch.manual_seed(SEED)
