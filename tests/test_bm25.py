@@ -98,7 +98,7 @@ def _oracle(bench, queries, depth, cache):
 
 @pytest.mark.parametrize("options", [dict(backend="numba", n_threads=2), dict(backend="numba", n_threads=1, query_batch_size=7),
                                      dict(backend="numpy", n_threads=0), dict(backend="numpy", n_threads=2, query_batch_size=1),
-                                     dict(backend="numba", n_threads=-1, tie_margin=0)])
+                                     dict(backend="numba", n_threads=-1, tie_margin=0), dict(backend="auto")])
 def test_rankings_do_not_depend_on_backend_threads_or_batch_size(tied_bench, tmp_path, options):
     queries = {"q1": "solar output", "q2": "income report", "q3": "panel", "q4": "revenue of the panel"}
     cache = ArtifactCache(tmp_path)
@@ -112,5 +112,18 @@ def test_rankings_do_not_depend_on_backend_threads_or_batch_size(tied_bench, tmp
 
 
 def test_backend_is_checked():
-    with pytest.raises(ValueError, match="backend must be one of numba, numpy"):
+    with pytest.raises(ValueError, match="backend must be one of auto, numba, numpy"):
         BM25Retriever(backend="rust")
+
+
+def test_auto_backend_compiles_numba_only_for_searches_that_repay_it(tied_bench, tmp_path):
+    from vldocir.retrieval.bm25 import NUMBA_MIN_WORK, choose_backend
+
+    assert choose_backend("auto", 288, 317) == "numpy"  # the mini benchmark: compiling would cost more than it saves
+    assert choose_backend("auto", 271_760, 388_548) == "numba"  # the paper
+    assert choose_backend("auto", 1, int(NUMBA_MIN_WORK)) == "numba"
+    assert choose_backend("auto", 1, int(NUMBA_MIN_WORK) - 1) == "numpy"
+    assert choose_backend("numba", 1, 1) == "numba" and choose_backend("numpy", 10**6, 10**6) == "numpy"
+    retriever = BM25Retriever()  # the default
+    retriever.retrieve(tied_bench, {"q": "solar output"}, 10, ArtifactCache(tmp_path))
+    assert retriever.stats["search"]["backend"] == "numpy"  # the resolved backend is what the manifest records

@@ -19,7 +19,13 @@ from vldocir.retrieval.base import Retriever
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)
 
-BACKENDS = ("numba", "numpy")
+BACKENDS = ("auto", "numba", "numpy")
+
+NUMBA_MIN_WORK = 4e8
+"""``backend="auto"`` takes numba when queries x pages reaches this. Compiling bm25s's numba
+functions costs about 7 s in every process; past that, numba's top-k selection is 8-10x faster
+than numpy's (measured here: numpy ~1.8e-8 s per query x page, numba ~1.6e-9), so they break
+even near 4e8 (e.g. 1,000 queries over 400,000 pages). The mini benchmark is 9e4, the paper 1e11."""
 
 
 class BM25Retriever(Retriever):
@@ -32,7 +38,9 @@ class BM25Retriever(Retriever):
         stopwords: a bm25s stop-word list name (``en``), or ``None``.
         query_batch_size: queries scored per bm25s call (memory only; results do not depend on it).
         backend: bm25s's top-k selection, ``numba`` (compiled, parallel over queries; 8-10x faster
-            at paper scale) or ``numpy``. Speed only: the ranking is the same (see ``retrieve``).
+            at paper scale, after a ~7 s compilation per process), ``numpy``, or ``auto``: numba
+            where the search is large enough to repay the compilation (:data:`NUMBA_MIN_WORK`).
+            Speed only: the ranking is the same (see ``retrieve``).
         n_threads: threads for the top-k selection; ``-1`` uses every core. Speed only.
 
     Rankings are deterministic whatever the backend, thread count or batch size: pages are ordered
@@ -50,7 +58,7 @@ class BM25Retriever(Retriever):
         stemmer: str | None = "english",
         stopwords: str | None = "en",
         query_batch_size: int = 4096,
-        backend: str = "numba",
+        backend: str = "auto",
         n_threads: int = -1,
         tie_margin: int = 16,
     ):
@@ -115,7 +123,6 @@ class BM25Retriever(Retriever):
             path = cache.directory("bm25-index", key)
             self.stats["index"] = {"pages": len(texts), "build_s": round(time.perf_counter() - tick, 3)}
         model = bm25s.BM25.load(path / "bm25", mmap=True, show_progress=False)
-        model.backend = self.backend
         tokenizer = self._tokenizer()
         tokenizer.load_vocab(path / "bm25")
         page_ids = np.asarray(json.loads((path / "page_ids.json").read_text()), dtype=object)
@@ -129,6 +136,7 @@ class BM25Retriever(Retriever):
         depth = min(depth, len(page_ids))
         query_ids = list(queries)
         texts = [queries[q] for q in query_ids]
+        model.backend = choose_backend(self.backend, len(texts), len(page_ids))
         indices = np.full((len(texts), depth), -1, dtype=np.int64)
         scores = np.zeros((len(texts), depth), dtype=np.float32)
         refetched = 0
@@ -146,7 +154,7 @@ class BM25Retriever(Retriever):
         elapsed = time.perf_counter() - tick
         self.stats["search"] = {"queries": len(texts), "search_s": round(elapsed, 3),
                                 "queries_per_s": round(len(texts) / elapsed, 1) if elapsed else None,
-                                "backend": self.backend, "n_threads": self.n_threads, "refetched_for_ties": refetched}
+                                "backend": model.backend, "n_threads": self.n_threads, "refetched_for_ties": refetched}
         return run_from_indices(query_ids, page_ids, indices, scores)
 
     def _fetch(self, model, tokens, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -174,6 +182,14 @@ class BM25Retriever(Retriever):
             top_docs[pending], top_values[pending] = _best(docs, values, page_rank, depth)
             refetched += len(pending)
         return (top_docs, top_values), refetched
+
+
+def choose_backend(backend: str, n_queries: int, n_pages: int) -> str:
+    """The bm25s backend to search with: ``backend`` itself, or for ``auto`` numba when
+    ``n_queries * n_pages`` reaches :data:`NUMBA_MIN_WORK`, numpy below."""
+    if backend != "auto":
+        return backend
+    return "numba" if n_queries * n_pages >= NUMBA_MIN_WORK else "numpy"
 
 
 def _best(docs: np.ndarray, values: np.ndarray, page_rank: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
