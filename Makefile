@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context mini mini-ship clean
+.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale mini mini-ship clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,9 @@ bench-settings: setup  ## cost of setting=ctx and setting=hierarchical vs exact 
 
 bench-context: setup  ## document-context vectors: peak RSS flat in the corpus size, s/doc, worker speed-up (ARGS="--docs 200")
 	$(PYTHON) perf/bench_context.py $(ARGS)
+
+bench-scale: setup  ## paper-scale CPU paths through run.py with PASS/FAIL: DOM-BM25 <= 10 min, re-evaluation <= 5 s, flat context memory (10-15 min)
+	$(PYTHON) perf/bench_scale.py $(ARGS)
 
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py
