@@ -46,12 +46,38 @@ def _open_source(dataset: DictConfig) -> Benchmark:
     """Load ``dataset.source``; build it first from ``dataset.build`` if it does not exist yet."""
     source = str(dataset.source)
     local = not source.startswith("hf://")
-    if local and not (Path(source) / "benchmark.json").is_file() and dataset.get("build") is not None:
+    if local and dataset.get("build") is not None:
         from vldocir.construction.synthetic import generate
 
-        log.info("building benchmark %s into %s (first use)", dataset.name, source)
-        generate(instantiate(dataset.build), source)
+        spec = instantiate(dataset.build)
+        if not (Path(source) / "benchmark.json").is_file():
+            log.info("building benchmark %s into %s (first use)", dataset.name, source)
+            generate(spec, source)
+        else:
+            _check_generated_from(Path(source), spec)
     return load_benchmark(source, revision=dataset.get("revision"))
+
+
+def _check_generated_from(source: Path, spec) -> None:
+    """A generated benchmark directory must come from the spec the config asks for now: a
+    ``dataset.build.*`` override does not silently reuse what an earlier spec generated there."""
+    import json
+
+    from vldocir.construction.synthetic import spec_differences
+
+    try:
+        recorded = json.loads((source / "benchmark.json").read_text()).get("built_by", {}).get("spec")
+    except (OSError, ValueError, AttributeError):
+        return  # load_benchmark reports an unreadable benchmark.json
+    if recorded is None:
+        log.warning("benchmark %s does not record the spec it was generated from; it is used as it is", source)
+        return
+    differing = spec_differences(recorded, spec)
+    if differing:
+        raise ConfigError(
+            f"benchmark {source} was generated from another dataset.build spec (differs in: {', '.join(differing)}); "
+            "delete that directory to generate it again, or give this spec its own dataset.name"
+        )
 
 
 def _overrides() -> list[str]:

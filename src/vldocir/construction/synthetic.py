@@ -13,7 +13,8 @@ up to the paper's size for tests and scale benchmarks.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,61 @@ class SyntheticSpec:
     near_max_gap: int = 4
     with_text: bool = True
     generators: tuple[str, ...] = ("Qwen3-VL-32B-Instruct", "GPT-4.1-mini")
+    ocr_noise: float | None = None
+    """With a rate, each page also gets ``ocr_text``: its DOM text with OCR-like character errors
+    at that rate (:func:`ocr_like`), so that OCR-BM25 runs on a text-only benchmark; ``None``:
+    no OCR text. Drawn from a generator of its own, so the rest of the benchmark is unchanged."""
+
+
+# Confusions typical of OCR on rendered text: similar glyphs swapped (l/1/I, O/0, S/5, B/8, e/c, ...).
+_OCR_CONFUSIONS = dict(zip(b"lI1O0oS5B8ecigZ2", b"1ll0O05S8Bcelq2Z"))
+_OCR_TABLE = np.arange(256, dtype=np.uint8)
+for _glyph, _read_as in _OCR_CONFUSIONS.items():
+    _OCR_TABLE[_glyph] = _read_as
+_OCR_CONFUSABLE = _OCR_TABLE != np.arange(256, dtype=np.uint8)
+
+
+def ocr_like(text: str, rng: np.random.Generator, rate: float) -> str:
+    """``text`` as an OCR engine might read it back: each confusable character (a glyph with a
+    look-alike, see ``_OCR_CONFUSIONS``) is misread with probability ``rate``, and each space is
+    lost (two words run together) with probability ``rate / 2``. Non-ASCII characters are kept."""
+    raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    if not len(raw):
+        return text
+    draws = rng.random(len(raw))
+    misread = _OCR_CONFUSABLE[raw] & (draws < rate)
+    out = np.where(misread, _OCR_TABLE[raw], raw)
+    keep = ~((raw == ord(" ")) & (draws < rate / 2))
+    return out[keep].tobytes().decode("utf-8")
+
+
+def spec_record(spec: SyntheticSpec) -> dict:
+    """``spec`` as JSON values (tuples as lists), as ``benchmark.json`` records it under
+    ``built_by.spec``: a later use of the same directory can tell whether it was generated from it."""
+    return json.loads(json.dumps(asdict(spec), default=_plain))
+
+
+def _plain(value):
+    """JSON for the OmegaConf containers a spec instantiated by Hydra holds."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
+    raise TypeError(f"cannot record {type(value).__name__} in a spec")
+
+
+def spec_differences(recorded: dict, spec: SyntheticSpec) -> list[str]:
+    """The fields of ``spec`` whose values differ from a recorded :func:`spec_record`."""
+    wanted = spec_record(spec)
+    return sorted(k for k in set(wanted) | set(recorded) if wanted.get(k) != recorded.get(k))
+
+
+def _ocr_texts(dom_texts: list[str], spec: SyntheticSpec) -> list[str] | None:
+    """Each page's OCR text (``spec.ocr_noise``), from a generator of its own: None without a rate."""
+    if spec.ocr_noise is None:
+        return None
+    rng = np.random.default_rng([spec.seed, 1])
+    return [ocr_like(text, rng, spec.ocr_noise) for text in dom_texts]
 
 
 def _entity_name(rng: np.random.Generator) -> str:
@@ -181,7 +237,7 @@ def generate(spec: SyntheticSpec, out_dir: str | Path) -> Benchmark:
     tables = {
         "documents": pd.DataFrame(docs, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
         "pages": pd.DataFrame(pages, columns=["page_id", "doc_id", "page_index", "width", "height", "dom_text"]).assign(
-            image=None, ocr_text=None
+            image=None, ocr_text=_ocr_texts([p[5] for p in pages], spec)
         ),
         "elements": pd.DataFrame(elements, columns=["doc_id", "element_id", "page_index", "bbox", "element_type"]),
         "queries": queries,
@@ -196,6 +252,8 @@ def generate(spec: SyntheticSpec, out_dir: str | Path) -> Benchmark:
             "seed": spec.seed,
             "mode": "text-only (page text synthesised, no page images)",
             "near_max_gap": spec.near_max_gap,
+            **({"ocr_noise": spec.ocr_noise} if spec.ocr_noise is not None else {}),
+            "spec": spec_record(spec),
         },
     }
     return write_benchmark(out_dir, tables, info)
