@@ -42,7 +42,7 @@ def test_verdicts_hold_each_figure_to_its_target():
 def test_bench_scale_runs_end_to_end_on_the_mini(tmp_path):
     figures = tmp_path / "figures.json"
     out = subprocess.run(
-        [sys.executable, "perf/bench_scale.py", "--dataset", "mini", "--workdir", str(tmp_path / "work"),
+        [sys.executable, "perf/bench_scale.py", "--dataset", "mini", "--retrievers", "dom_bm25", "--workdir", str(tmp_path / "work"),
          "--peer-queries", "32", "--context-docs", "20", "--json", str(figures),
          "--context-args", "--pages", "4", "--tokens", "20", "--dim", "16", "--shard-size", "16", "--n-ctx", "4",
          "--tmp", str(tmp_path)],
