@@ -81,24 +81,33 @@ def _dataset_config(name: str):
     return OmegaConf.load(path)
 
 
-def prepare_benchmark(dataset: str, data_dir: Path) -> float | None:
+def prepare_benchmark(args, data_dir: Path) -> float | None:
     """Generate a synthetic dataset (one with a ``build`` section) under ``data_dir`` if it is not
-    there yet; the seconds it took, or None when nothing was built."""
-    config = _dataset_config(dataset)
+    there yet, in a subprocess; the seconds it took, or None when nothing was built.
+
+    Not in this process: a forked child inherits its parent's peak RSS (Linux keeps ``maxrss``
+    across fork and exec), so a parent that had generated 390k pages would report its own peak as
+    every run's."""
+    config = _dataset_config(args.dataset)
     if config.get("build") is None:
         return None
     target = data_dir / str(config.name)
     if (target / "benchmark.json").is_file():
         return None
+    print(f"building {args.dataset} into {target} (once; not timed)", flush=True)
+    tick = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--worker-generate", str(target), "--dataset", args.dataset], check=True)
+    return time.perf_counter() - tick
+
+
+def worker_generate(args) -> None:
     from hydra.utils import instantiate
 
     from vldocir.construction.synthetic import generate
 
+    config = _dataset_config(args.dataset)
     config.build.name = str(config.name)  # the ${..name} interpolation needs the whole config
-    print(f"building {dataset} into {target} (once; not timed)", flush=True)
-    tick = time.perf_counter()
-    generate(instantiate(config.build), target)
-    return time.perf_counter() - tick
+    generate(instantiate(config.build), args.worker_generate)
 
 
 def _job_manifest(log_dir: Path) -> dict:
@@ -290,12 +299,16 @@ def main() -> None:
     parser.add_argument("--override", dest="overrides", action="append", default=[],
                         help="a Hydra override for every run.py command (repeatable), e.g. retriever.model.n_threads=2")
     parser.add_argument("--worker-peer", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-generate", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--bench-root", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--peer-backend", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--peer-threads", type=int, default=-1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_peer:
         worker_peer(args)
+        return
+    if args.worker_generate:
+        worker_generate(args)
         return
 
     workdir = Path(args.workdir).resolve()
@@ -304,7 +317,7 @@ def main() -> None:
     data_dir = Path(args.data_dir or workdir / "data").resolve()
     env = dict(os.environ, VLDOCIR_DATA_DIR=str(data_dir), WANDB_MODE="disabled", HYDRA_FULL_ERROR="1")
     results: dict = {"dataset": args.dataset, "load_before": _load(), "retrievers": []}
-    built = prepare_benchmark(args.dataset, data_dir)
+    built = prepare_benchmark(args, data_dir)
     if built is not None:
         results["generate_s"] = built
     for retriever in [r for r in args.retrievers.split(",") if r]:
