@@ -66,6 +66,7 @@ import random
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,7 @@ H200_BF16_DENSE_TFLOPS = 989.4
 PAPER = {"pages": 388_548, "queries": 271_760, "documents": 29_641, "gpu_hours_per_model": 100}
 PAGES_PER_DOC = 13  # the paper's average is 13.1
 EMBED_DIM = 128  # colpali-engine's custom_text_proj
+DEPTH = 100  # pages kept per query (run.py's default)
 QUERY_TOKENS = 25
 
 # Published architectures, by conf/retriever file. `prompt_tokens`: the page prompt's non-image tokens
@@ -294,7 +296,7 @@ def compose_retriever(name: str, checkpoint_dir: Path, device, smoke: bool):
 
     overrides = [f"retriever={name}", f"retriever.model.encoder.checkpoint.local_path={checkpoint_dir}",
                  f"retriever.model.encoder.device={device}", f"retriever.model.search.device={device}",
-                 "retriever.model.progress=false", "retriever.model.verify=cheap"]
+                 "retriever.model.progress=false"]
     if smoke and PUBLISHED[name]["family"] == "qwen2_5_vl":
         overrides.append(f"retriever.model.encoder.processor_kwargs.max_num_visual_tokens={TINY['qwen2_5_vl']['visual_tokens']}")
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
@@ -332,9 +334,10 @@ def draw_page(path: Path, size: tuple[int, int], seed: int) -> None:
     draw.rectangle(figure, outline="black", width=3, fill=(225, 232, 245))
     draw.ellipse((figure[0] + width // 10, figure[1] + line, figure[0] + width // 3, figure[3] - line), outline="navy", width=4)
     draw.rectangle(table, outline="black", width=2)
+    x0, y0, x1, y1 = table
     for i in range(1, 5):
-        draw.line((table[0], table[1] + i * (table[3] - table[1]) // 5, table[2], table[1] + i * (table[3] - table[1]) // 5), fill="black")
-        draw.line((table[0] + i * (table[2] - table[0]) // 5, table[1], table[0] + i * (table[2] - table[0]) // 5, table[3]), fill="black")
+        draw.line((x0, y0 + i * (y1 - y0) // 5, x1, y0 + i * (y1 - y0) // 5), fill="black")
+        draw.line((x0 + i * (x1 - x0) // 5, y0, x0 + i * (x1 - x0) // 5, y1), fill="black")
     image.save(path, **({"quality": 90} if path.suffix == ".jpg" else {}))
 
 
@@ -487,21 +490,26 @@ def measure_encode(args, retriever, bench, config, device, tmp: Path) -> dict:
 
 
 def bottleneck(result: dict, best: dict) -> dict:
-    """Which stage limits the best cell: decoding (threads), the processor (CPU, main thread), or the forward."""
+    """Which stage limits the best cell: decoding (threads), the processor (CPU, main thread) or the forward.
+
+    Decoding runs one batch ahead of the encoder, in threads; the processor and the forward run one
+    after the other in the main thread. So the pipeline's rate is about the lower of the decode rate
+    and the encoder's, 1 / (1 / processor + 1 / forward).
+    """
     size, workers = best["batch_size"], best["decode_workers"]
     stages = {"decode": result["decode"][workers], "processor": result["processor"][size],
               "forward": result["forward"][size]["pages_per_s"]}
-    # Decoding overlaps the encoder (one batch ahead); processor and forward run one after the other.
     encoder_rate = 1 / (1 / stages["processor"] + 1 / stages["forward"])
     if stages["decode"] < encoder_rate:
-        verdict = f"decoding ({workers} threads: {stages['decode']:.1f} pages/s < encoder {encoder_rate:.1f})"
+        stage, verdict = "decoding", f"{workers} decode threads give {stages['decode']:.1f} pages/s, the encoder {encoder_rate:.1f}"
     elif stages["processor"] < stages["forward"]:
-        verdict = (f"CPU preprocessing in the processor, main thread ({stages['processor']:.1f} pages/s) rather than "
-                   f"the GPU forward ({stages['forward']:.1f})")
+        stage, verdict = "processor (CPU)", (f"the processor alone is {stages['processor']:.1f} pages/s, the forward "
+                                             f"{stages['forward']:.1f}: CPU preprocessing in the main thread")
     else:
-        verdict = f"the GPU forward ({stages['forward']:.1f} pages/s; processor {stages['processor']:.1f})"
+        stage, verdict = "model forward", (f"the forward alone is {stages['forward']:.1f} pages/s, the processor "
+                                           f"{stages['processor']:.1f}, decoding {stages['decode']:.1f}")
     return {"stages_pages_per_s": stages, "encoder_pages_per_s": encoder_rate, "end_to_end_pages_per_s": best["pages_per_s"],
-            "verdict": verdict}
+            "stage": stage, "verdict": verdict}
 
 
 def flop_check(encoder, images, config) -> dict:
@@ -604,68 +612,83 @@ def resident_search(queries, resident, depth: int, query_batch_size: int, device
     return top
 
 
-def measure_search(args, search_cfg: dict, device) -> tuple[dict, dict, np.ndarray]:
+def measure_search(args, search_cfg: dict, device) -> tuple[dict, list, object, np.ndarray]:
+    """exact_search over the synthetic store at the retriever's search settings; returns the figures,
+    the shards searched, the queries (for :func:`measure_residency`) and the store's vectors."""
     import torch
 
-    from vldocir.retrieval.search import _page_blocks, exact_search
-
     qbs, pbt = int(search_cfg["query_batch_size"]), int(search_cfg["page_block_tokens"])
-    tokens, dim, depth = args.page_tokens, EMBED_DIM, 100
+    tokens, dim = args.page_tokens, EMBED_DIM
     tick = time.perf_counter()
     host, shards = synthetic_store(args.search_pages, tokens, dim, args.shard_size, device)
     queries = synthetic_queries(args.search_queries, QUERY_TOKENS, dim)
     store_s = time.perf_counter() - tick
-
-    def search(q, some, **kw):
-        return exact_search(q, iter(some), depth, query_batch_size=kw.get("qbs", qbs), page_block_tokens=kw.get("pbt", pbt),
-                            device=str(device), progress=False)
-
+    search = _searcher(device, qbs, pbt)
     search(queries.subset(np.arange(min(qbs, len(queries)))), shards[:1])  # warm-up
-    calibration = []
+    one_shard = []  # all queries against the first shard, at the configured and at larger batch sizes
     for q_bs, p_bt in dict.fromkeys([(qbs, pbt), (8 * qbs, pbt), (8 * qbs, 8 * pbt)]):
         seconds, _ = _timed(device, search, queries, shards[:1], qbs=q_bs, pbt=p_bt)
         flops = maxsim_flops(len(queries), QUERY_TOKENS, len(shards[0]), tokens, dim)
-        calibration.append({"query_batch_size": q_bs, "page_block_tokens": p_bt, "seconds": seconds, "tflops": flops / seconds / 1e12})
-    per_shard = calibration[0]["seconds"]
-    n_shards = max(1, min(len(shards), int(args.search_budget_s / per_shard)))
-    used = shards[:n_shards]
+        one_shard.append({"query_batch_size": q_bs, "page_block_tokens": p_bt, "seconds": seconds,
+                          "tflops": flops / seconds / 1e12})
+    used = shards[: max(1, min(len(shards), int(args.search_budget_s / one_shard[0]["seconds"])))]
     n_pages = sum(len(s) for s in used)
     _reset_peak(device)
-    seconds, top = _timed(device, search, queries, used)
-    flops = maxsim_flops(len(queries), QUERY_TOKENS, n_pages, tokens, dim)
-    block_pages = max(pbt // tokens, 1)
-    shape = (qbs * QUERY_TOKENS, dim, block_pages * tokens)
+    seconds, _ = _timed(device, search, queries, used)
+    tflops = maxsim_flops(len(queries), QUERY_TOKENS, n_pages, tokens, dim) / seconds / 1e12
+    shape = (qbs * QUERY_TOKENS, dim, max(pbt // tokens, 1) * tokens)  # one block's product in _maxsim
     matmul = gemm_tflops(*shape, torch.float32, device)
+    square = 4096 if device.type == "cuda" else 512  # the device's fp32 and bf16 rates, for reference
     result = {
         "store_pages": args.search_pages, "pages_searched": n_pages, "queries": len(queries), "query_tokens": QUERY_TOKENS,
-        "page_tokens": tokens, "dim": dim, "depth": depth, "query_batch_size": qbs, "page_block_tokens": pbt,
-        "store_build_s": store_s, "seconds": seconds, "tflops": flops / seconds / 1e12, "peak_gb": _peak_gb(device),
-        "calibration_one_shard": calibration, "matmul_shape": list(shape), "matmul_tflops": matmul,
-        "matmul_ratio": flops / seconds / 1e12 / matmul,
-        "fp32_square_matmul_tflops": gemm_tflops(4096, 4096, 4096, torch.float32, device),
+        "page_tokens": tokens, "dim": dim, "depth": DEPTH, "query_batch_size": qbs, "page_block_tokens": pbt,
+        "store_build_s": store_s, "seconds": seconds, "tflops": tflops, "peak_gb": _peak_gb(device),
+        "one_shard": one_shard, "matmul_shape": list(shape), "matmul_tflops": matmul, "matmul_ratio": tflops / matmul,
+        "square_matmul_size": square, "fp32_square_matmul_tflops": gemm_tflops(square, square, square, torch.float32, device),
         "bf16_square_matmul_tflops": gemm_tflops(4096, 4096, 4096, torch.bfloat16, device) if device.type == "cuda" else None,
         "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
     }
-    # Resident vs streamed: the same batches of queries, one exact_search call each (the store streamed
-    # from host memory every call) against the blocks uploaded once and kept on the device.
-    stream = [queries.subset(np.arange(i * args.stream_queries, (i + 1) * args.stream_queries) % len(queries))
-              for i in range(args.stream_calls)]
-    streamed = [_timed(device, search, q, used) for q in stream]
-    upload_s, resident = _timed(device, lambda: [(_page_blocks(s, pbt, device), torch.arange(len(s), device=device) + s.first_index,
-                                                  len(s)) for s in used])
-    kept = [_timed(device, resident_search, q, resident, depth, qbs, device) for q in stream]
-    resident_gb = sum(b.numel() * 4 for blocks, _, _ in resident for _, b in blocks) / 2**30
+    return result, used, queries, host
+
+
+def _searcher(device, qbs: int, pbt: int):
+    from vldocir.retrieval.search import exact_search
+
+    def search(queries, shards, qbs=qbs, pbt=pbt):
+        return exact_search(queries, iter(shards), DEPTH, query_batch_size=qbs, page_block_tokens=pbt, device=str(device),
+                            progress=False)
+
+    return search
+
+
+def measure_residency(args, search_cfg: dict, shards: list, queries, device) -> dict:
+    """Batches of queries, one exact_search call each (the store streamed from host memory at every
+    call), against the same arithmetic over page blocks uploaded once and kept on the device."""
+    import torch
+
+    from vldocir.retrieval.search import _page_blocks
+
+    qbs, pbt = int(search_cfg["query_batch_size"]), int(search_cfg["page_block_tokens"])
+    if device.type == "cuda":  # fp32 blocks take twice the fp16 store: keep to half the free memory
+        free = torch.cuda.mem_get_info(device)[0]
+        shards = shards[: max(1, min(len(shards), int(free / 2 / (len(shards[0].vectors) * EMBED_DIM * 4))))]
+    n_pages = sum(len(s) for s in shards)
+    calls = [queries.subset(np.arange(i * args.stream_queries, (i + 1) * args.stream_queries) % len(queries))
+             for i in range(args.stream_calls)]
+    search = _searcher(device, qbs, pbt)
+    streamed = [_timed(device, search, q, shards) for q in calls]
+    upload_s, resident = _timed(device, lambda: [(_page_blocks(s, pbt, device),
+                                                  torch.arange(len(s), device=device) + s.first_index, len(s)) for s in shards])
+    kept = [_timed(device, resident_search, q, resident, DEPTH, qbs, device) for q in calls]
+    resident_gb = sum(block.numel() * 4 for blocks, _, _ in resident for _, block in blocks) / 2**30
     del resident
-    call_flops = maxsim_flops(args.stream_queries, QUERY_TOKENS, n_pages, tokens, dim)
-    residency = {
-        "queries_per_call": args.stream_queries, "calls": args.stream_calls, "pages": n_pages,
-        "streamed_s": [s for s, _ in streamed], "resident_s": [s for s, _ in kept], "upload_s": upload_s,
-        "resident_fp32_gb": resident_gb, "streamed_tflops": call_flops / np.median([s for s, _ in streamed]) / 1e12,
-        "resident_tflops": call_flops / np.median([s for s, _ in kept]) / 1e12,
-        "same_top": bool(all(np.array_equal(s.indices, r) for (_, s), (_, r) in zip(streamed, kept))),
-    }
-    residency["speedup"] = np.median(residency["streamed_s"]) / np.median(residency["resident_s"])
-    return result, residency, host
+    flops = maxsim_flops(args.stream_queries, QUERY_TOKENS, n_pages, args.page_tokens, EMBED_DIM)
+    streamed_s, resident_s = [s for s, _ in streamed], [s for s, _ in kept]
+    return {"queries_per_call": args.stream_queries, "calls": args.stream_calls, "pages": n_pages,
+            "streamed_s": streamed_s, "resident_s": resident_s, "upload_s": upload_s, "resident_fp32_gb": resident_gb,
+            "streamed_tflops": flops / np.median(streamed_s) / 1e12, "resident_tflops": flops / np.median(resident_s) / 1e12,
+            "speedup": float(np.median(streamed_s) / np.median(resident_s)),
+            "same_top": bool(all(np.array_equal(s.indices, r) for (_, s), (_, r) in zip(streamed, kept)))}
 
 
 # -- 4. document context -------------------------------------------------------------------------
@@ -756,33 +779,36 @@ def _versions() -> dict:
 
 def print_summary(out: dict) -> None:
     e, q, s, r, c = out["encode"], out["queries"], out["search"], out["residency"], out["context"]
-    best = e["best"]
-    peak = out["config"]["peak_tflops"]
-    print(f"\nSummary: {out['config']['model']} on {out['device']}" + (" (CPU smoke: the figures mean nothing)" if out["config"]["cpu_smoke"] else ""))
+    best, stages, peak = e["best"], e["bottleneck"]["stages_pages_per_s"], out["config"]["peak_tflops"]
+    memory = f"{best['peak_gb']:.1f} GiB" if best["peak_gb"] is not None else "n/a on CPU"
+    smoke = " (CPU smoke: the figures say nothing about a GPU)" if out["config"]["cpu_smoke"] else ""
+    print(f"\nSummary: {out['config']['model']} on {out['device']}{smoke}")
     rows = [
-        ("page encode, best", f"{best['pages_per_s']:.2f} pages/s (batch {best['batch_size']}, {best['decode_workers']} decode workers)",
-         f"{best['tflops']:.1f} TFLOP/s, MFU {best['mfu']:.1%} of {peak:g}"),
-        ("  tokens / FLOPs a page", f"{e['visual_tokens']} image + {e['other_tokens']} other", f"{e['flops_per_page'] / 1e12:.3f} TFLOP"),
-        ("  bottleneck", e["bottleneck"]["verdict"], "decode / processor / forward pages/s: "
-         + " / ".join(f"{v:.1f}" for v in e["bottleneck"]["stages_pages_per_s"].values())),
-        ("  GPU peak memory", f"{best['peak_gb']:.1f} GiB" if best["peak_gb"] is not None else "n/a (CPU)", ""),
-        ("  FLOP check", f"formula / FlopCounterMode, dense part: {e['flop_check']['dense_ratio']:.3f}", ""),
-        ("query encode", f"{q['queries_per_s']:.1f} queries/s ({q['mean_tokens']:.1f} tokens, batch {q['batch_size']})",
+        ("page encode (best cell)", f"{best['pages_per_s']:.2f} pages/s", f"batch {best['batch_size']}, {best['decode_workers']} "
+         f"decode workers; {best['tflops']:.1f} TFLOP/s, MFU {best['mfu']:.1%} of {peak:g}; peak memory {memory}"),
+        ("  a page", f"{e['flops_per_page'] / 1e12:.3f} TFLOP", f"{e['visual_tokens']} image + {e['other_tokens']} other tokens; "
+         f"formula / FlopCounterMode on matrix products: {e['flop_check']['dense_ratio']:.3f}"),
+        ("  stages alone", " / ".join(f"{v:.1f}" for v in stages.values()), "pages/s: decode / processor / forward"),
+        ("  bottleneck", e["bottleneck"]["stage"], e["bottleneck"]["verdict"]),
+        ("query encode", f"{q['queries_per_s']:.1f} queries/s", f"{q['mean_tokens']:.1f} tokens, batch {q['batch_size']}; "
          f"{q['tflops']:.2f} TFLOP/s, MFU {q['mfu']:.1%}"),
-        ("exact_search", f"{s['tflops']:.2f} TFLOP/s ({s['queries']} q x {s['pages_searched']} pages; {s['seconds']:.1f} s)",
-         f"fp32 matmul of a block's shape {s['matmul_tflops']:.2f} TFLOP/s: ratio {s['matmul_ratio']:.2f}"),
-        ("  resident vs streamed", f"{r['resident_tflops']:.2f} vs {r['streamed_tflops']:.2f} TFLOP/s per call of {r['queries_per_call']} queries",
-         f"{r['speedup']:.2f}x; same top-100: {r['same_top']}; upload {r['upload_s']:.1f} s, {r['resident_fp32_gb']:.1f} GiB fp32"),
-        ("context k-means (GPU, torch)", f"{c['s_per_doc'] * 1e3:.2f} ms/doc (n_ctx {c['n_ctx']}, {c['tokens_per_doc']} tokens)",
-         f"project's faiss CPU, 1 thread: {c['faiss_cpu_1_thread_s_per_doc'] * 1e3:.1f} ms/doc"),
+        ("exact_search", f"{s['tflops']:.2f} TFLOP/s", f"{s['queries']:,} queries x {s['pages_searched']:,} pages, {s['seconds']:.1f} s; "
+         f"fp32 matmul of one block's shape {s['matmul_tflops']:.2f} TFLOP/s, ratio {s['matmul_ratio']:.2f}"),
+        ("  store resident vs streamed", f"{r['speedup']:.2f}x", f"{r['resident_tflops']:.2f} vs {r['streamed_tflops']:.2f} TFLOP/s "
+         f"per call of {r['queries_per_call']} queries; same top-{DEPTH}: {r['same_top']}; upload {r['upload_s']:.1f} s"),
+        ("device matmul, square", f"{s['fp32_square_matmul_tflops']:.2f} TFLOP/s", f"fp32, {s['square_matmul_size']}^3"
+         + (f"; bf16 4096^3: {s['bf16_square_matmul_tflops']:.0f} TFLOP/s, {s['bf16_square_matmul_tflops'] / peak:.0%} of the peak"
+            if s["bf16_square_matmul_tflops"] else "") + f"; TF32 allowed: {s['allow_tf32']}"),
+        ("context k-means (torch)", f"{c['s_per_doc'] * 1e3:.2f} ms/doc", f"n_ctx {c['n_ctx']}, {c['tokens_per_doc']} tokens a "
+         f"document; the project's faiss on one CPU thread: {c['faiss_cpu_1_thread_s_per_doc'] * 1e3:.1f} ms/doc"),
     ]
     for name, figure, note in rows:
-        print(f"{name:<30} {figure:<62} {note}")
+        print(f"{name:<29} {figure:>18}   {note}")
     print(f"\nProjection, H200-hours for {PAPER['pages']:,} pages, {PAPER['queries']:,} queries, {PAPER['documents']:,} documents:")
-    print(f"{'model':<12} {'basis':<40} {'encode h':>9} {'search h':>9} {'context h':>10} {'total h':>8} {'paper':>6}")
+    print(f"{'model':<11} {'basis':<40} {'encode h':>9} {'search h':>9} {'context h':>10} {'total h':>8} {'paper':>6}")
     for row in out["projection"]:
-        print(f"{row['model']:<12} {row['basis']:<40} {row['encode_h']:>9.1f} {row['search_h']:>9.1f} {row['context_h']:>10.2f} "
-              f"{row['total_h']:>8.1f} {row['paper_gpu_hours']:>6}")
+        print(f"{row['model']:<11} {row['basis']:<40} {row['encode_h']:>9.1f} {row['search_h']:>9.1f} "
+              f"{row['context_h']:>10.2f} {row['total_h']:>8.1f} {row['paper_gpu_hours']:>6}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -790,13 +816,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="colqwen25", choices=sorted(PUBLISHED), help="conf/retriever file to measure")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny model and sizes on CPU: checks the code path only")
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS, help="dense bf16 peak for MFU")
-    sizes = SIZES["full"]
-    for key, value in sizes.items():
+    for key, value in SIZES["full"].items():
         if key != "page_size":
             parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=None,
                                 help=f"default {value} ({SIZES['smoke'][key]} with --cpu-smoke)")
     parser.add_argument("--shard-size", type=int, default=1024, help="pages per shard of the synthetic search store")
-    parser.add_argument("--n-ctx", type=int, default=256)
+    parser.add_argument("--n-ctx", type=int, default=256, help="context vectors per document")
     parser.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"), help="where checkpoint, pages and stores go")
     parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args(argv)
@@ -807,51 +832,64 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    if args.cpu_smoke:
-        device = torch.device("cpu")
-    elif not torch.cuda.is_available():
+    if not args.cpu_smoke and not torch.cuda.is_available():
         sys.exit("bench_gpu.py: no CUDA device is visible; pass --cpu-smoke to run the CPU smoke mode")
-    else:
-        device = torch.device("cuda")
+    device = torch.device("cpu" if args.cpu_smoke else "cuda")
+    if args.cpu_smoke:
+        torch.set_num_threads(1)  # a second thread stalls on a shared 2-core machine (see bench_settings)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    if args.cpu_smoke:
-        torch.set_num_threads(1)  # a second thread stalls on a shared 2-core machine (see bench_settings)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # the Qwen processor's min/max_pixels
     started = time.perf_counter()
     spec = TINY[PUBLISHED[args.model]["family"]] if args.cpu_smoke else PUBLISHED[args.model]
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
     print(f"bench_gpu: {args.model}{' (tiny)' if args.cpu_smoke else ''} on {device_name}", flush=True)
-    out: dict = {"device": device_name, "versions": _versions(),
+    out: dict = {"device": device_name, "versions": _versions(), "phases_s": {},
                  "config": {"model": args.model, "cpu_smoke": args.cpu_smoke, "peak_tflops": args.peak_tflops,
                             **{k: getattr(args, k) for k in (*preset, "shard_size", "n_ctx")}}}
+
+    def phase(name: str, tick: float) -> None:
+        out["phases_s"][name] = time.perf_counter() - tick
+        print(f"{name}: {out['phases_s'][name]:.1f} s", flush=True)
+
     with tempfile.TemporaryDirectory(dir=args.tmp, prefix="bench-gpu-") as tmp:
-        tmp = Path(tmp)
-        tick = time.perf_counter()
+        tmp, tick = Path(tmp), time.perf_counter()
         bench = build_benchmark(tmp / "bench", args.encode_pages, args.distinct_pages, tuple(args.page_size))
-        out["pages_build_s"] = time.perf_counter() - tick
-        print(f"benchmark of {args.encode_pages} pages {args.page_size[0]}x{args.page_size[1]} ({args.distinct_pages} drawn): "
-              f"{out['pages_build_s']:.1f} s", flush=True)
+        phase(f"pages ({args.encode_pages} of {args.page_size[0]}x{args.page_size[1]}, {args.distinct_pages} drawn)", tick)
+        tick = time.perf_counter()
         retriever, retriever_cfg = compose_retriever(args.model, tmp / "checkpoint", device.type, args.cpu_smoke)
         encoder = retriever.encoder
         out["model"] = build_checkpoint(encoder.model_class, spec, tmp / "checkpoint", device, encoder.dtype)
-        load_s, _ = _timed(device, encoder.prepare)
-        out["model"]["load_s"] = load_s
-        print(f"model: {out['model']['params'] / 1e9:.2f} B parameters, built {out['model']['build_s']:.1f} s, saved "
-              f"{out['model']['save_s']:.1f} s ({out['model']['bytes_saved'] / 2**30:.1f} GiB), loaded {load_s:.1f} s", flush=True)
+        out["model"]["load_s"], _ = _timed(device, encoder.prepare)
         config = encoder.model.config
+        phase(f"model ({out['model']['params'] / 1e9:.2f} B parameters: built {out['model']['build_s']:.1f} s, "
+              f"saved {out['model']['save_s']:.1f} s, loaded {out['model']['load_s']:.1f} s)", tick)
+        tick = time.perf_counter()
         out["encode"] = measure_encode(args, retriever, bench, config, device, tmp)
+        phase("page encoding", tick)
+        tick = time.perf_counter()
         out["queries"] = measure_queries(args, retriever, bench, config, device, tmp)
-        print(f"queries: {out['queries']['queries_per_s']:.1f}/s", flush=True)
+        phase("query encoding", tick)
         del retriever, encoder
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        out["search"], out["residency"], host = measure_search(args, dict(retriever_cfg.search), device)
-        print(f"search: {out['search']['tflops']:.2f} TFLOP/s", flush=True)
+        tick = time.perf_counter()
+        search_cfg = dict(retriever_cfg.search)
+        out["search"], shards, queries, host = measure_search(args, search_cfg, device)
+        phase("exact search", tick)
+        tick = time.perf_counter()
+        out["residency"] = measure_residency(args, search_cfg, shards, queries, device)
+        phase("resident vs streamed", tick)
+        del shards, queries
+        tick = time.perf_counter()
         out["context"] = measure_context(args, host, device)
+        phase("document context", tick)
         del host
-    out["projection"] = projection(args.model, config, out["encode"], out["queries"], out["search"], out["context"], args.cpu_smoke)
+    out["projection"] = projection(args.model, config, out["encode"], out["queries"], out["search"], out["context"],
+                                   args.cpu_smoke)
+    out["cuda_initialized"] = torch.cuda.is_initialized()
     out["wall_s"] = time.perf_counter() - started
     print_summary(out)
     print(f"\nwall time {out['wall_s']:.0f} s")

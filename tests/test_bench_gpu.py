@@ -104,11 +104,13 @@ def test_projection_uses_measured_rates_and_flop_ratios():
 def test_cpu_smoke_run_reports_every_section(tmp_path):
     out = tmp_path / "gpu.json"
     done = subprocess.run([sys.executable, "perf/bench_gpu.py", "--cpu-smoke", "--json", str(out), "--tmp", str(tmp_path)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Summary:" in done.stdout and "Projection" in done.stdout
     figures = json.loads(out.read_text())
     assert figures["config"]["cpu_smoke"] and figures["device"].startswith("CPU")
+    assert figures["cuda_initialized"] is False  # the smoke mode never touches CUDA
 
     encode = figures["encode"]
     assert len(encode["sweep"]) == 4 and encode["best"]["pages_per_s"] > 0 and encode["best"]["mfu"] > 0
@@ -121,7 +123,7 @@ def test_cpu_smoke_run_reports_every_section(tmp_path):
 
     search, residency = figures["search"], figures["residency"]
     assert search["tflops"] > 0 and search["matmul_tflops"] > 0 and search["matmul_ratio"] > 0
-    assert search["pages_searched"] == search["store_pages"] == 300
+    assert search["pages_searched"] == search["store_pages"] == 300 and len(search["one_shard"]) == 3
     assert residency["same_top"] and len(residency["streamed_s"]) == len(residency["resident_s"]) == 2
 
     context = figures["context"]
