@@ -501,7 +501,8 @@ def bottleneck(result: dict, best: dict) -> dict:
               "forward": result["forward"][size]["pages_per_s"]}
     encoder_rate = 1 / (1 / stages["processor"] + 1 / stages["forward"])
     if stages["decode"] < encoder_rate:
-        stage, verdict = "decoding", f"{workers} decode threads give {stages['decode']:.1f} pages/s, the encoder {encoder_rate:.1f}"
+        stage = "decoding"
+        verdict = f"{workers} decode threads give {stages['decode']:.1f} pages/s, the encoder {encoder_rate:.1f}"
     elif stages["processor"] < stages["forward"]:
         stage, verdict = "processor (CPU)", (f"the processor alone is {stages['processor']:.1f} pages/s, the forward "
                                              f"{stages['forward']:.1f}: CPU preprocessing in the main thread")
@@ -536,16 +537,18 @@ def flop_check(encoder, images, config) -> dict:
 
 # -- 2. query encoding ---------------------------------------------------------------------------
 def make_queries(encoder, n: int, target: int = QUERY_TOKENS) -> dict[str, str]:
-    """``n`` query texts of the word count whose processed length (prefix and augmentation tokens
-    included) is closest to ``target`` tokens, for this encoder's tokenizer."""
-    rng = random.Random(0)
+    """``n`` query texts of random words, of the word count whose processed length (prefix and
+    augmentation tokens included, mean over the first 64) is closest to ``target`` tokens."""
+    def texts(words: int) -> list[str]:
+        rng = random.Random(words)
+        return [" ".join(rng.choices(WORDS, k=words)) + "?" for _ in range(n)]
 
-    def mean_tokens(words: int) -> float:
-        texts = [" ".join(random.Random(i).choices(WORDS, k=words)) + "?" for i in range(8)]
-        return float(encoder.processor.process_queries(texts)["attention_mask"].sum(dim=1).float().mean())
+    def error(words: int) -> float:
+        lengths = encoder.processor.process_queries(texts(words)[:64])["attention_mask"].sum(dim=1)
+        return abs(float(lengths.float().mean()) - target)
 
-    words = min(range(1, 3 * target), key=lambda k: abs(mean_tokens(k) - target))
-    return {f"q{i:06d}": " ".join(rng.choices(WORDS, k=words)) + "?" for i in range(n)}
+    words = min(range(1, 2 * target), key=error)
+    return {f"q{i:06d}": text for i, text in enumerate(texts(words))}
 
 
 def measure_queries(args, retriever, bench, config, device, tmp: Path) -> dict:
@@ -792,19 +795,22 @@ def print_summary(out: dict) -> None:
         ("  bottleneck", e["bottleneck"]["stage"], e["bottleneck"]["verdict"]),
         ("query encode", f"{q['queries_per_s']:.1f} queries/s", f"{q['mean_tokens']:.1f} tokens, batch {q['batch_size']}; "
          f"{q['tflops']:.2f} TFLOP/s, MFU {q['mfu']:.1%}"),
-        ("exact_search", f"{s['tflops']:.2f} TFLOP/s", f"{s['queries']:,} queries x {s['pages_searched']:,} pages, {s['seconds']:.1f} s; "
-         f"fp32 matmul of one block's shape {s['matmul_tflops']:.2f} TFLOP/s, ratio {s['matmul_ratio']:.2f}"),
-        ("  store resident vs streamed", f"{r['speedup']:.2f}x", f"{r['resident_tflops']:.2f} vs {r['streamed_tflops']:.2f} TFLOP/s "
-         f"per call of {r['queries_per_call']} queries; same top-{DEPTH}: {r['same_top']}; upload {r['upload_s']:.1f} s"),
+        ("exact_search", f"{s['tflops']:.2f} TFLOP/s", f"{s['queries']:,} queries x {s['pages_searched']:,} pages, "
+         f"{s['seconds']:.1f} s; fp32 matmul of one block's shape {s['matmul_tflops']:.2f} TFLOP/s, "
+         f"ratio {s['matmul_ratio']:.2f}"),
+        ("  store resident vs streamed", f"{r['speedup']:.2f}x",
+         f"{r['resident_tflops']:.2f} vs {r['streamed_tflops']:.2f} TFLOP/s per call of {r['queries_per_call']} queries; "
+         f"same top-{DEPTH}: {r['same_top']}; upload {r['upload_s']:.1f} s"),
         ("device matmul, square", f"{s['fp32_square_matmul_tflops']:.2f} TFLOP/s", f"fp32, {s['square_matmul_size']}^3"
-         + (f"; bf16 4096^3: {s['bf16_square_matmul_tflops']:.0f} TFLOP/s, {s['bf16_square_matmul_tflops'] / peak:.0%} of the peak"
-            if s["bf16_square_matmul_tflops"] else "") + f"; TF32 allowed: {s['allow_tf32']}"),
+         + (f"; bf16 4096^3: {s['bf16_square_matmul_tflops']:.0f} TFLOP/s, {s['bf16_square_matmul_tflops'] / peak:.0%} "
+            "of the peak" if s["bf16_square_matmul_tflops"] else "") + f"; TF32 allowed: {s['allow_tf32']}"),
         ("context k-means (torch)", f"{c['s_per_doc'] * 1e3:.2f} ms/doc", f"n_ctx {c['n_ctx']}, {c['tokens_per_doc']} tokens a "
          f"document; the project's faiss on one CPU thread: {c['faiss_cpu_1_thread_s_per_doc'] * 1e3:.1f} ms/doc"),
     ]
     for name, figure, note in rows:
         print(f"{name:<29} {figure:>18}   {note}")
-    print(f"\nProjection, H200-hours for {PAPER['pages']:,} pages, {PAPER['queries']:,} queries, {PAPER['documents']:,} documents:")
+    print(f"\nProjection, H200-hours for {PAPER['pages']:,} pages, {PAPER['queries']:,} queries, "
+          f"{PAPER['documents']:,} documents:")
     print(f"{'model':<11} {'basis':<40} {'encode h':>9} {'search h':>9} {'context h':>10} {'total h':>8} {'paper':>6}")
     for row in out["projection"]:
         print(f"{row['model']:<11} {row['basis']:<40} {row['encode_h']:>9.1f} {row['search_h']:>9.1f} "
