@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale mini mini-ship clean
+.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu mini mini-ship clean
 
 setup:
 	@bash scripts/setup.sh
@@ -31,6 +31,9 @@ bench-context: setup  ## document-context vectors: peak RSS flat in the corpus s
 
 bench-scale: setup  ## paper-scale CPU paths through run.py with PASS/FAIL: DOM-BM25 <= 10 min, re-evaluation <= 5 s, flat context memory (10-15 min)
 	$(PYTHON) perf/bench_scale.py $(ARGS)
+
+bench-gpu: setup  ## one H200, ~8 min: encode/search/context on full-size random models + H200-hours projection (ARGS="--json gpu.json"; --cpu-smoke without a GPU)
+	$(PYTHON) perf/bench_gpu.py $(ARGS)
 
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py
