@@ -23,8 +23,9 @@ DOM-BM25 and OCR-BM25):
 
 Each command runs in a subprocess whose peak RSS (``ru_maxrss`` from ``wait4``) is its own. Then
 ``perf/bench_context.py --docs <context-docs>`` builds document-context vectors for N and 2N
-documents (target: peak RSS at 2N within 10% of N) and its seconds per document project the
-k-means of the full corpus (29,641 documents). Figures go to stdout and ``--json``; the exit status
+documents of the paper's shape (:data:`CONTEXT_SIZES`: 13 pages of 768 tokens, n_ctx 256; target:
+peak RSS at 2N within 10% of N) and its seconds per document project the k-means of the full
+corpus (29,641 documents) on this machine's CPU. Figures go to stdout and ``--json``; the exit status
 is 1 when a target fails. The load average is printed before and after: on a busy machine every
 wall time grows.
 """
@@ -42,6 +43,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_DOCUMENTS = 29_641
+CONTEXT_SIZES = ["--pages", "13", "--tokens", "768", "--n-ctx", "256"]
+"""perf/bench_context.py's sizes here: the paper's 13.1 pages per document, ColQwen2.5's ~768
+visual tokens per page, ``setting=ctx n_ctx=256`` (Table 4). ``--context-args`` overrides them."""
 QPS_MIN_QUERIES = 100_000
 """The queries/s target is judged on searches at least this large: on a small benchmark a fixed
 cost (numba's ~7 s compilation, or the numpy backend that ``backend=auto`` picks instead) dominates."""
@@ -202,14 +206,15 @@ def worker_peer(args) -> None:
 def bench_context(args) -> dict:
     print(f"document-context vectors: perf/bench_context.py --docs {args.context_docs} ... ({_load()})", flush=True)
     out = Path(args.workdir) / "context.json"
-    argv = [sys.executable, "perf/bench_context.py", "--docs", str(args.context_docs), "--json", str(out),
-            *args.context_args]
+    sizes = [*CONTEXT_SIZES, *args.context_args]  # argparse: the last of a repeated option wins
+    argv = [sys.executable, "perf/bench_context.py", "--docs", str(args.context_docs), "--json", str(out), *sizes]
     # bench_context exits 1 when memory is not flat: that is a figure here, not a crash.
     with (Path(args.workdir) / "context.log").open("w") as log:
         subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
     if not out.is_file():
         raise SystemExit(f"perf/bench_context.py wrote no figures; see {Path(args.workdir) / 'context.log'}")
     figures = json.loads(out.read_text())
+    figures["options"] = " ".join(sizes)
     one, parallel = figures["n"], figures["n_parallel"]
     best_s_per_doc = min(one["s_per_doc"], parallel["s_per_doc"])
     figures["projection"] = {"documents": PAPER_DOCUMENTS, "s_per_doc": best_s_per_doc,
@@ -271,7 +276,7 @@ def report(results: dict) -> bool:
         print(f"document context  peak RSS {c['n']['peak_rss_mb']:.0f} MB at {c['n']['docs']} documents, "
               f"{c['2n']['peak_rss_mb']:.0f} MB at {c['2n']['docs']} ({c['rss_ratio']:.3f}x); "
               f"{p['s_per_doc']:.3f} s/doc ({p['workers']} worker(s)) -> {p['hours']:.2f} h for "
-              f"{p['documents']:,} documents")
+              f"{p['documents']:,} documents ({c['options']})")
     print("\ntarget                 subject         measured        limit  result")
     judged = [v for v in results["verdicts"] if v[-1] is not None]
     for target, subject, value, limit, unit, passed in results["verdicts"]:
@@ -292,7 +297,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None,
                         help="where a generated dataset lives (default <workdir>/data; an existing one is reused)")
     parser.add_argument("--peer-queries", type=int, default=8192, help="queries for the bm25s peer (0: skip it)")
-    parser.add_argument("--context-docs", type=int, default=1000, help="N for perf/bench_context.py (0: skip it)")
+    parser.add_argument("--context-docs", type=int, default=150, help="N for perf/bench_context.py (0: skip it)")
     parser.add_argument("--context-args", nargs=argparse.REMAINDER, default=[],
                         help="further perf/bench_context.py options (last on the command line)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
