@@ -83,20 +83,20 @@ QUERY_TOKENS = 25
 # Published architectures, by conf/retriever file. `prompt_tokens`: the page prompt's non-image tokens
 # with the real tokenizers (ColQwen2.5: <|im_start|>user\n<|vision_start|>...<|vision_end|>Describe the
 # image.<|im_end|><|endoftext|>; ColPali: <bos>Describe the image.\n), used only for the projection.
+QWEN25_VL_VISION = {"hidden_size": 1280, "depth": 32, "intermediate_size": 3420, "num_heads": 16, "window_size": 112,
+                    "fullatt_block_indexes": [7, 15, 23, 31]}  # the 3B and the 7B share the vision tower's shape
 PUBLISHED = {
     "colqwen25": {
         "family": "qwen2_5_vl", "visual_tokens": 768, "prompt_tokens": 11,
         "text": {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
                  "num_key_value_heads": 2, "vocab_size": 151936, "mrope_section": [16, 24, 24], "tie_word_embeddings": True},
-        "vision": {"hidden_size": 1280, "out_hidden_size": 2048, "depth": 32, "intermediate_size": 3420, "num_heads": 16,
-                   "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]},
+        "vision": {**QWEN25_VL_VISION, "out_hidden_size": 2048},
     },
     "colnomic7b": {
         "family": "qwen2_5_vl", "visual_tokens": 768, "prompt_tokens": 11,
         "text": {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
                  "num_key_value_heads": 4, "vocab_size": 152064, "mrope_section": [16, 24, 24], "tie_word_embeddings": False},
-        "vision": {"hidden_size": 1280, "out_hidden_size": 3584, "depth": 32, "intermediate_size": 3420, "num_heads": 16,
-                   "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]},
+        "vision": {**QWEN25_VL_VISION, "out_hidden_size": 3584},
     },
     "colpali13": {
         "family": "paligemma", "visual_tokens": 1024, "prompt_tokens": 6,
