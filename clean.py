@@ -16,13 +16,16 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="clean")
 def main(cfg: DictConfig) -> None:
-    from vldocir.construction.cleaning import format_summary, run_cleaning
+    from vldocir.construction.cleaning import LabelledSetError, format_summary, run_cleaning
     from vldocir.errors import ConfigError
 
     try:
         results = run_cleaning(cfg.cleaning)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except LabelledSetError as error:  # the file and row are in the message; no traceback
+        print(f"labelled set error: {error}", file=sys.stderr)
         sys.exit(2)
     print(f"labelled set: {cfg.cleaning.labelled}")
     print("rows actual, columns predicted; P = removed. LLM methods on the whole set, classifiers on the held-out part.")
