@@ -233,6 +233,17 @@ class ChatClient:
         except OSError as error:  # a full disk costs the cache entry, not the answer
             log.warning("could not write LLM cache entry %s: %s", path, error)
 
+    def record(self, messages: Sequence[Mapping[str, Any]], content: str) -> str:
+        """Store ``content`` as the cached answer to ``messages``, as if the server had given it, and
+        return its cache key: answers recorded elsewhere (e.g. written by hand for a shipped example)
+        are then replayed by :meth:`complete_many` like any other. The entry's ``finish_reason`` is
+        ``recorded``. Needs ``cache_dir``."""
+        if self.cache_dir is None:
+            raise ConfigError("llm.cache_dir: recorded answers are replayed through the cache; set a cache_dir")
+        key = self.cache_key(messages)
+        self._store(key, messages, ChatResult(content=str(content), finish_reason="recorded"))
+        return key
+
     # -- requests -----------------------------------------------------------------------------------
     def _openai(self):
         with self._lock:

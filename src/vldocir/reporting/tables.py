@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from vldocir.construction.cleaning import false_omission_rate  # one definition, shared with the cleaning stage
 from vldocir.io import atomic_write_text
 from vldocir.reporting.formats import to_latex, to_markdown
 from vldocir.reporting.outputs import CELL_COLUMNS, ReportTable, ignore_generated
@@ -251,12 +252,6 @@ CONFUSION_COLUMNS = {
     "actual_kept_pred_kept": "N as N",
     "total": "Total",
 }
-
-
-def false_omission_rate(counts: dict[str, float]) -> float:
-    """FN / (FN + TN): the share of kept queries that should have been removed (positive = removed)."""
-    fn, tn = counts["actual_removed_pred_kept"], counts["actual_kept_pred_kept"]
-    return fn / (fn + tn) if fn + tn else np.nan
 
 
 def layout_confusion(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
