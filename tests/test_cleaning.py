@@ -322,3 +322,19 @@ def test_tables_6_to_10_show_the_reproduced_matrices(default_run):
     assert "MISSING" not in set(check_table(tables["table9_classifiers"])["check"])
     knn = dict(tuple(r) for r in tables["table10_knn"].cells[["column", "reproduced"]].values)
     assert knn["Total"] == 64 and knn["P as P"] == results["knn5"]["actual_removed_pred_removed"]
+
+
+@pytest.mark.slow
+def test_clean_py_command_as_the_readme_gives_it(isolated_paths):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "clean.py"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = sorted(p.stem for p in (isolated_paths / "results" / "cleaning").glob("*.json"))
+    assert written == sorted(["llm_rating_t0.0", "llm_rating_t0.25", "llm_rating_t0.5", "llm_rating_t0.75",
+                              "llm_classifier", "llm_combined", "logreg", "xgboost", "knn5"])
+    assert "llm_combined" in done.stdout and "make tables" in done.stdout
+    bad = subprocess.run([sys.executable, "clean.py", f"cleaning.labelled={isolated_paths / 'none.csv'}"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "none.csv" in bad.stderr and "Traceback" not in bad.stderr
