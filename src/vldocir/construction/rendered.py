@@ -20,7 +20,9 @@ from tqdm.auto import tqdm
 from vldocir.cache import content_key
 from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
 from vldocir.construction.ocr import OcrConfig, ocr_pages
-from vldocir.construction.queries import DocumentInfo, PlacedFact, page_id, resolve_element_pages, sample_queries
+from vldocir.construction.queries import (
+    NEAR_MAX_GAP, DocumentInfo, PlacedFact, page_id, resolve_element_pages, sample_queries,
+)
 from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch
 from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
@@ -57,7 +59,7 @@ class RenderedBenchmarkSpec:
     )
     queries_per_cell: int = 12
     """Queries per source × structure."""
-    near_max_gap: int = 4
+    near_max_gap: int = NEAR_MAX_GAP
     generators: tuple[str, ...] = ("Qwen3-VL-32B-Instruct", "GPT-4.1-mini")
     facts_per_page: int = 6
     quirks: bool = False

