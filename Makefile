@@ -3,13 +3,16 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu mini mini-ship clean cleaning
+.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu mini mini-ship clean cleaning evidence
 
 setup:
 	@bash scripts/setup.sh
 
 run: setup  ## evaluate (default: DOM-BM25 on the embedded benchmark); pass Hydra overrides as ARGS="..."
 	$(PYTHON) run.py $(ARGS)
+
+evidence: setup  ## evidence configurations for VLM query generation on the shipped mini (offline); Hydra overrides as ARGS="..."
+	$(PYTHON) evidence.py $(ARGS)
 
 cleaning: setup  ## query-cleaning ablations (Tables 6-10) on the shipped synthetic set; Hydra overrides as ARGS="..."
 	$(PYTHON) clean.py $(ARGS)
@@ -45,7 +48,7 @@ mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-min
 	$(PYTHON) build.py spec.name=vl-docir-mini images.scale=0.2 images.format=jpeg images.jpeg_quality=65 'out_dir=$${paths.root_dir}/data/vl-docir-mini'
 
 clean:  ## remove generated data, caches, logs and results (not the committed ones)
-	rm -rf cache logs results/runs results/cleaning data/vl-docir-mini-full data/synthetic-*
+	rm -rf cache logs results/runs results/cleaning data/evidence-configs data/vl-docir-mini-full data/synthetic-*
 
 # Paper tables, figures and the reproduction check: report.py (conf/report.yaml), which reads only the
 # results store of the paths group, as run.py writes it. Hydra overrides go in ARGS, as for `make run`:
