@@ -305,10 +305,10 @@ def run_evidence_sampling(benchmark: str | Path, spec: EvidenceSamplingSpec, enc
     """Sample the configurations of the benchmark at ``benchmark`` and write ``configs.parquet``
     and ``manifest.json`` (spec, benchmark name and fingerprint, threshold, encoder, counts) into
     ``out_dir``. Returns ``(configs, counts, out_dir)``."""
+    import pyarrow as pa
+
     from vldocir.data.benchmark import load_benchmark
     from vldocir.io import atomic_write_json, atomic_write_parquet
-
-    import pyarrow as pa
 
     bench = load_benchmark(benchmark)
     gap = spec.near_max_gap if spec.near_max_gap is not None else benchmark_near_max_gap(bench.info)
