@@ -12,19 +12,15 @@ import sys
 
 import hydra
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evidence")
 def main(cfg: DictConfig) -> None:
     from vldocir.construction.evidence_configs import EvidenceSamplingError, run_evidence_sampling
-    from vldocir.retrieval.checkpoints import resolve_local_path
-
-    encoder_node = OmegaConf.to_container(cfg.encoder, resolve=True)
-    encoder_node["checkpoint"]["local_path"] = resolve_local_path(encoder_node["checkpoint"].get("local_path"))
     try:
         configs, counts, out_dir = run_evidence_sampling(cfg.benchmark, instantiate(cfg.sampling),
-                                                         instantiate(encoder_node), cfg.out_dir)
+                                                         instantiate(cfg.encoder), cfg.out_dir)
     except EvidenceSamplingError as error:
         print(f"evidence sampling error: {error}", file=sys.stderr)
         sys.exit(2)

