@@ -48,7 +48,7 @@ mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-min
 	$(PYTHON) build.py spec.name=vl-docir-mini images.scale=0.2 images.format=jpeg images.jpeg_quality=65 'out_dir=$${paths.root_dir}/data/vl-docir-mini'
 
 clean:  ## remove generated data, caches, logs and results (not the committed ones)
-	rm -rf cache logs results/runs results/cleaning data/evidence-configs data/vl-docir-mini-full data/synthetic-*
+	rm -rf cache logs results/runs results/cleaning results/audit data/evidence-configs data/vl-docir-mini-full data/synthetic-*
 
 # Paper tables, figures and the reproduction check: report.py (conf/report.yaml), which reads only the
 # results store of the paths group, as run.py writes it. Hydra overrides go in ARGS, as for `make run`:

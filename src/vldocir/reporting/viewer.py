@@ -48,20 +48,40 @@ class ViewerError(ValueError):
 
 
 @dataclass
-class ViewerData:
-    """The slices of the run and the benchmark that the selected queries need."""
+class EvidenceData:
+    """The slices of a benchmark that drawing some queries' evidence pages needs (also the audit's)."""
 
-    run_dir: Path
     bench_root: Path
-    manifest: dict
-    k: int
-    per_query: pd.DataFrame  # selected queries, in benchmark order
     queries: pd.DataFrame    # query_id -> text, answer
     qrels: pd.DataFrame      # query_id, page_id, doc_id, element_ids
-    top: pd.DataFrame        # query_id, page_id, score, rank (1-based, score desc then page_id asc)
     pages: pd.DataFrame      # page_id -> doc_id, page_index, image, width, height, dom_text
     elements: pd.DataFrame   # doc_id, element_id, page_index, bbox, element_type
     documents: pd.DataFrame  # doc_id -> title, source
+
+
+@dataclass
+class ViewerData(EvidenceData):
+    """The slices of the run and the benchmark that the selected queries need."""
+
+    run_dir: Path
+    manifest: dict
+    k: int
+    per_query: pd.DataFrame  # selected queries, in benchmark order
+    top: pd.DataFrame        # query_id, page_id, score, rank (1-based, score desc then page_id asc)
+
+
+PAGE_COLUMNS = ["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text"]
+
+
+def load_evidence(root: Path, query_ids: Sequence[str]) -> EvidenceData:
+    """What drawing the evidence pages of ``query_ids`` needs, read from the benchmark at ``root``."""
+    root = Path(root)
+    queries = _read_filtered(root, "queries", "query_id", query_ids, ["query_id", "text", "answer"]).set_index("query_id")
+    qrels = _read_filtered(root, "qrels", "query_id", query_ids)
+    pages = _read_filtered(root, "pages", "page_id", set(qrels["page_id"]), PAGE_COLUMNS).set_index("page_id")
+    documents = _read_filtered(root, "documents", "doc_id", set(qrels["doc_id"]), ["doc_id", "title", "source"]).set_index("doc_id")
+    elements = _read_filtered(root, "elements", "doc_id", set(qrels["doc_id"]))
+    return EvidenceData(root, queries, qrels, pages, elements, documents)
 
 
 def _read_filtered(root: Path, table: str, column: str, values: Iterable[str], columns: Sequence[str] | None = None) -> pd.DataFrame:
@@ -148,12 +168,12 @@ def load(run_dir: str | Path, *, k: int = 5, queries: Sequence[str] | None = Non
     top = run[run["rank"] <= k].reset_index(drop=True)
 
     page_ids = set(qrels["page_id"]) | set(top["page_id"])
-    pages = _read_filtered(root, "pages", "page_id", page_ids,
-                           ["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text"]).set_index("page_id")
+    pages = _read_filtered(root, "pages", "page_id", page_ids, PAGE_COLUMNS).set_index("page_id")
     doc_ids = set(pages["doc_id"]) | set(qrels["doc_id"])
     documents = _read_filtered(root, "documents", "doc_id", doc_ids, ["doc_id", "title", "source"]).set_index("doc_id")
     elements = _read_filtered(root, "elements", "doc_id", set(qrels["doc_id"]))
-    return ViewerData(run_dir, root, manifest, k, selected, query_rows, qrels, top, pages, elements, documents)
+    return ViewerData(bench_root=root, queries=query_rows, qrels=qrels, pages=pages, elements=elements, documents=documents,
+                      run_dir=run_dir, manifest=manifest, k=k, per_query=selected, top=top)
 
 
 # -- HTML ------------------------------------------------------------------------------------------
@@ -211,7 +231,7 @@ def query_file_name(query_id: str) -> str:
 class PageImages:
     """Copies (downscaled) page images next to the HTML, once per page."""
 
-    def __init__(self, data: ViewerData, out_dir: Path):
+    def __init__(self, data: EvidenceData, out_dir: Path):
         self.data, self.dir = data, out_dir / "img"
         self.done: dict[str, str | None] = {}
 
@@ -244,7 +264,7 @@ class PageImages:
         return f"img/{name}"
 
 
-def _boxes(data: ViewerData, query_id: str, page_id: str) -> list[tuple[float, float, float, float, str]]:
+def _boxes(data: EvidenceData, query_id: str, page_id: str) -> list[tuple[float, float, float, float, str]]:
     """The cited elements of ``query_id`` on ``page_id``: (left, top, width, height) in percent, and a label."""
     rows = data.qrels[(data.qrels["query_id"] == query_id) & (data.qrels["page_id"] == page_id)]
     if rows.empty:
@@ -264,7 +284,7 @@ def _boxes(data: ViewerData, query_id: str, page_id: str) -> list[tuple[float, f
     return boxes
 
 
-def _page_html(data: ViewerData, images: PageImages, query_id: str, page_id: str, css_class: str, prefix: str,
+def _page_html(data: EvidenceData, images: PageImages, query_id: str, page_id: str, css_class: str, prefix: str,
                with_boxes: bool = True) -> str:
     page = data.pages.loc[page_id]
     image = images(page_id)
@@ -280,9 +300,21 @@ def _page_html(data: ViewerData, images: PageImages, query_id: str, page_id: str
     return f'<div class="page {css_class}" style="aspect-ratio: {ratio}" data-page="{_e(page_id)}">{body}{boxes}</div>'
 
 
-def _doc_label(data: ViewerData, doc_id: str) -> str:
+def _doc_label(data: EvidenceData, doc_id: str) -> str:
     title = data.documents["title"].get(doc_id, doc_id) if doc_id in data.documents.index else doc_id
     return f"{title} ({doc_id})"
+
+
+def evidence_figure(data: EvidenceData, images: PageImages, query_id: str, page_id: str, prefix: str,
+                    note: str | None = None) -> str:
+    """One evidence page of a query with its cited elements' boxes drawn, captioned with its document
+    and page (and ``note`` in bold). ``prefix`` leads from the HTML file to the images' root."""
+    page = data.pages.loc[page_id]
+    caption = f"{_e(_doc_label(data, page['doc_id']))}, page {int(page['page_index']) + 1} &middot; {_e(page_id)}"
+    if note:
+        caption += f" &middot; <b>{_e(note)}</b>"
+    return (f'<figure class="evidence">{_page_html(data, images, query_id, page_id, "evidence-view", prefix)}'
+            f"<figcaption>{caption}</figcaption></figure>")
 
 
 def query_page(data: ViewerData, images: PageImages, row, previous: str | None, following: str | None) -> str:
@@ -296,15 +328,11 @@ def query_page(data: ViewerData, images: PageImages, row, previous: str | None, 
     top = data.top[data.top["query_id"] == query_id]
     rank_of = dict(zip(top["page_id"], top["rank"]))
 
-    evidence_html = []
-    for page_id in evidence_pages:
-        page = data.pages.loc[page_id]
-        where = f"rank {rank_of[page_id]}" if page_id in rank_of else f"not in the top {k}"
-        evidence_html.append(
-            f'<figure class="evidence">{_page_html(data, images, query_id, page_id, "evidence-view", "../")}'
-            f"<figcaption>{_e(_doc_label(data, page['doc_id']))}, page {int(page['page_index']) + 1} "
-            f"&middot; {_e(page_id)} &middot; <b>{_e(where)}</b></figcaption></figure>"
-        )
+    evidence_html = [
+        evidence_figure(data, images, query_id, page_id, "../",
+                        f"rank {rank_of[page_id]}" if page_id in rank_of else f"not in the top {k}")
+        for page_id in evidence_pages
+    ]
     thumbs = []
     evidence_set = set(evidence_pages)
     for hit in top.itertuples():
