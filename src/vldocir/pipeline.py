@@ -7,6 +7,7 @@ nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -61,8 +62,6 @@ def _open_source(dataset: DictConfig) -> Benchmark:
 def _check_generated_from(source: Path, spec) -> None:
     """A generated benchmark directory must come from the spec the config asks for now: a
     ``dataset.build.*`` override does not silently reuse what an earlier spec generated there."""
-    import json
-
     from vldocir.construction.synthetic import spec_differences
 
     try:
