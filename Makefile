@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu mini mini-ship clean cleaning evidence
+.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu mini mini-ship clean cleaning evidence generate
 
 setup:
 	@bash scripts/setup.sh
@@ -13,6 +13,9 @@ run: setup  ## evaluate (default: DOM-BM25 on the embedded benchmark); pass Hydr
 
 evidence: setup  ## evidence configurations for VLM query generation on the shipped mini (offline); Hydra overrides as ARGS="..."
 	$(PYTHON) evidence.py $(ARGS)
+
+generate: setup  ## query generation over the shipped mini (recorded answers replayed offline); Hydra overrides as ARGS="..."
+	$(PYTHON) generate.py $(ARGS)
 
 cleaning: setup  ## query-cleaning ablations (Tables 6-10) on the shipped synthetic set; Hydra overrides as ARGS="..."
 	$(PYTHON) clean.py $(ARGS)
@@ -41,14 +44,14 @@ bench-scale: setup  ## paper-scale CPU paths through run.py with PASS/FAIL: DOM-
 bench-gpu: setup  ## one H200, ~8 min: encode/search/context on full-size random models + H200-hours projection (ARGS="--json gpu.json"; --cpu-smoke without a GPU)
 	$(PYTHON) perf/bench_gpu.py $(ARGS)
 
-mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract), full-size pages, into data/vl-docir-mini-full
+mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract; queries by the VLM pipeline replaying data/generation/), full-size pages, into data/vl-docir-mini-full
 	$(PYTHON) build.py
 
 mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-mini (400x800 JPEG pages)
 	$(PYTHON) build.py spec.name=vl-docir-mini images.scale=0.2 images.format=jpeg images.jpeg_quality=65 'out_dir=$${paths.root_dir}/data/vl-docir-mini'
 
 clean:  ## remove generated data, caches, logs and results (not the committed ones)
-	rm -rf cache logs results/runs results/cleaning results/audit data/evidence-configs data/vl-docir-mini-full data/synthetic-*
+	rm -rf cache logs results/runs results/cleaning results/audit data/evidence-configs data/vl-docir-mini-full data/vl-docir-mini-generated data/synthetic-*
 
 # Paper tables, figures and the reproduction check: report.py (conf/report.yaml), which reads only the
 # results store of the paths group, as run.py writes it. Hydra overrides go in ARGS, as for `make run`:

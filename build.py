@@ -2,6 +2,9 @@
 
     python build.py                                   # the mini benchmark at full size (make mini)
     python build.py spec.documents.sec=20 spec.name=my-bench
+    python build.py queries=templates                 # template queries over planted facts, no LLM
+    python build.py queries.recorded=null queries.llm.model=Qwen/Qwen3-VL-32B-Instruct \
+        queries.llm.base_url=http://gpu-node:8000/v1  # generate with a served VLM
 """
 
 import sys
@@ -15,10 +18,15 @@ from omegaconf import DictConfig
 def main(cfg: DictConfig) -> None:
     from vldocir.construction.rendered import build_rendered_benchmark
 
+    queries = instantiate(cfg.queries) if cfg.queries.get("_target_") else None  # queries=templates: none
     bench = build_rendered_benchmark(
         instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir,
-        render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr),
+        render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr), queries=queries,
     )
+    if queries is not None:
+        from vldocir.construction.generated_queries import summary
+
+        print(summary(bench.info["built_by"]["queries"]))
     print(f"built {bench.name} in {bench.root}: {bench.info['counts']} (fingerprint {bench.fingerprint})")
 
 

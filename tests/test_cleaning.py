@@ -4,7 +4,7 @@
 - the rating and keep/discard parsers, and the removal rule (``score <= t``);
 - the paper's own matrices: every FOR and retention rate recomputed from
   ``results/paper/cleaning_confusion.csv``, with the paper's inconsistent prose numbers written down;
-- the LLM methods against a real OpenAI-compatible server on 127.0.0.1 (tests/chat_server.py)
+- the LLM methods against a real OpenAI-compatible server on 127.0.0.1 (vldocir.llm_server)
   answering by content, malformed answers and HTTP errors included;
 - the default run (shipped synthetic set, hand-recorded answers replayed through ChatClient's cache,
   the offline all-MiniLM-L6-v2, real scikit-learn and xgboost), its JSON files read by the real
@@ -24,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from chat_server import ChatServer, Recorded, Reply
+from vldocir.llm_server import ChatServer, Recorded, Reply
 from helpers import CONFIG_DIR, REPO_ROOT
 from vldocir.construction.cleaning import (COUNT_COLUMNS, LabelledSetError, confusion, embed, false_omission_rate,
                                            load_labelled, parse_decision, parse_rating, rating_method_id,

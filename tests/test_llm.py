@@ -1,4 +1,4 @@
-"""The chat client against a real HTTP server speaking the chat-completions protocol (chat_server.py):
+"""The chat client against a real HTTP server speaking the chat-completions protocol (vldocir.llm_server):
 retries, the response cache, the concurrency bound and the key's whereabouts."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from chat_server import ChatServer, Reply
+from vldocir.llm_server import ChatServer, Reply
 from vldocir.errors import ConfigError
 from vldocir.llm import ChatClient, image_part
 

@@ -1,4 +1,4 @@
-"""Query splitting (setting=qsplit): sub-queries from a real chat server (chat_server.py), searched
+"""Query splitting (setting=qsplit): sub-queries from a real chat server (vldocir.llm_server), searched
 with DOM-BM25 on three documents of the shipped mini benchmark, merged round robin."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from hydra.utils import instantiate
 
-from chat_server import ChatServer, Recorded, Reply
+from vldocir.llm_server import ChatServer, Recorded, Reply
 from helpers import compose_cfg
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import load_benchmark

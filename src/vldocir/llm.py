@@ -43,6 +43,7 @@ from vldocir.errors import ConfigError
 from vldocir.io import atomic_write_json
 
 log = logging.getLogger(__name__)
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would drown the progress bars
 
 BASE_URL_ENV = "VLDOCIR_LLM_BASE_URL"
 NO_KEY = "EMPTY"
@@ -176,6 +177,12 @@ class ChatClient:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._setup()
+
+    def with_base_url(self, base_url: str) -> "ChatClient":
+        """The same client (model, sampling, retries, cache) talking to the server at ``base_url``."""
+        clone = ChatClient.__new__(ChatClient)
+        clone.__setstate__({**self.__getstate__(), "base_url": str(base_url)})
+        return clone
 
     def __repr__(self) -> str:
         return f"ChatClient(model={self.model!r}, base_url={self.base_url!r}, api_env_var={self.api_env_var!r})"

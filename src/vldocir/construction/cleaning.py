@@ -49,7 +49,7 @@ import pandas as pd
 
 from vldocir.errors import ConfigError
 from vldocir.io import atomic_write_json, file_digest
-from vldocir.llm import ChatClient
+from vldocir.llm import ChatClient, ChatResult
 
 log = logging.getLogger(__name__)
 
@@ -318,20 +318,32 @@ class LLMJudge:
                     stored += 1
         return stored
 
-    def judge(self, labelled: pd.DataFrame) -> LLMJudgements:
+    def requests(self, labelled: pd.DataFrame, tasks: Sequence[str] = ("rating", "classifier")) -> list[list[dict[str, Any]]]:
+        """The requests :meth:`judge` sends: every row's rating, then every row's classifier request."""
         rows = list(labelled.itertuples(index=False))
-        requests = [self.messages(task, r.question, r.answer) for task in ("rating", "classifier") for r in rows]
-        answers = self.llm.complete_many(requests, progress="cleaning: LLM judgements" if self.progress else False)
-        ratings, decisions = answers[:len(rows)], answers[len(rows):]
+        return [self.messages(task, r.question, r.answer) for task in ("rating", "classifier") if task in tasks for r in rows]
+
+    def judge(self, labelled: pd.DataFrame, tasks: Sequence[str] = ("rating", "classifier")) -> LLMJudgements:
+        """Ask for the ``tasks`` (rating, classifier) of every row; a task not asked is ``None`` per row."""
+        rows = list(labelled.itertuples(index=False))
+        answers = self.llm.complete_many(self.requests(labelled, tasks),
+                                         progress="cleaning: LLM judgements" if self.progress else False)
+        skipped = [ChatResult(error="not asked", error_kind="not_asked")] * len(rows)
+        ratings = answers[:len(rows)] if "rating" in tasks else skipped
+        decisions = answers[-len(rows):] if "classifier" in tasks and rows else skipped
         out = LLMJudgements(scores=[], decisions=[])
         for answer in ratings:
-            scores, failure = parse_rating(answer.content) if answer.ok else (None, "llm_error")
+            scores, failure = parse_rating(answer.content) if answer.ok else (None, answer.error_kind == "not_asked" or "llm_error")
             out.scores.append(scores)
+            if failure is True:  # not asked: nothing failed
+                continue
             if failure:
                 out.rating_failures[failure] += 1
         for answer in decisions:
-            decision, failure = parse_decision(answer.content) if answer.ok else (None, "llm_error")
+            decision, failure = parse_decision(answer.content) if answer.ok else (None, answer.error_kind == "not_asked" or "llm_error")
             out.decisions.append(decision)
+            if failure is True:
+                continue
             if failure:
                 out.decision_failures[failure] += 1
         return out
@@ -496,3 +508,63 @@ def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
             results[method] = {**counts, "false_omission_rate": false_omission_rate(counts),
                                "retention_rate": retention_rate(counts), "unparsed": {}}
     return results
+
+
+# -- cleaning the generated queries of a build ------------------------------------------------------
+BUILD_METHODS = ("llm_combined", "llm_rating", "llm_classifier", "none")
+BUILD_TASKS = {"llm_combined": ("rating", "classifier"), "llm_rating": ("rating",), "llm_classifier": ("classifier",), "none": ()}
+
+
+@dataclass
+class QueryCleaningSpec:
+    """The cleaning step of a build (paper §3.4): ``llm_combined`` (the paper's final method: removed
+    when the classifier discards or any rating criterion is at or below ``threshold``),
+    ``llm_rating``, ``llm_classifier`` or ``none``. ``unparsed_as``: what an unusable answer counts as."""
+
+    method: str = "llm_combined"
+    threshold: float = 0.75
+    unparsed_as: str = "keep"
+
+    def __post_init__(self) -> None:
+        if self.method not in BUILD_METHODS:
+            raise ConfigError(f"cleaning.method must be one of {', '.join(BUILD_METHODS)}, got {self.method!r}")
+        if float(self.threshold) not in SCALE:
+            raise ConfigError(f"cleaning.threshold must be on the grid {SCALE}, got {self.threshold!r}")
+        if self.unparsed_as not in ("keep", "remove"):
+            raise ConfigError(f"cleaning.unparsed_as must be keep or remove, got {self.unparsed_as!r}")
+
+
+def cleaning_frame(queries: pd.DataFrame) -> pd.DataFrame:
+    """What the judge reads of built queries (``query_id``, ``question``, ``answer``)."""
+    return pd.DataFrame({"query_id": queries["query_id"], "question": queries["text"].astype(str),
+                         "answer": queries["answer"].fillna("").astype(str)})
+
+
+def clean_generated_queries(judge: LLMJudge | None, queries: pd.DataFrame, spec: QueryCleaningSpec,
+                            ) -> tuple[np.ndarray, dict[str, Any]]:
+    """Which of ``queries`` (``query_id``, ``text``, ``answer``) the step removes (a bool array) and
+    its report: counts before and after, removed per reason (``llm_classifier``, ``llm_rating``,
+    or both), unusable answers per reason, and which criteria the removed queries failed."""
+    n = len(queries)
+    report: dict[str, Any] = {"method": spec.method, "threshold": float(spec.threshold), "unparsed_as": spec.unparsed_as,
+                              "before": n}
+    if spec.method == "none" or n == 0:
+        return np.zeros(n, dtype=bool), {**report, "removed": {}, "after": n}
+    if judge is None:
+        raise ConfigError(f"cleaning.method={spec.method} needs an LLM (cleaning.llm)")
+    tasks = BUILD_TASKS[spec.method]
+    judgements = judge.judge(cleaning_frame(queries), tasks)
+    predictions = llm_predictions(judgements, [float(spec.threshold)], float(spec.threshold), spec.unparsed_as == "remove")
+    rating = predictions[rating_method_id(spec.threshold)] if "rating" in tasks else np.zeros(n, dtype=bool)
+    classifier = predictions["llm_classifier"] if "classifier" in tasks else np.zeros(n, dtype=bool)
+    removed = rating | classifier
+    failed = Counter(c for s, r in zip(judgements.scores, rating) if r and s for c, v in s.items() if v <= spec.threshold + 1e-9)
+    report.update({
+        "removed": {"llm_classifier_only": int((classifier & ~rating).sum()), "llm_rating_only": int((rating & ~classifier).sum()),
+                    "both": int((rating & classifier).sum())},
+        "after": int(n - removed.sum()),
+        "unparsed": {"rating": dict(judgements.rating_failures), "classifier": dict(judgements.decision_failures)},
+        "criteria_at_or_below_threshold": {c: int(failed.get(c, 0)) for c in CRITERIA},
+        "judge": judge.describe(),
+    })
+    return removed, report

@@ -14,7 +14,7 @@ cross_doc (one fact in each of two documents of the same source, preferably the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -62,6 +62,13 @@ def pair_structure(gap: int, near_max_gap: int) -> str | None:
     if gap == 1:
         return "doc_adjacent"
     return "doc_near" if gap <= near_max_gap else "doc_far"
+
+
+def evidence_types(element_types: Iterable[str]) -> list[str]:
+    """The ``evidence_types`` of a query from its evidence elements' types (sorted, distinct); a
+    figure is always read with its caption text, so evidence with an image is ``[image, text]``."""
+    types = sorted(set(element_types))
+    return ["image", "text"] if "image" in types else types
 
 
 def page_id(doc_id: str, page_index: int) -> str:
@@ -177,9 +184,7 @@ def sample_queries(
                 evidence, text = picked
                 query_id = f"q{len(queries):07d}"
                 made += 1
-                types = sorted({f.element_type for f in evidence})
-                if "image" in types:  # a figure is always read with its caption text
-                    types = ["image", "text"]
+                types = evidence_types(f.element_type for f in evidence)
                 generator = generators[0] if len(generators) == 1 else generators[int(rng.random() < 0.22)]
                 answer = "; ".join(f.value for f in evidence)
                 queries.append((query_id, text, answer, structure, source, sampler.info[doc_id].domain, generator, types))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,9 @@ from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layou
 from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.io import atomic_path
+
+if TYPE_CHECKING:
+    from vldocir.construction.generated_queries import GeneratedQueries
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,7 @@ def build_rendered_benchmark(
     render: RenderConfig | None = None,
     images: ShippedImages | None = None,
     ocr: OcrConfig | None = None,
+    queries: "GeneratedQueries | None" = None,
 ) -> Benchmark:
     """Build the benchmark of ``spec`` into ``out_dir`` and load it.
 
@@ -97,6 +102,10 @@ def build_rendered_benchmark(
     changes them (seed, documents, page ranges, facts per page, quirks, render settings), so a
     changed spec never reuses stale renders and benchmarks differing only in how images are stored
     share one rendering. OCR text is cached per image under ``cache_dir/ocr/``.
+
+    ``queries``: the generated-queries stage (:class:`~vldocir.construction.generated_queries.GeneratedQueries`),
+    which keeps its record (configurations, model outputs, candidates) in ``cache_dir/generation/<name>/``;
+    ``None``: template queries over the planted facts.
     """
     out_dir = Path(out_dir)
     render = render or RenderConfig()
@@ -147,10 +156,6 @@ def build_rendered_benchmark(
     if unplaced:
         log.warning("%d fact(s) have no recorded element and are not used as evidence", unplaced)
 
-    rng = np.random.default_rng(spec.seed)
-    counts = {s: {e: spec.queries_per_cell for e in EVIDENCE_STRUCTURES} for s in spec.documents if spec.documents[s]}
-    queries, qrels = sample_queries(rng, infos, facts, counts, spec.near_max_gap, spec.generators)
-
     page_frame = pd.DataFrame(
         pages, columns=["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text", "full_size_path"]
     )
@@ -158,11 +163,22 @@ def build_rendered_benchmark(
         page_frame["ocr_text"] = ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig())
     else:
         page_frame["ocr_text"] = None
+    document_frame = pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"])
+    element_frame = pd.concat(elements, ignore_index=True)
+    if queries is None:  # template queries over the planted facts
+        rng = np.random.default_rng(spec.seed)
+        counts = {s: {e: spec.queries_per_cell for e in EVIDENCE_STRUCTURES} for s in spec.documents if spec.documents[s]}
+        query_frame, qrels = sample_queries(rng, infos, facts, counts, spec.near_max_gap, spec.generators)
+        query_report = {"method": "templates", "queries_per_cell": spec.queries_per_cell}
+    else:
+        query_frame, qrels, query_report = queries(
+            document_frame, page_frame, element_frame, dict(zip(page_frame["page_id"], page_frame["full_size_path"])),
+            spec.near_max_gap, record_dir=Path(cache_dir) / "generation" / spec.name)
     tables = {
-        "documents": pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
+        "documents": document_frame,
         "pages": page_frame.drop(columns="full_size_path"),
-        "elements": pd.concat(elements, ignore_index=True),
-        "queries": queries,
+        "elements": element_frame,
+        "queries": query_frame,
         "qrels": qrels,
     }
     info = {
@@ -176,6 +192,7 @@ def build_rendered_benchmark(
             "render": render_params,
             "failed_documents": report.errors,
             "unplaced_facts": unplaced,
+            "queries": query_report,
             "rebuild": "make mini",
         },
     }

@@ -1,4 +1,6 @@
-"""A real OpenAI-compatible chat-completions server for tests (``POST /v1/chat/completions``).
+"""A small OpenAI-compatible chat-completions server on 127.0.0.1 (``POST /v1/chat/completions``):
+the tests' stand-in for a VLM server, and what replays recorded answers offline (:func:`replay_server`,
+used to build the mini benchmark through query generation without a model).
 
 It answers with scripted replies: first those given as a list, in the order requests arrive, then
 ``responder(request_body)`` (default: ``Reply()``), so that concurrent tests can answer by content.
@@ -8,10 +10,15 @@ at ``max_delay_s`` and every socket times out.
 
     with ChatServer([Reply(status=500), Reply('["a", "b"]')]) as server:
         client = ChatClient(model="m", base_url=server.url, ...)
+
+:func:`replay_server` answers by request content instead: each request's :func:`request_digest`
+(its messages with every inline image replaced by the SHA-256 of its bytes, as the client's cache
+key does) looks up a recorded answer; a request with no recording gets HTTP 404.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -19,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 
 @dataclass
@@ -149,3 +156,24 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 server._done()
 
     return Handler
+
+
+def request_digest(messages: Sequence[Mapping[str, Any]]) -> str:
+    """SHA-256 of a request's messages, inline images replaced by the SHA-256 of their bytes: the
+    same on the client side (the messages built) and on the server side (the JSON received)."""
+    from vldocir.llm import _normalized
+
+    text = json.dumps(_normalized(messages), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def replay_server(answers: Mapping[str, str]) -> ChatServer:
+    """A (not yet started) server answering each request whose :func:`request_digest` is a key of
+    ``answers`` with that answer, and any other request with HTTP 404 (no recording: the client
+    does not retry it and reports the request as failed)."""
+
+    def respond(request: Recorded) -> Reply:
+        content = answers.get(request_digest(request.body.get("messages", [])))
+        return Reply(status=404) if content is None else Reply(content, prompt_tokens=0, completion_tokens=0)
+
+    return ChatServer(responder=respond)
