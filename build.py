@@ -1,6 +1,9 @@
-"""Entry point of the construction pipeline: build a rendered benchmark from generated HTML.
+"""Entry point of the construction pipeline: build a rendered benchmark from generated HTML, or from
+your own HTML documents listed in a document index (construction/ingest.py).
 
     python build.py                                   # the mini benchmark at full size (make mini)
+    python build.py input=/data/raw/sec spec.name=my-sec queries.recorded=null \
+        queries.llm.model=Qwen/Qwen3-VL-32B-Instruct queries.llm.base_url=http://gpu-node:8000/v1
     python build.py spec.documents.sec=20 spec.name=my-bench
     python build.py queries=templates                 # template queries over planted facts, no LLM
     python build.py queries.recorded=null queries.llm.model=Qwen/Qwen3-VL-32B-Instruct \
@@ -18,11 +21,20 @@ from omegaconf import DictConfig
 def main(cfg: DictConfig) -> None:
     from vldocir.construction.rendered import build_rendered_benchmark
 
+    from vldocir.construction.ingest import build_from_html
+    from vldocir.errors import ConfigError
+
     queries = instantiate(cfg.queries) if cfg.queries.get("_target_") else None  # queries=templates: none
-    bench = build_rendered_benchmark(
-        instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir,
-        render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr), queries=queries,
-    )
+    common = dict(render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr))
+    try:
+        if cfg.input:  # your own HTML documents, listed in a document index
+            bench = build_from_html(cfg.input, cfg.out_dir, cfg.paths.cache_dir, cfg.spec.name, queries,
+                                    near_max_gap=cfg.spec.near_max_gap, **common)
+        else:  # generated HTML (the mini benchmark and its kind)
+            bench = build_rendered_benchmark(instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir, queries=queries, **common)
+    except ConfigError as error:
+        print(f"build error: {error}", file=sys.stderr)
+        sys.exit(2)
     if queries is not None:
         from vldocir.construction.generated_queries import summary
 

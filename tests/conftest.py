@@ -76,10 +76,10 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def subset_dir(tmp_path_factory) -> Path:
-    """Three documents of the shipped mini benchmark (21 pages, 21 queries), images inline."""
-    from helpers import mini_subset
+    """Three documents of the shipped mini benchmark (helpers.SUBSET_PAGES pages, SUBSET_QUERIES queries), images inline."""
+    from helpers import SUBSET_DOCS, mini_subset
 
-    return mini_subset(tmp_path_factory.mktemp("subset") / "b", ["arxiv-00003", "wikipedia-00000", "wikipedia-00001"])
+    return mini_subset(tmp_path_factory.mktemp("subset") / "b", SUBSET_DOCS)
 
 
 TESTS_DIR = Path(__file__).resolve().parent

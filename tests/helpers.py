@@ -33,6 +33,23 @@ def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subproc
 
 
 MINI_DIR = REPO_ROOT / "data" / "vl-docir-mini"
+SUBSET_DOCS = ["arxiv-00003", "wikipedia-00000", "wikipedia-00001"]
+"""The documents of the ``subset_dir`` fixture (conftest.py)."""
+
+
+def _subset() -> tuple[int, list[str], list[str]]:
+    """Pages, query ids and the other query ids of :data:`SUBSET_DOCS` in the shipped mini (what
+    :func:`mini_subset` keeps), ids sorted."""
+    import pandas as pd
+
+    pages = pd.read_parquet(MINI_DIR / "pages.parquet", columns=["doc_id"])
+    qrels = pd.read_parquet(MINI_DIR / "qrels.parquet", columns=["query_id", "doc_id"])
+    inside = qrels.groupby("query_id")["doc_id"].agg(lambda d: set(d) <= set(SUBSET_DOCS))
+    return int(pages["doc_id"].isin(SUBSET_DOCS).sum()), sorted(inside.index[inside]), sorted(inside.index[~inside])
+
+
+SUBSET_PAGES, SUBSET_QUERY_IDS, OUTSIDE_SUBSET_QUERY_IDS = _subset()
+SUBSET_QUERIES = len(SUBSET_QUERY_IDS)
 
 
 def mini_subset(dest: Path, doc_ids: list[str], *, corrupt_page: str | None = None, name: str = "mini-subset") -> Path:
@@ -161,3 +178,60 @@ def newest_entry(results_dir, benchmark: str, retriever: str, setting: str) -> P
     rows = index[(index.benchmark == benchmark) & (index.retriever == retriever) & (index.setting == setting)]
     assert len(rows), f"no entry for {benchmark}/{retriever}/{setting} in {results_dir}"
     return Path(rows.iloc[-1].path)
+
+
+# -- a VLM stand-in for query generation (served by vldocir.llm_server.ChatServer) ---------------------
+SPLIT = "### QUERIES ###"
+
+
+def generation_answer(items, reasoning="Facts: the row e1 and the paragraph e2.") -> str:
+    """A query writer's answer in the format generation.parse_output reads."""
+    return f"{reasoning}\n{SPLIT}\n{json.dumps(items)}"
+
+
+class ScriptedVLM:
+    """Answers like a VLM, by what the request holds: descriptions, cleaning judgements, and per
+    configuration (known by its family and element ids) the behaviour the test asked for."""
+
+    def __init__(self, behaviours: dict[tuple[str, frozenset], str] | None = None):
+        self.behaviours = behaviours or {}
+        self.seen: dict[tuple[str, frozenset], int] = {}
+
+    def __call__(self, request):
+        from vldocir.llm_server import Reply
+
+        text = request.text()
+        if "describe every visual element" in text:
+            return Reply("A table with the rows of the page; no chart.")
+        if '"clarity"' in text:
+            bad = "in the table" in text.split("Given answer")[0]
+            return Reply(json.dumps({"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 0 if bad else 1}))
+        if '"decision"' in text:
+            return Reply('{"decision": "keep"}')
+        ids = re.findall(r'\bid="([^"]+)"', text)
+        family = next(f for f in ("page_single", "page_multi", "within_doc", "cross_doc") if FAMILY_MARKERS[f] in text)
+        key = (family, frozenset(ids))
+        behaviour = self.behaviours.get(key, "valid")
+        self.seen[key] = self.seen.get(key, 0) + 1
+        first, last = ids[0], ids[-1]
+        if behaviour == "rate_limited" and self.seen[key] == 1:
+            return Reply(status=429, headers={"Retry-After": "0"})
+        if behaviour == "timeout":
+            return Reply(delay_s=0.9)
+        if behaviour == "missing_splitter":
+            return Reply(json.dumps([{"question": "Who?", "answer": "x", "evidence": [first]}]))
+        if behaviour == "bad_json":
+            return Reply(f"thinking\n{SPLIT}\n[{{'question': 'single quotes'}}]")
+        if behaviour == "unknown_id":
+            return Reply(generation_answer([{"question": "Which value is cited?", "answer": "1", "evidence": [first + "99"]}]))
+        if behaviour == "one_page":
+            return Reply(generation_answer([{"question": "What is reported about Yorvaxpra's pay ratio?", "answer": "287,525", "evidence": [first]}]))
+        evidence = [first] if family == "page_single" else [first, last]
+        return Reply(generation_answer([
+            {"question": f"What does Ranvelzel report for {family} item {len(ids)}?", "answer": "42", "evidence": evidence},
+            {"question": f"What value is given in the table for {family} item {len(ids)}?", "answer": "7", "evidence": evidence},
+        ]))
+
+
+FAMILY_MARKERS = {"page_single": "answered by the content of", "page_multi": "two or more",
+                  "within_doc": "pages of one document", "cross_doc": "one page from each of two documents"}

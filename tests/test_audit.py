@@ -184,7 +184,7 @@ def test_import_names_the_bad_rows(mini, exported):
 
 # -- the census --------------------------------------------------------------------------------------
 def test_census_finds_a_broken_box_a_spanning_element_and_a_wrong_page(tmp_path):
-    root = mini_subset(tmp_path / "src", ["arxiv-00003", "wikipedia-00000", "wikipedia-00001"])
+    root = mini_subset(tmp_path / "src", ["arxiv-00003", "pubmed-00000", "wikipedia-00001"])
     bench = load_benchmark(root)
     tables = {name: bench.table(name).copy() for name in ("documents", "pages", "elements", "queries", "qrels")}
     qrels, elements, pages = tables["qrels"], tables["elements"], tables["pages"]

@@ -8,9 +8,10 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import MINI_DIR, REPO_ROOT
 
 
 def _bench_scale():
@@ -52,10 +53,11 @@ def test_bench_scale_runs_end_to_end_on_the_mini(tmp_path):
     assert "PASS: 4 of 4 targets hold" in out.stdout
     results = json.loads(figures.read_text())
     run = results["retrievers"][0]
-    assert run["benchmark"]["queries"] == 288
+    n_queries = len(pd.read_parquet(MINI_DIR / "queries.parquet", columns=["query_id"]))
+    assert run["benchmark"]["queries"] == n_queries
     assert run["fresh"]["timings"]["validate_from_memo"] is False  # a fresh cache validates
     assert run["rerun"]["timings"]["validate_from_memo"] is True and run["rerun"]["timings"]["fingerprint_from_memo"] is True
-    assert run["fresh"]["retrieval"]["search"]["queries"] == 288 and "index" in run["fresh"]["retrieval"]
+    assert run["fresh"]["retrieval"]["search"]["queries"] == n_queries and "index" in run["fresh"]["retrieval"]
     assert run["rerun"]["retrieval"] in (None, {})  # reused: no index, no search
     assert run["peer"]["queries"] == 32 and run["peer"]["backend"] == run["fresh"]["retrieval"]["search"]["backend"]
     assert results["context"]["2n"]["docs"] == 40 and results["passed"] is True

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, SUBSET_PAGES, SUBSET_QUERIES
 
 
 @pytest.mark.slow
@@ -47,11 +47,11 @@ def test_smoke_run_reports_every_setting(tmp_path, subset_dir):
     assert random["checks"]["every hierarchical run computed fewer page scores than exhaustive search"]
 
     mini = figures["mini"]
-    assert mini["n_docs"] == 3 and mini["base"]["n_queries"] == 21
+    assert mini["n_docs"] == 3 and mini["base"]["n_queries"] == SUBSET_QUERIES
     assert [(r["doc_vectors"], r["top_docs"]) for r in mini["rows"]] == [("context", 1), ("pooled", 1)]
     for row in mini["rows"]:
         assert 0 < row["hierarchical"]["page_score_fraction"] < 1
-        assert row["hierarchical"]["exhaustive_page_scores"] == 21 * 21
+        assert row["hierarchical"]["exhaustive_page_scores"] == SUBSET_QUERIES * SUBSET_PAGES
     # published to the temporary results store (--tmp), never the repository's results/
     for row in [mini["base"], *mini["rows"]]:
         assert row["entry"].startswith(str(tmp_path))

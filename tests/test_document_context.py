@@ -19,7 +19,7 @@ import pytest
 import torch
 from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
-from helpers import evaluate, tiny_overrides
+from helpers import SUBSET_QUERIES, evaluate, tiny_overrides
 from test_search import shard, stored_fp32
 from vldocir.cache import ArtifactCache, CorruptArtifactError
 from vldocir.errors import ConfigError
@@ -86,7 +86,7 @@ def test_ctx_end_to_end_builds_context_vectors_once_per_n_ctx(subset_dir, tiny, 
         return [e["status"] for e in manifest["cache"] if e["kind"] == kind]
 
     metrics, manifest, run_dir = evaluate(*common, "n_ctx=4")
-    assert run_dir.parent.name == "ctx-n4" and metrics["n_queries"] == 21
+    assert run_dir.parent.name == "ctx-n4" and metrics["n_queries"] == SUBSET_QUERIES
     built = manifest["retrieval"]["doc_context"]
     assert built == {"n_ctx": 4, "documents": 3, "documents_clustered": 3, "documents_reused": 0, "workers": 1,
                      "build_s": built["build_s"], "s_per_doc": built["s_per_doc"]}
@@ -103,7 +103,7 @@ def test_ctx_end_to_end_builds_context_vectors_once_per_n_ctx(subset_dir, tiny, 
     _, _, base_dir = evaluate(*tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "depth=10")
     base_run = pq.read_table(base_dir / "run.parquet").to_pandas()
     ctx_run = pq.read_table(ctx_dir / "run.parquet").to_pandas()
-    assert len(base_run) == len(ctx_run) == 21 * 10
+    assert len(base_run) == len(ctx_run) == SUBSET_QUERIES * 10
     assert not base_run[["query_id", "page_id"]].equals(ctx_run[["query_id", "page_id"]])
 
 

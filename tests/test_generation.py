@@ -23,16 +23,15 @@ from vldocir.construction.generation import (
 from vldocir.data.benchmark import load_benchmark, write_benchmark
 from vldocir.errors import ConfigError
 from vldocir.llm import ChatClient
-from vldocir.llm_server import ChatServer, Recorded, Reply
+from vldocir.llm_server import ChatServer
+from helpers import SPLIT, ScriptedVLM
+from helpers import generation_answer as answer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MINI = REPO_ROOT / "data" / "vl-docir-mini"
-SPLIT = "### QUERIES ###"
 
 
 # -- parsing ------------------------------------------------------------------------------------------
-def answer(items, reasoning="Facts: the row e1 and the paragraph e2.") -> str:
-    return f"{reasoning}\n{SPLIT}\n{json.dumps(items)}"
 
 
 ITEM = {"question": "What was the population of Lyon in 2019?", "answer": "522,250", "evidence": ["e1"]}
@@ -147,52 +146,6 @@ def stage(url: str, cache: Path, enc) -> GeneratedQueries:
     return GeneratedQueries(SAMPLING, spec, QueryCleaningSpec(),
                             describer=client(url, cache), generator=client(url, cache), judge=client(url, cache),
                             encoder=enc, progress=False)
-
-
-class ScriptedVLM:
-    """Answers like a VLM, by what the request holds: descriptions, cleaning judgements, and per
-    configuration (known by its family and element ids) the behaviour the test asked for."""
-
-    def __init__(self, behaviours: dict[tuple[str, frozenset], str]):
-        self.behaviours = behaviours
-        self.seen: dict[tuple[str, frozenset], int] = {}
-
-    def __call__(self, request: Recorded) -> Reply:
-        text = request.text()
-        if "describe every visual element" in text:
-            return Reply("A table with the rows of the page; no chart.")
-        if '"clarity"' in text:
-            bad = "in the table" in text.split("Given answer")[0]
-            return Reply(json.dumps({"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 0 if bad else 1}))
-        if '"decision"' in text:
-            return Reply('{"decision": "keep"}')
-        ids = re.findall(r'\bid="([^"]+)"', text)
-        family = next(f for f in ("page_single", "page_multi", "within_doc", "cross_doc") if FAMILY_MARKERS[f] in text)
-        key = (family, frozenset(ids))
-        behaviour = self.behaviours.get(key, "valid")
-        self.seen[key] = self.seen.get(key, 0) + 1
-        first, last = ids[0], ids[-1]
-        if behaviour == "rate_limited" and self.seen[key] == 1:
-            return Reply(status=429, headers={"Retry-After": "0"})
-        if behaviour == "timeout":
-            return Reply(delay_s=0.9)
-        if behaviour == "missing_splitter":
-            return Reply(json.dumps([{"question": "Who?", "answer": "x", "evidence": [first]}]))
-        if behaviour == "bad_json":
-            return Reply(f"thinking\n{SPLIT}\n[{{'question': 'single quotes'}}]")
-        if behaviour == "unknown_id":
-            return Reply(answer([{"question": "Which value is cited?", "answer": "1", "evidence": [first + "99"]}]))
-        if behaviour == "one_page":
-            return Reply(answer([{"question": "What is reported about Yorvaxpra's pay ratio?", "answer": "287,525", "evidence": [first]}]))
-        evidence = [first] if family == "page_single" else [first, last]
-        return Reply(answer([
-            {"question": f"What does Ranvelzel report for {family} item {len(ids)}?", "answer": "42", "evidence": evidence},
-            {"question": f"What value is given in the table for {family} item {len(ids)}?", "answer": "7", "evidence": evidence},
-        ]))
-
-
-FAMILY_MARKERS = {"page_single": "answered by the content of", "page_multi": "two or more",
-                  "within_doc": "pages of one document", "cross_doc": "one page from each of two documents"}
 
 
 def test_generation_end_to_end_against_a_server_and_replay_with_the_server_down(small, tmp_path):

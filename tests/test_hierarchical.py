@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import evaluate, tiny_overrides
+from helpers import SUBSET_PAGES, SUBSET_QUERIES, evaluate, tiny_overrides
 from test_search import random_items, shard, stored_fp32
 from vldocir.retrieval.hierarchical import HierarchicalSearch, hierarchical_search, pooled_page_vectors
 from vldocir.retrieval.search import exact_search
@@ -108,7 +108,7 @@ def test_end_to_end_records_the_fraction_of_page_scores(subset_dir, tiny, isolat
                     f"retriever.model.hierarchical.doc_vectors={doc_vectors}")
     assert hier.entry.parent.name == ("hier-context-n4-d1" if doc_vectors == "context" else "hier-pooled-d1")
     stats = hier.manifest["retrieval"]["hierarchical"]
-    assert stats["exhaustive_page_scores"] == 21 * 21 and 0 < stats["page_score_fraction"] < 1
+    assert stats["exhaustive_page_scores"] == SUBSET_QUERIES * SUBSET_PAGES and 0 < stats["page_score_fraction"] < 1
     # page embeddings and query embeddings are shared with the exhaustive run
     assert ("page-embeddings", "hit") in [(e["kind"], e["status"]) for e in hier.manifest["cache"]]
     run = hier.entry / "run.parquet"

@@ -7,6 +7,7 @@ and returns scores written in the test, so every expected ordering is checked by
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from functools import cache
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from helpers import compose_cfg, mini_subset
+from helpers import OUTSIDE_SUBSET_QUERY_IDS, SUBSET_QUERY_IDS, compose_cfg, mini_subset
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.retrieval.checkpoints import ModelLoadError
@@ -35,6 +36,8 @@ from vldocir.retrieval.settings import RunJob, RunSpec
 
 JINA_COMMIT = "94bfe0aeb2d4dd7978362699cddd5893d4e0adc8"
 A, W, V = "arxiv-00003-p{:03d}", "wikipedia-00000-p{:03d}", "wikipedia-00001-p{:03d}"
+Q1, Q2, Q3, Q4, Q5 = SUBSET_QUERY_IDS[:5]  # queries of the subset benchmark (any will do)
+OUTSIDE = OUTSIDE_SUBSET_QUERY_IDS[0]       # a query of the mini that the subset does not have
 
 
 def tiny_rerank_overrides(jina_dir: Path) -> list[str]:
@@ -82,8 +85,11 @@ class ScriptedReranker(Reranker):
         return [self.table.get((q, p), default_score(q, p)) for q, p in zip(queries, pages)]
 
 
-def job_for(bench: Benchmark, run, cache: ArtifactCache, query_ids: list[str], depth: int = 100) -> RunJob:
+def job_for(bench: Benchmark, run, cache: ArtifactCache, query_ids: list[str], depth: int = 100,
+            same_text: dict[str, str] | None = None) -> RunJob:
+    """A job over ``query_ids``; ``same_text``: query -> another query whose text it is given."""
     texts = dict(zip(bench.queries["query_id"], bench.queries["text"]))
+    texts |= {q: texts[other] for q, other in (same_text or {}).items()}
     return RunJob(bench, {q: texts[q] for q in query_ids}, depth, cache, retriever=None, inputs=[run])
 
 
@@ -114,7 +120,7 @@ def test_rerank_list_hand_checked():
 
 
 def test_toy_run_is_reranked_by_hand(bench, text, tmp_path):
-    q1, q2, q3, outside = "q0000001", "q0000084", "q0000092", "q0000006"
+    q1, q2, q3, outside = Q1, Q2, Q3, OUTSIDE
     run = ordered_run([q1, q2, outside], [
         [A.format(0), A.format(1), A.format(2), A.format(3), A.format(4)],
         [W.format(0), W.format(1)],
@@ -139,7 +145,7 @@ def test_toy_run_is_reranked_by_hand(bench, text, tmp_path):
 
 
 def test_depth_cuts_after_reranking(bench, text, tmp_path):
-    q = "q0000001"
+    q = Q1
     run = ordered_run([q], [[A.format(i) for i in range(6)]])
     scores = {(text[q], A.format(i)): float(i) for i in range(6)}  # reversed by the reranker
     job = job_for(bench, run, ArtifactCache(tmp_path), [q], depth=4)
@@ -154,9 +160,10 @@ def _toy_run(bench, query_ids: list[str], n: int = 6):
 
 
 def test_second_rerank_scores_nothing_and_other_top_n_reuse_scores(bench, tmp_path):
-    queries = ["q0000001", "q0000007", "q0000084"]  # q0000001 and q0000007 have the same text: scored once
+    queries = [Q1, Q5, Q2]  # Q5 is given Q1's text: the two are scored once
     run = ordered_run(queries, [[A.format(i) for i in range(5)]] * 3)
     cache = ArtifactCache(tmp_path)
+    job_for = functools.partial(globals()["job_for"], same_text={Q5: Q1})
     first = ScriptedReranker(bench)
     job = job_for(bench, run, cache, queries)
     expected = Rerank(first, top_n=4).make_run(job)
@@ -184,7 +191,7 @@ def test_second_rerank_scores_nothing_and_other_top_n_reuse_scores(bench, tmp_pa
 
 
 def test_interrupted_rerank_resumes_where_it_stopped(bench, tmp_path):
-    queries = ["q0000001", "q0000084", "q0000092"]
+    queries = [Q1, Q2, Q3]
     run = _toy_run(bench, queries, n=5)
     cache = ArtifactCache(tmp_path / "cache")
     with pytest.raises(KeyboardInterrupt):
@@ -205,7 +212,7 @@ def test_interrupted_rerank_resumes_where_it_stopped(bench, tmp_path):
 
 
 def test_overwrite_policy_scores_again(bench, tmp_path):
-    queries = ["q0000084"]
+    queries = [Q2]
     run = _toy_run(bench, queries, n=3)
     Rerank(ScriptedReranker(bench), top_n=3).make_run(job_for(bench, run, ArtifactCache(tmp_path), queries))
     again = ScriptedReranker(bench)
@@ -251,9 +258,9 @@ def test_undecodable_candidate_is_skipped_on_request_and_recorded(broken_bench, 
 
 
 def test_page_missing_from_the_benchmark_is_named(bench, tmp_path):
-    run = ordered_run(["q0000084"], [[A.format(0), "nowhere-p000"]])
+    run = ordered_run([Q2], [[A.format(0), "nowhere-p000"]])
     with pytest.raises(UnknownPageError, match="nowhere-p000"):
-        Rerank(ConstantReranker(), top_n=2, on_bad_page="skip").make_run(job_for(bench, run, ArtifactCache(tmp_path), ["q0000084"]))
+        Rerank(ConstantReranker(), top_n=2, on_bad_page="skip").make_run(job_for(bench, run, ArtifactCache(tmp_path), [Q2]))
 
 
 # -- configuration ----------------------------------------------------------------------------------------
@@ -317,7 +324,7 @@ def test_tiny_jina_checkpoint_is_refused_without_the_opt_in(tiny_jina):
 def test_jina_m0_reranks_real_pages_through_its_own_compute_score(bench, text, tiny_jina, tmp_path):
     from transformers import AutoModel
 
-    queries = ["q0000001", "q0000084"]
+    queries = [Q1, Q2]
     run = _toy_run(bench, queries, n=7)
     cache = ArtifactCache(tmp_path)
     reranker = _jina(tiny_jina)
@@ -359,7 +366,7 @@ def test_colengine_reranker_scores_exact_maxsim_of_the_model_vectors(bench, text
                                 {"hub_id": "vidore/colqwen2.5-v0.2", "local_path": str(tiny_colqwen)},
                                 processor_kwargs={"max_num_visual_tokens": 64}, dtype="float32", device="cpu")
 
-    queries = ["q0000084", "q0000092", "q0000121"]
+    queries = [Q2, Q3, Q4]
     run = _toy_run(bench, queries, n=6)
     job = job_for(bench, run, ArtifactCache(tmp_path), queries)
     out = Rerank(ColEngineReranker(encoder(), batch_size=4), top_n=4, progress=False).make_run(job)

@@ -184,7 +184,11 @@ def test_viewer_on_the_shipped_rendered_mini_benchmark(browser, tmp_path):
         evidence = list(dict.fromkeys(bench.qrels[bench.qrels.query_id == query_id].page_id))
         assert page.locator(".retrieved .thumb").count() == 5
         assert page.locator(".evidence-view .bbox").count() == sum(expected_boxes(bench, query_id, p) for p in evidence)
-        loaded = page.evaluate("Array.from(document.querySelectorAll('.page img')).map(i => i.complete && i.naturalWidth > 0)")
-        assert loaded and all(loaded)
+        # images are loading="lazy": load every one (as scrolling would), then check that each decoded
+        loaded = page.evaluate("""Promise.all(Array.from(document.querySelectorAll('.page img')).map(i => {
+            i.loading = 'eager';
+            return i.decode().then(() => i.naturalWidth > 0, () => false);
+        }))""")
+        assert loaded and all(loaded), loaded
         assert errors == []
     page.screenshot(path=str(tmp_path / "query-vl-docir-mini.png"), full_page=True)

@@ -135,6 +135,8 @@ class GeneratedQueries:
                 replay.expect("clean", keys, judge_obj.requests(frame, tasks))
             removed, cleaning_report = clean_generated_queries(judge_obj, result.queries, self.cleaning)
 
+        if removed.all():
+            raise ConfigError(_no_queries(result.report, replay, len(configs)))
         queries = result.queries[~removed].reset_index(drop=True)
         renumber = {old: f"q{i:07d}" for i, old in enumerate(queries["query_id"])}
         queries["query_id"] = queries["query_id"].map(renumber)
@@ -164,6 +166,18 @@ class GeneratedQueries:
             report["record_dir"] = str(record_dir)
             _write_record(Path(record_dir), configs, result, fates, renumber, report)
         return queries, qrels, report
+
+
+def _no_queries(generation: Mapping[str, Any], replay: Replay | None, n_configs: int) -> str:
+    """Why no query survived, and what to do about it."""
+    discarded = {k: v for k, v in generation["outputs"]["discarded"].items() if v}
+    text = f"no query survived generation over {n_configs} configuration(s): outputs discarded {discarded or 'none'}"
+    if replay is not None and replay.missing:
+        text += (f"; {sum(replay.missing.values())} request(s) had no recorded answer in {replay.path.name} "
+                 "(queries.recorded replays a recording; set queries.recorded=null and queries.llm.* to ask a server)")
+    elif discarded.get("request_failed"):
+        text += "; check queries.llm.base_url and queries.llm.model (the server must be reachable and serve that model)"
+    return text
 
 
 def _write_record(out: Path, configs: pd.DataFrame, result, fates: dict[str, str], renumber: dict[str, str],

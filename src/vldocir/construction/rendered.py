@@ -87,6 +87,44 @@ def _write_page_image(source: Path, target: Path, images: ShippedImages) -> None
                 image.save(tmp, format="PNG", optimize=True)
 
 
+@dataclass(frozen=True)
+class DocumentRecord:
+    """A document's row of the ``documents`` table, less its page count (known once rendered)."""
+
+    doc_id: str
+    source: str
+    domain: str
+    title: str
+    url: str | None = None
+    license: str | None = None
+
+
+PAGE_COLUMNS = ["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text", "full_size_path"]
+
+
+def assemble_rendered(records: list[DocumentRecord], rendered_dir: Path, out_dir: Path, images: ShippedImages,
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The ``documents``, ``pages`` and ``elements`` tables of rendered documents (each
+    ``rendered_dir/<doc_id>/layout.json``), writing the stored page images into ``out_dir/pages/``.
+    ``pages`` keeps ``full_size_path`` (the render's image: OCR and query generation read it)."""
+    documents, pages, elements = [], [], []
+    suffix = ".jpg" if images.format == "jpeg" else ".png"
+    for record in tqdm(records, desc="assemble tables", unit="doc"):
+        layout = load_layout(rendered_dir / record.doc_id)
+        documents.append((record.doc_id, record.source, record.domain, record.title, len(layout.pages), record.url, record.license))
+        for page in layout.pages:
+            relative = f"pages/{record.doc_id}/page-{page.page_index:03d}{suffix}"
+            _write_page_image(layout.page_path(page.page_index), out_dir / relative, images)
+            pages.append((page_id(record.doc_id, page.page_index), record.doc_id, page.page_index, {"bytes": None, "path": relative},
+                          page.width, page.height, page.dom_text, layout.page_path(page.page_index)))
+        elements.append(pd.DataFrame(
+            [(record.doc_id, e.element_id, e.page_index, e.bbox, e.element_type, e.spans_pages, e.text, e.fact) for e in layout.elements],
+            columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
+        ))
+    return (pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
+            pd.DataFrame(pages, columns=PAGE_COLUMNS), pd.concat(elements, ignore_index=True))
+
+
 def build_rendered_benchmark(
     spec: RenderedBenchmarkSpec,
     out_dir: str | Path,
@@ -123,26 +161,16 @@ def build_rendered_benchmark(
     if report.failed:
         log.warning("%d document(s) failed to render and are left out: %s", len(report.failed), report.errors)
 
-    documents, pages, elements = [], [], []
+    kept = [d for d in corpus if d.doc_id not in report.failed]
+    records = [DocumentRecord(d.doc_id, d.source, d.domain, d.title, f"synthetic://{d.doc_id}", "CC-BY-4.0") for d in kept]
+    document_frame, page_frame, element_frame = assemble_rendered(records, work_dir / "rendered", out_dir, images)
     facts: dict[str, list[PlacedFact]] = {}
-    infos: list[DocumentInfo] = []
+    n_pages = dict(zip(document_frame["doc_id"], document_frame["n_pages"]))
+    infos = [DocumentInfo(d.doc_id, d.source, d.domain, d.entity, int(n_pages[d.doc_id])) for d in kept]
     unplaced = 0
-    for doc in tqdm([d for d in corpus if d.doc_id not in report.failed], desc="assemble tables", unit="doc"):
-        layout = load_layout(work_dir / "rendered" / doc.doc_id)
-        n_pages = len(layout.pages)
-        documents.append((doc.doc_id, doc.source, doc.domain, doc.title, n_pages, f"synthetic://{doc.doc_id}", "CC-BY-4.0"))
-        infos.append(DocumentInfo(doc.doc_id, doc.source, doc.domain, doc.entity, n_pages))
-        for page in layout.pages:
-            suffix = ".jpg" if images.format == "jpeg" else ".png"
-            relative = f"pages/{doc.doc_id}/page-{page.page_index:03d}{suffix}"
-            _write_page_image(layout.page_path(page.page_index), out_dir / relative, images)
-            pages.append((page_id(doc.doc_id, page.page_index), doc.doc_id, page.page_index, {"bytes": None, "path": relative},
-                          page.width, page.height, page.dom_text, layout.page_path(page.page_index)))
-        doc_elements = pd.DataFrame(
-            [(doc.doc_id, e.element_id, e.page_index, e.bbox, e.element_type, e.spans_pages, e.text, e.fact) for e in layout.elements],
-            columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
-        )
-        elements.append(doc_elements)
+    by_doc = dict(tuple(element_frame.groupby("doc_id", sort=False)))
+    for doc in kept:
+        doc_elements = by_doc.get(doc.doc_id, element_frame.head(0))
         by_fact = doc_elements.dropna(subset=["fact"]).drop_duplicates("fact").set_index("fact")
         placed = []
         for fact in doc.facts:
@@ -156,15 +184,8 @@ def build_rendered_benchmark(
     if unplaced:
         log.warning("%d fact(s) have no recorded element and are not used as evidence", unplaced)
 
-    page_frame = pd.DataFrame(
-        pages, columns=["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text", "full_size_path"]
-    )
-    if spec.ocr:
-        page_frame["ocr_text"] = ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig())
-    else:
-        page_frame["ocr_text"] = None
-    document_frame = pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"])
-    element_frame = pd.concat(elements, ignore_index=True)
+    page_frame["ocr_text"] = ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig()) \
+        if spec.ocr else None
     if queries is None:  # template queries over the planted facts
         rng = np.random.default_rng(spec.seed)
         counts = {s: {e: spec.queries_per_cell for e in EVIDENCE_STRUCTURES} for s in spec.documents if spec.documents[s]}
