@@ -163,7 +163,7 @@ class GeneratedQueries:
             "recorded": replay.describe() if replay is not None else None,
         }
         if record_dir is not None:
-            report["record_dir"] = str(record_dir)
+            log.info("generation record (configurations, outputs, candidates): %s", record_dir)
             _write_record(Path(record_dir), configs, result, fates, renumber, report)
         return queries, qrels, report
 
