@@ -68,13 +68,18 @@ def test_index_is_read_from_a_folder_or_a_file_and_paths_are_resolved(tmp_path):
     csv = tmp_path / "docs" / "other.csv"
     pd.DataFrame(ROWS[:2]).to_csv(csv, index=False)
     assert [d.record.doc_id for d in load_documents(csv)[1]] == ["orbel", "tarvo"]
+    # a hand-written JSONL index whose last line has no newline is read whole and left unchanged
+    text = "".join(json.dumps(r) + "\n" for r in ROWS).rstrip("\n")
+    (root / "index.jsonl").write_text(text)
+    assert len(load_documents(root)[1]) == 3 and (root / "index.jsonl").read_text() == text
 
 
 @pytest.mark.parametrize("rows, message", [
-    ([ROWS[0], {**ROWS[1], "doc_id": "orbel"}], r"line 2: duplicate doc_id 'orbel' \(first at line 1\)"),
+    ([ROWS[0], {**ROWS[1], "doc_id": "orbel"}], r"index.jsonl:2: duplicate document id 'orbel'"),
     ([{**ROWS[0], "source": "gutenberg"}], "unknown source 'gutenberg' for orbel; valid sources: " + ", ".join(SOURCES)),
-    ([{**ROWS[0], "doc_id": "a/b"}], "must be non-empty and match"),
-    ([{"doc_id": "x", "source": "sec"}], "needs the column"),
+    ([{**ROWS[0], "doc_id": "a/b"}], r"index.jsonl:1: not an index row \(document id 'a/b' is not a folder name"),
+    ([{"doc_id": "x", "source": "sec"}], r"missing column\(s\) or value\(s\): path"),
+    ([ROWS[0], {**ROWS[1], "source": " "}], r"index.jsonl:2: .*missing column\(s\) or value\(s\): source"),
 ])
 def test_a_bad_index_is_refused_naming_file_row_and_problem(tmp_path, rows, message):
     root = write_docs(tmp_path / "docs", rows)

@@ -47,6 +47,7 @@ import pandas as pd
 from vldocir.construction.queries import (
     QREL_COLUMNS, QUERY_COLUMNS, evidence_types, page_id, pair_structure, resolve_element_pages,
 )
+from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
 from vldocir.llm import ChatClient, ChatResult, image_part
 
@@ -55,7 +56,6 @@ log = logging.getLogger(__name__)
 FAMILIES = {"page_single": "page_single", "page_multi": "page_multi", "doc_adjacent": "within_doc",
             "doc_near": "within_doc", "doc_far": "within_doc", "cross_doc": "cross_doc"}
 """Evidence structure of a configuration -> prompt family (Doc-Adjacent/Near/Far are asked alike)."""
-SOURCES = ("wikipedia", "arxiv", "pubmed", "sec")
 NEUTRAL_DOC_IDS = ("12345", "54321")
 """How a Cross-Doc prompt names its two documents (the paper's ids): no real id leaks into a query."""
 OUTPUT_DISCARDS = ("request_failed", "missing_splitter", "invalid_json", "invalid_format", "unknown_element_id")

@@ -4,11 +4,14 @@ The input is a **document index**: a ``.jsonl``, ``.csv`` or ``.parquet`` file (
 ``index.jsonl``, ``index.csv`` or ``index.parquet``, as the collectors write it) with one row per
 document:
 
-- ``doc_id`` (required): unique, ``[A-Za-z0-9._-]+`` (it names folders and page ids);
-- ``source`` (required): one of :data:`SOURCES`, which picks the renderer's clean-up rules;
+- ``doc_id`` (required): unique, letters, digits, ``.``, ``_``, ``-`` (it names folders and page ids);
+- ``source`` (required): one of :data:`vldocir.data.schema.SOURCES`, which picks the renderer's clean-up rules;
 - ``path`` (required): the document's HTML file, or a folder holding ``index.html`` and its local
   files, relative to the index file's folder (or absolute);
-- ``domain``, ``title``, ``url``, ``license`` (optional; ``domain`` defaults to the source).
+- ``domain``, ``title``, ``url``, ``license`` (optional; ``domain`` defaults to the source);
+- what the collectors add (``n_assets``, ``failed_assets``, ``meta``) is read and not needed.
+
+This is the collectors' format (:mod:`vldocir.construction.collect.index`), read by their reader.
 
 Malformed indexes are refused before any work, naming the file, row and problem (a duplicate doc
 id, an unknown source with the valid ones listed, a missing column). Each document is then
@@ -24,14 +27,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
 
 from vldocir.cache import content_key
+from vldocir.construction.collect.index import IndexFileError, read_index
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.queries import NEAR_MAX_GAP
 from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, render_batch
@@ -39,16 +39,12 @@ from vldocir.construction.rendered import (
     RENDER_KEY_EXCLUDED, DocumentRecord, ShippedImages, assemble_rendered,
 )
 from vldocir.data.benchmark import Benchmark, write_benchmark
+from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("wikipedia", "arxiv", "pubmed", "sec")
-"""Sources a document may name: each has its clean-up rules in the renderer (``RenderConfig.clutter_selectors``)."""
-REQUIRED = ("doc_id", "source", "path")
-OPTIONAL = ("domain", "title", "url", "license")
 INDEX_NAMES = ("index.jsonl", "index.csv", "index.parquet")
-DOC_ID = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -71,66 +67,28 @@ def find_index(input_path: str | Path) -> Path:
     return path
 
 
-def read_index(index: Path) -> pd.DataFrame:
-    suffix = index.suffix.lower()
-    try:
-        if suffix == ".jsonl":
-            frame = pd.read_json(index, lines=True, dtype=False)
-        elif suffix == ".csv":
-            frame = pd.read_csv(index, dtype=str, keep_default_na=False, comment="#")
-        elif suffix == ".parquet":
-            frame = pd.read_parquet(index)
-        else:
-            raise ConfigError(f"input={index}: a document index is .jsonl, .csv or .parquet, not {suffix or 'no suffix'}")
-    except ConfigError:
-        raise
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"input={index}: cannot read the document index: {error}") from error
-    return frame
-
-
 def load_documents(input_path: str | Path) -> tuple[Path, list[InputDocument]]:
     """The index file and its documents, validated (module doc); raises :class:`ConfigError`
-    naming the file and row of the first problem."""
+    naming the file and row of the first problem. The index is read by the collectors' reader
+    (:func:`vldocir.construction.collect.index.read_index`), which never changes the file."""
     index = find_index(input_path)
-    frame = read_index(index)
-    missing = [c for c in REQUIRED if c not in frame.columns]
-    if missing:
-        raise ConfigError(f"{index}: the document index needs the column(s) {', '.join(missing)} "
-                          f"(has {', '.join(map(str, frame.columns)) or 'none'})")
-    if frame.empty:
+    try:
+        rows = read_index(index)
+    except (IndexFileError, OSError, ValueError) as error:
+        raise ConfigError(f"input={index}: {error}") from error
+    if not rows:
         raise ConfigError(f"{index}: the document index has no rows")
-    row_label = (lambda i: f"line {i + 1}") if index.suffix.lower() == ".jsonl" else (lambda i: f"row {i + 1}")
-    seen: dict[str, int] = {}
     documents = []
-    for i, row in enumerate(frame.to_dict("records")):
-        doc_id = _text(row.get("doc_id"))
-        where = f"{index}, {row_label(i)}"
-        if not doc_id or not DOC_ID.fullmatch(doc_id):
-            raise ConfigError(f"{where}: doc_id {doc_id!r} must be non-empty and match [A-Za-z0-9._-]+")
-        if doc_id in seen:
-            raise ConfigError(f"{where}: duplicate doc_id {doc_id!r} (first at {row_label(seen[doc_id])}); doc ids must be unique")
-        seen[doc_id] = i
-        source = _text(row.get("source"))
-        if source not in SOURCES:
-            raise ConfigError(f"{where}: unknown source {source!r} for {doc_id}; valid sources: {', '.join(SOURCES)}")
-        raw_path = _text(row.get("path"))
-        if not raw_path:
-            raise ConfigError(f"{where}: {doc_id} has no path")
-        path = Path(raw_path).expanduser()
+    for row in rows:
+        if row.source not in SOURCES:
+            raise ConfigError(f"{index}: unknown source {row.source!r} for {row.doc_id}; valid sources: {', '.join(SOURCES)}")
+        path = Path(row.path).expanduser()
         path = path if path.is_absolute() else index.parent / path
         html = path / "index.html" if path.is_dir() else path
         problem = None if html.is_file() else f"no HTML file at {html}"
-        record = DocumentRecord(doc_id, source, _text(row.get("domain")) or source, _text(row.get("title")) or doc_id,
-                                _text(row.get("url")) or None, _text(row.get("license")) or None)
+        record = DocumentRecord(row.doc_id, row.source, row.domain, row.title, row.url or None, row.license or None)
         documents.append(InputDocument(record, html, problem))
     return index, documents
-
-
-def _text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    return str(value).strip()
 
 
 def _render_key(documents: list[InputDocument], render_params: dict) -> str:

@@ -20,6 +20,9 @@ EVIDENCE_STRUCTURES: tuple[str, ...] = (
 )
 """The six evidence structures, in the paper's order (which is also the order of every report)."""
 
+SOURCES: tuple[str, ...] = ("wikipedia", "arxiv", "pubmed", "sec")
+"""The document sources of the paper: each has its renderer clean-up rules and query prompts."""
+
 SINGLE_PAGE_STRUCTURES = frozenset({"page_single", "page_multi"})
 """Evidence on exactly one page (Page-Multi means several elements of that one page)."""
 

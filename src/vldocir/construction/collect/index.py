@@ -35,7 +35,12 @@ log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.jsonl"
 COLUMNS = ("doc_id", "source", "domain", "title", "url", "license", "path")
+REQUIRED_COLUMNS = ("doc_id", "source", "path")
 DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value) or (isinstance(value, str) and not value.strip())
 
 
 class IndexFileError(ValueError):
@@ -61,11 +66,19 @@ class IndexRow:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "IndexRow":
-        missing = [c for c in COLUMNS if c not in data]
+        """A row from a mapping: ``doc_id``, ``source`` and ``path`` are required; ``domain``
+        defaults to the source, ``title`` to the doc id, ``url`` and ``license`` to empty (an index
+        written by hand for ``build.py input=...`` may leave them out)."""
+        missing = [c for c in REQUIRED_COLUMNS if _blank(data.get(c))]
         if missing:
-            raise ValueError(f"missing columns {missing}")
+            raise ValueError(f"missing column(s) or value(s): {', '.join(missing)}")
         known = {f.name for f in fields(cls)}
-        row = {k: v for k, v in data.items() if k in known}
+        row = {k: v for k, v in data.items() if k in known and not (k in COLUMNS and _blank(v))}
+        row = {k: (str(v).strip() if k in COLUMNS else v) for k, v in row.items()}
+        row.setdefault("domain", row["source"])
+        row.setdefault("title", row["doc_id"])
+        row.setdefault("url", "")
+        row.setdefault("license", "")
         for name in ("failed_assets", "meta"):  # JSON text in CSV and Parquet copies
             if isinstance(row.get(name), str):
                 row[name] = json.loads(row[name]) if row[name] else ([] if name == "failed_assets" else {})
@@ -78,12 +91,15 @@ class IndexRow:
 class DocumentIndex:
     """``<out_dir>/index.jsonl``, appended one row at a time; ids checked unique.
 
-    Opening it reads the rows written so far; a last line cut short by a crash (no newline, not
-    JSON) is removed, with a warning, before anything is appended.
+    Opening it reads the rows written so far. With ``repair`` (a collector about to append), a last
+    line cut short by a crash (not JSON, no newline) is removed with a warning; without it (reading
+    an index, e.g. for ``build.py input=...``) the file is never changed and such a line is an error.
+    A last line that parses is kept, newline or not.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, repair: bool = True):
         self.path = Path(path)
+        self.repair = repair
         self.rows: dict[str, IndexRow] = {}
         if self.path.is_file():
             self._load()
@@ -92,23 +108,23 @@ class DocumentIndex:
         data = self.path.read_bytes()
         good_end = 0
         for number, line in enumerate(data.splitlines(keepends=True), start=1):
-            complete = line.endswith(b"\n")
             try:
                 row = IndexRow.from_dict(json.loads(line)) if line.strip() else None
             except (ValueError, TypeError) as error:
-                if complete:
+                if line.endswith(b"\n") or not self.repair:
                     raise IndexFileError(f"{self.path}:{number}: not an index row ({error})") from error
-                row, complete = None, False
-            if not complete:
                 log.warning("%s: dropping its last line, cut short by an interrupted run", self.path)
                 break
             good_end += len(line)
             if row is not None:
                 self._check_new(row, f"{self.path}:{number}")
                 self.rows[row.doc_id] = row
-        if good_end < len(data):
+        if self.repair and good_end < len(data):
             with open(self.path, "r+b") as handle:
                 handle.truncate(good_end)
+        elif self.repair and data and good_end == len(data) and not data.endswith(b"\n"):
+            with open(self.path, "ab") as handle:  # the next row must start on a line of its own
+                handle.write(b"\n")
 
     def _check_new(self, row: IndexRow, where: str) -> None:
         if row.doc_id in self.rows:
@@ -139,7 +155,7 @@ def read_index(path: str | Path) -> list[IndexRow]:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return list(DocumentIndex(path)) if path.is_file() else _missing(path)
+        return list(DocumentIndex(path, repair=False)) if path.is_file() else _missing(path)
     if suffix not in (".csv", ".parquet"):
         raise IndexFileError(f"{path}: an index is .jsonl, .csv or .parquet")
     if not path.is_file():
