@@ -25,6 +25,7 @@ from vldocir.construction.render import (
     CHROMIUM_ARGS,
     FAILURES_FILE,
     LAYOUT_FILE,
+    LAYOUT_VERSION,
     NO_WEBRTC_ARGS,
     ChromiumNotFoundError,
     RenderConfig,
@@ -203,7 +204,7 @@ def test_batch_renders_every_fixture(rendered):
     assert not (out / FAILURES_FILE).exists()
     for doc_id, doc in docs.items():
         layout = json.loads((out / doc_id / LAYOUT_FILE).read_text())
-        assert layout["version"] == 2 and layout["n_pages"] == len(doc.pages)
+        assert layout["version"] == LAYOUT_VERSION and layout["n_pages"] == len(doc.pages)
         ids = [e.element_id for e in doc.elements]
         assert len(set(ids)) == len(ids) and all(re.fullmatch(r"e\d{5}", i) for i in ids)
         assert ids == sorted(ids)

@@ -63,10 +63,12 @@ from vldocir.construction.render.layout import (
     load_layout,
 )
 from vldocir.construction.render.renderer import Renderer
+from vldocir.construction.render.rules import CLUTTER_RULES, PAGE_RULES
 
 # The names other code imports; the modules above hold the rest.
 __all__ = [
     "CHROMIUM_ARGS",
+    "CLUTTER_RULES",
     "DEFAULT_CLUTTER_SELECTORS",
     "ELEMENT_TYPES",
     "FAILURES_FILE",
@@ -74,6 +76,7 @@ __all__ = [
     "LAYOUT_VERSION",
     "NO_WEBRTC_ARGS",
     "NO_WEBRTC_SCRIPT",
+    "PAGE_RULES",
     "BatchReport",
     "ChromiumNotFoundError",
     "DocumentTimeout",

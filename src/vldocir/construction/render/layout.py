@@ -2,10 +2,11 @@
 pages, and the ``layout.json`` they are written to; the extraction of the elements from the live
 page (step 3) and their placement on the pages once the cuts are known.
 
-``layout.json`` (``"version": 2``)::
+``layout.json`` (``"version": 3``; version 2, without the records after ``blocked_requests``,
+is still read)::
 
     {
-      "version": 2, "doc_id": str, "source": str, "html_path": str,
+      "version": 3, "doc_id": str, "source": str, "html_path": str,
       "page_width": int, "page_height": int, "device_scale_factor": float,
       "document_height": int,             # device pixels of the whole document
       "background": [r, g, b],            # the document's background colour (for blank rows)
@@ -22,16 +23,20 @@ page (step 3) and their placement on the pages once the cuts are known.
                     "text": str, "fact": str | null}],
       "warnings": [str],                  # e.g. images still loading after image_wait_timeout_s
       "timings": {step: seconds},         # load, settle, extract, cut, pages, paginate, total
-      "blocked_requests": [url]           # requests aborted (outside the document's folder)
+      "blocked_requests": [url],          # requests aborted (outside the document's folder)
+      "cleanup": [{"rule", "source", "kind", "removed", "kept_formula", "changed", "content"}]
+                                          # what each clean-up rule removed (cleanup.py, clean_page)
     }
 
 Element types: ``text`` (p, blockquote, dd, dt, li, pre, address, and the own text of any other
 block, e.g. a leaf ``div``), ``headline`` (h1-h6), ``list`` (ul, ol, dl, menu), ``table``,
 ``table_row`` (tr), ``image`` (img, svg, canvas, picture, video), ``caption`` (figcaption,
 caption), ``formula`` (math, mjx-container, or a class starting with formula / equation / katex /
-mathjax / mjx- / ltx_equation / mwe-math-element). ``table`` and ``list`` are containers: not
-atomic for cutting and not part of ``dom_text`` (a table contributes through its rows, a list
-through its items). A text element holding blocks (an ``li`` with a nested list, a blockquote of
+mathjax / mjx- / ltx_equation / mwe-math-element, or ltx_Math / ltx_DisplayMath: ``formula.js``;
+its text is its renderings' sources, e.g. MathML alttext or MathJax's TeX, and any other text in it
+such as an equation number; a formula with neither text nor drawing, empty in the source, is not
+recorded). ``table`` and ``list`` are containers: not atomic for cutting and not part of
+``dom_text`` (a table contributes through its rows, a list through its items). A text element holding blocks (an ``li`` with a nested list, a blockquote of
 paragraphs) records its own inline text only; a table row holding a nested table or taller than
 ``max_row_height_fraction`` of a page (a layout table) records its cells' contents instead.
 ``nested`` marks images and formulas inside another text unit (their text is already in it).
@@ -55,7 +60,8 @@ from vldocir.construction.render.browser import page_script
 from vldocir.construction.render.config import RenderConfig
 
 LAYOUT_FILE = "layout.json"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
+READABLE_LAYOUT_VERSIONS = (2, 3)
 CONTAINER_TYPES = frozenset({"table", "list"})
 ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula")
 
@@ -111,6 +117,8 @@ class RenderedDocument:
     timings: dict[str, float] = field(default_factory=dict)
     blocked_requests: list[str] = field(default_factory=list)
     """URLs of requests that were blocked (the first MAX_BLOCKED_LOGGED)."""
+    cleanup: list[dict[str, Any]] = field(default_factory=list)
+    """The clean-up's removal record, one entry per rule (:func:`.cleanup.clean_page`)."""
 
     def page_path(self, page_index: int) -> Path:
         return self.directory / self.pages[page_index].image
@@ -132,11 +140,12 @@ class RenderedDocument:
             "warnings": list(self.warnings),
             "timings": dict(self.timings),
             "blocked_requests": list(self.blocked_requests),
+            "cleanup": list(self.cleanup),
         }
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], directory: Path) -> "RenderedDocument":
-        if obj.get("version") != LAYOUT_VERSION:
+        if obj.get("version") not in READABLE_LAYOUT_VERSIONS:
             raise ValueError(f"{directory / LAYOUT_FILE}: unsupported layout version {obj.get('version')!r}")
         return cls(
             doc_id=obj["doc_id"],
@@ -153,6 +162,7 @@ class RenderedDocument:
             warnings=list(obj.get("warnings", [])),
             timings=dict(obj.get("timings", {})),
             blocked_requests=list(obj.get("blocked_requests", [])),
+            cleanup=list(obj.get("cleanup", [])),
         )
 
 

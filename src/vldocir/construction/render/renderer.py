@@ -24,6 +24,7 @@ from vldocir.construction.render.browser import (
     start_playwright,
 )
 from vldocir.construction.render.capture import Shooter
+from vldocir.construction.render.cleanup import clean_page
 from vldocir.construction.render.config import DocumentTimeout, RenderConfig, RenderError
 from vldocir.construction.render.layout import (
     LAYOUT_FILE,
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 _JS_PREPARE = page_script("prepare.js")
 _JS_LAZY_SCROLL = page_script("lazy_scroll.js")
 _JS_IMAGES_READY = page_script("images_ready.js")
-_JS_CLEAN = page_script("clean.js")
 
 
 class _Watchdog:
@@ -253,13 +253,14 @@ class Renderer:
 
         # From here on the document's own scripts cannot change what was measured.
         cdp.send("Emulation.setScriptExecutionDisabled", {"value": True})
-        removed = page.evaluate(_JS_CLEAN, [cfg.selectors_for(source), cfg.remove_fixed])
-        if removed.get("bad_selectors"):
-            warnings.append(f"unparsable clutter selectors ignored: {removed['bad_selectors']}")
+        cleanup, bad = clean_page(page, cfg, source)
+        if bad:
+            warnings.append(f"unparsable clutter selectors or unknown page rules ignored: {bad}")
         elems, boxes, doc_h, background = extract_elements(page, cfg)
+        fidelity = {"cleanup": cleanup}
         lap("extract", t)
         atomic = np.array([e["atomic"] for e in elems], dtype=bool)
-        return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings)
+        return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity)
 
     def _paginate(self, prep: "_Prepared", doc_dir: Path) -> tuple[list[RenderedPage], list[int]]:
         """Cut the document window by window, writing each page image (atomically) as it goes.
@@ -323,6 +324,7 @@ class Renderer:
             warnings=prep.warnings,
             timings=prep.timings,
             blocked_requests=list(blocked),
+            **prep.fidelity,
         )
         atomic_write_json(doc.to_json(), doc_dir / LAYOUT_FILE)
         return doc
@@ -379,3 +381,5 @@ class _Prepared:
     background: list[int]
     timings: dict[str, float]
     warnings: list[str]
+    fidelity: dict[str, Any]
+    """The records for ``layout.json``: the clean-up's removals."""
