@@ -101,8 +101,11 @@
     // hold text clipped away (zero or one pixel with overflow hidden: "visually hidden") go.
     const clipped = /hidden|clip/.test(cs.overflow);
     if (clipped && (r.width <= 1 || r.height <= 1) && (el.textContent || '').trim()) { removeFor(invisible, el); return; }
-    if (r.width > 0 && r.height > 0 && (r.right + sx <= 0 || r.bottom + sy <= 0 || r.left + sx >= width)) {
-      removeFor(invisible, el); return;
+    // Moved out of sight: above or left of the document, or (out of flow: absolute / fixed) right of
+    // it. In-flow content beyond the right edge is content too wide for the viewport: fit.js lays it out.
+    if (r.width > 0 && r.height > 0) {
+      const offRight = r.left + sx >= width && (cs.position === 'absolute' || cs.position === 'fixed');
+      if (r.right + sx <= 0 || r.bottom + sy <= 0 || offRight) { removeFor(invisible, el); return; }
     }
   }
   for (const c of Array.from(root.children)) prune(c);

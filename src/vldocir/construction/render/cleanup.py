@@ -1,5 +1,6 @@
 """Step 2 from Python: the clean-up (``clean.js`` with the source's clutter selectors and page
-rules, :mod:`.rules`), returning its record for ``layout.json``."""
+rules, :mod:`.rules`) and the layout of content wider than the viewport (``fit.js``), each
+returning its record for ``layout.json``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from vldocir.construction.render.browser import page_script
 from vldocir.construction.render.config import RenderConfig
 
 _JS_CLEAN = page_script("clean.js")
+_JS_FIT = page_script("fit.js")
 
 
 def clean_page(page: Any, cfg: RenderConfig, source: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -30,6 +32,14 @@ def clean_page(page: Any, cfg: RenderConfig, source: str) -> tuple[list[dict[str
     """
     out = page.evaluate(_JS_CLEAN, [cfg.clutter_rules_for(source), cfg.page_rules_for(source), cfg.remove_fixed])
     return list(out["rules"]), list(out["bad_selectors"])
+
+
+def fit_wide(page: Any, cfg: RenderConfig) -> dict[str, Any]:
+    """Lay out content wider than the viewport (see ``fit.js``): ``{"opened": int, "scaled":
+    [{"tag", "id", "class", "width_css", "scale"}]}`` (scroll containers opened, elements scaled)."""
+    if not cfg.fit_wide:
+        return {"opened": 0, "scaled": []}
+    return dict(page.evaluate(_JS_FIT, [cfg.fit_min_text_scale]))
 
 
 def removed_content(rules: list[dict[str, Any]],

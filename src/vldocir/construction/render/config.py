@@ -67,6 +67,12 @@ class RenderConfig:
     page_rules: dict[str, list[str]] = field(default_factory=_default_page_rules)
     """Page rules (``page_rules.js``: clean-up a selector cannot express) run per source after the
     selectors; key ``"*"``: all sources. Defaults: :data:`DEFAULT_PAGE_RULES` (see :mod:`.rules`)."""
+    fit_wide: bool = True
+    """Lay out content wider than the viewport (``fit.js``: long words wrap, scroll containers open,
+    wide elements are scaled with CSS ``zoom`` to the width left of them); whatever still overflows
+    is listed in ``layout.json`` (``overflow``)."""
+    fit_min_text_scale: float = 0.4
+    """The smallest scale for a wide element holding text (images, SVG, canvas, video: no bound)."""
     fact_attribute: str | None = "data-fact"
     """Attribute whose value is carried into each element record (``fact``); None: none."""
     id_attribute: str = "data-vldocir-id"
@@ -90,6 +96,8 @@ class RenderConfig:
             raise ValueError("cut_window must be in (0, page_height)")
         if not 0.0 < self.min_fill < 1.0:
             raise ValueError("min_fill must be in (0, 1)")
+        if not 0.0 < self.fit_min_text_scale <= 1.0:
+            raise ValueError("fit_min_text_scale must be in (0, 1]")
 
     @property
     def page_width(self) -> int:

@@ -24,7 +24,7 @@ from vldocir.construction.render.browser import (
     start_playwright,
 )
 from vldocir.construction.render.capture import Shooter
-from vldocir.construction.render.cleanup import clean_page
+from vldocir.construction.render.cleanup import clean_page, fit_wide
 from vldocir.construction.render.config import DocumentTimeout, RenderConfig, RenderError
 from vldocir.construction.render.layout import (
     LAYOUT_FILE,
@@ -256,8 +256,9 @@ class Renderer:
         cleanup, bad = clean_page(page, cfg, source)
         if bad:
             warnings.append(f"unparsable clutter selectors or unknown page rules ignored: {bad}")
-        elems, boxes, doc_h, background = extract_elements(page, cfg)
-        fidelity = {"cleanup": cleanup}
+        fit = fit_wide(page, cfg)
+        elems, boxes, doc_h, background, overflow = extract_elements(page, cfg)
+        fidelity = {"cleanup": cleanup, "fit": fit, "overflow": overflow}
         lap("extract", t)
         atomic = np.array([e["atomic"] for e in elems], dtype=bool)
         return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity)
@@ -382,4 +383,4 @@ class _Prepared:
     timings: dict[str, float]
     warnings: list[str]
     fidelity: dict[str, Any]
-    """The records for ``layout.json``: the clean-up's removals."""
+    """The records of the clean-up, the wide-content layout and the overflow."""
