@@ -382,7 +382,13 @@ def test_malformed_html_still_renders(rendered):
 def test_unreachable_images_are_blocked_and_do_not_hang(rendered):
     doc = rendered[3]["broken_images"]
     assert doc.timings["total"] < 10, doc.timings
-    assert not doc.warnings, doc.warnings  # every image settled (failed) before the wait bound
+    # every image settled (failed) before the wait bound, and each is listed with its URL and why
+    assert not any("still loading" in w for w in doc.warnings), doc.warnings
+    assert doc.warnings == ["4 image(s) show nothing: blocked 3, missing 1"], doc.warnings
+    failed = {f["url"].rsplit("/", 1)[-1]: f["status"] for f in doc.images["failed"]}
+    assert failed == {"does-not-exist.png": "missing", "remote.png": "blocked", "never.png": "blocked",
+                      "outside.png": "blocked"}, doc.images
+    assert all(f["element_id"] for f in doc.images["failed"])  # each is a recorded image element
     blocked = doc.blocked_requests
     for url in ("http://example.com/remote.png", "https://192.0.2.1/never.png", "http://example.com/analytics.js",
                 "https://fonts.googleapis.com/css?family=Roboto", "https://example.org/beacon"):

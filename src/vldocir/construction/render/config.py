@@ -73,6 +73,9 @@ class RenderConfig:
     is listed in ``layout.json`` (``overflow``)."""
     fit_min_text_scale: float = 0.4
     """The smallest scale for a wide element holding text (images, SVG, canvas, video: no bound)."""
+    resolve_lazy_images: bool = True
+    """Point lazy images (``data-src``, ``data-srcset``, ...) and ``srcset`` candidates at the
+    document's own files where those exist, before waiting for images."""
     fact_attribute: str | None = "data-fact"
     """Attribute whose value is carried into each element record (``fact``); None: none."""
     id_attribute: str = "data-vldocir-id"

@@ -2,7 +2,7 @@
 pages, and the ``layout.json`` they are written to; the extraction of the elements from the live
 page (step 3) and their placement on the pages once the cuts are known.
 
-``layout.json`` (``"version": 3``; version 2, without the records after ``blocked_requests``,
+``layout.json`` (``"version": 3``; version 2, without the four records after ``blocked_requests``,
 is still read)::
 
     {
@@ -27,8 +27,10 @@ is still read)::
       "cleanup": [{"rule", "source", "kind", "removed", "kept_formula", "changed", "content"}],
                                           # what each clean-up rule removed (cleanup.py, clean_page)
       "fit": {"opened": int, "scaled": [...]},   # wide content laid out (cleanup.py, fit_wide)
-      "overflow": [{"element_id", "element_type", "box", "reach", "beyond_px", "dropped"}]
+      "overflow": [{"element_id", "element_type", "box", "reach", "beyond_px", "dropped"}],
                                           # content still reaching past the page's sides (overflow_elements)
+      "images": {"count", "resolved_lazy", "failed": [{"url", "status", "element_id", "alt"}]}
+                                          # images that show nothing (images.py, image_report)
     }
 
 Element types: ``text`` (p, blockquote, dd, dt, li, pre, address, and the own text of any other
@@ -127,6 +129,8 @@ class RenderedDocument:
     """Wide content laid out: scroll containers opened, elements scaled (:func:`.cleanup.fit_wide`)."""
     overflow: list[dict[str, Any]] = field(default_factory=list)
     """Content elements still reaching past the page's left or right side (:func:`overflow_elements`)."""
+    images: dict[str, Any] = field(default_factory=dict)
+    """Images that show nothing, with their URLs (:func:`.images.image_report`)."""
 
     def page_path(self, page_index: int) -> Path:
         return self.directory / self.pages[page_index].image
@@ -151,6 +155,7 @@ class RenderedDocument:
             "cleanup": list(self.cleanup),
             "fit": dict(self.fit),
             "overflow": list(self.overflow),
+            "images": dict(self.images),
         }
 
     @classmethod
@@ -175,6 +180,7 @@ class RenderedDocument:
             cleanup=list(obj.get("cleanup", [])),
             fit=dict(obj.get("fit", {})),
             overflow=list(obj.get("overflow", [])),
+            images=dict(obj.get("images", {})),
         )
 
 

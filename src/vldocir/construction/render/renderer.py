@@ -26,6 +26,7 @@ from vldocir.construction.render.browser import (
 from vldocir.construction.render.capture import Shooter
 from vldocir.construction.render.cleanup import clean_page, fit_wide
 from vldocir.construction.render.config import DocumentTimeout, RenderConfig, RenderError
+from vldocir.construction.render.images import image_report, resolve_lazy_images
 from vldocir.construction.render.layout import (
     LAYOUT_FILE,
     RenderedDocument,
@@ -33,6 +34,7 @@ from vldocir.construction.render.layout import (
     extract_elements,
     place_elements,
 )
+from vldocir.construction.render.report import fidelity_warnings
 from vldocir.io import atomic_path, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -244,6 +246,7 @@ class Renderer:
         t = lap("load", t)
 
         has_scripts = page.evaluate(_JS_PREPARE)
+        resolved = resolve_lazy_images(page, html_path.parent) if cfg.resolve_lazy_images else 0
         if cfg.lazy_scroll and cfg.javascript and has_scripts:
             page.evaluate(_JS_LAZY_SCROLL, [cfg.max_scroll_steps])
         # Bounded inside the page (a plain evaluate: cheaper than wait_for_function's machinery).
@@ -258,7 +261,9 @@ class Renderer:
             warnings.append(f"unparsable clutter selectors or unknown page rules ignored: {bad}")
         fit = fit_wide(page, cfg)
         elems, boxes, doc_h, background, overflow = extract_elements(page, cfg)
-        fidelity = {"cleanup": cleanup, "fit": fit, "overflow": overflow}
+        images = image_report(page, html_path.parent, cfg.id_attribute, resolved)
+        fidelity = {"cleanup": cleanup, "fit": fit, "overflow": overflow, "images": images}
+        warnings += fidelity_warnings(fidelity)
         lap("extract", t)
         atomic = np.array([e["atomic"] for e in elems], dtype=bool)
         return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity)
@@ -383,4 +388,4 @@ class _Prepared:
     timings: dict[str, float]
     warnings: list[str]
     fidelity: dict[str, Any]
-    """The records of the clean-up, the wide-content layout and the overflow."""
+    """The records of the clean-up, the wide-content layout, the overflow and the images."""
