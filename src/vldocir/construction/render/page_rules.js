@@ -92,23 +92,22 @@ const PAGE_RULES = {
     // it ("12 | 2024 Proxy Statement") counts as the same line if the number follows the pages (it
     // minus the printed page's index is one constant), so that "(Proposal No. 1)", "(Proposal No. 2)"
     // heading successive sections are no running head.
-    const heads = new Map();  // key -> [{page, n}]
+    const heads = new Map();  // key -> [{page, nums}]
     for (const e of edges) {
       if (e.s.text.length > MAX_HEAD) continue;
-      const t = e.s.text.toLowerCase(), num = t.match(/\d+/);
-      for (const [k, n] of [[t, null], ...(num ? [[t.replace(/\d+/g, '#'), parseInt(num[0], 10)]] : [])]) {
+      const t = e.s.text.toLowerCase(), nums = (t.match(/\d+/g) || []).map(Number);
+      for (const k of nums.length ? [t, t.replace(/\d+/g, '#')] : [t]) {
         if (!heads.has(k)) heads.set(k, []);
-        heads.get(k).push({page: e.page, n: n});
+        heads.get(k).push({page: e.page, nums: nums});
       }
     }
     const isHead = e => {
       const t = e.s.text.toLowerCase();
       if (new Set(heads.get(t).map(o => o.page)).size >= MIN_REPEATS) return true;
-      if (!/\d/.test(t)) return false;
-      const offsets = new Map();
-      for (const o of heads.get(t.replace(/\d+/g, '#'))) offsets.set(o.n - o.page, (offsets.get(o.n - o.page) || new Set()).add(o.page));
-      const own = parseInt(t.match(/\d+/)[0], 10) - e.page;
-      return (offsets.get(own) || new Set()).size >= MIN_REPEATS;
+      const nums = (t.match(/\d+/g) || []).map(Number);
+      const same = heads.get(t.replace(/\d+/g, '#')) || [];
+      // some number of the line (e.g. the last of "Company | 2025 Proxy Statement | 12") follows the pages
+      return nums.some((n, j) => new Set(same.filter(o => o.nums[j] - o.page === n - e.page).map(o => o.page)).size >= MIN_REPEATS);
     };
     // A page number is only believed where the document numbers its pages (at least MIN_REPEATS
     // printed pages carry one) and, if arabic, where it is no larger than the number of pages + 5

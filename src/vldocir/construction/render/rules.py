@@ -77,6 +77,7 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         (".usa-modal", "the same as USWDS modals"),
         (".goto", "classic PMC 'Go to:' section jump links"),
         (".back-to-top", "'Back to Top' links"),
+        (".page-footer", "classic PMC page footer"),
         (".pmc-footer", "PMC footer"),
         (".ncbi-footer", "NCBI footer (Follow NCBI, Connect with NLM, policies)"),
         (".usa-footer", "USWDS footer"),
