@@ -88,8 +88,16 @@ def _lines(doc) -> list[str]:
     return [line for p in doc.pages for line in p.dom_text.split("\n")]
 
 
-def _colour_anywhere(doc, colour, tol: int = 12) -> int:
-    return sum(int(_near(_image(doc.directory / p.image), colour, tol).sum()) for p in doc.pages)
+def _colours_anywhere(doc, colours, tol: int = 12) -> dict:
+    """colour -> how many pixels of the document's page images have it (each image decoded once)."""
+    found = dict.fromkeys(colours, 0)
+    for p in doc.pages:
+        px = _image(doc.directory / p.image)
+        # only the pixels that are not greyish can be one of these colours: test those alone
+        coloured = px[(px.max(axis=-1).astype(int) - px.min(axis=-1)) > 20]
+        for colour in colours:
+            found[colour] += int(_near(coloured, colour, tol).sum())
+    return found
 
 
 def _rule(doc, rule: str) -> dict:
@@ -268,12 +276,13 @@ PMC_CHROME = {  # text that must be gone -> the colour its element had
 def test_pmc_reader_chrome_is_gone_from_text_and_image(rendered):
     doc = rendered["pmc-article"]
     text, lines = _all_text(doc), _lines(doc)
+    painted = _colours_anywhere(doc, list(PMC_CHROME.values()) + [(156, 39, 176)], tol=6)
     for chrome, colour in PMC_CHROME.items():
         assert chrome not in text, chrome
-        assert _colour_anywhere(doc, colour, tol=6) == 0, (chrome, colour)
+        assert painted[colour] == 0, (chrome, colour)
     for control in ("Done", "Links", "Copy", "Cite", "Go to:", "Skip to main content", "Search in PMC", "Dismiss"):
         assert control not in lines, control
-    assert _colour_anywhere(doc, (156, 39, 176), tol=6) == 0  # the "Done" / "Links" buttons
+    assert painted[(156, 39, 176)] == 0  # the "Done" / "Links" buttons
     # the article is all there
     assert lines[:3] == ["Plant Cell Rep. 2021 Mar 4;12:345. doi: 10.0000/example.2021.345",
                          "Circadian control of leaf expansion in a model plant", "Ada Lindqvist, Tomas Ferreira, Mei Nakamura"]
@@ -305,8 +314,9 @@ def test_sec_page_furniture_is_gone_from_text_and_image(rendered):
     assert "2024 PROXY STATEMENT" not in _all_text(doc)
     assert "Election of Directors (continued)" not in lines and "Continued on next page" not in lines
     assert not [line for line in lines if re.fullmatch(r"\d", line)], lines  # the page numbers 1-6
+    painted = _colours_anywhere(doc, list(SEC_FURNITURE.values()), tol=10)
     for what, colour in SEC_FURNITURE.items():
-        assert _colour_anywhere(doc, colour, tol=10) == 0, what
+        assert painted[colour] == 0, what
     # what only looks like furniture stays: a year, section numbers, table cells
     for kept in ("2019", "(Proposal No. 1)", "(Proposal No. 2)", "Raj Patel 3 (continued)", "12", "Meetings held",
                  "Audit fees $812,000 $790,000", "NORTHWIND HOLDINGS, INC.", "By order of the board of directors."):
@@ -318,6 +328,19 @@ def test_sec_page_furniture_is_gone_from_text_and_image(rendered):
     assert not [line for line in lines if "Proxy Statement |" in line]
     for r in doc.cleanup:
         assert not {"formula", "table", "figure"} & set(r["content"]), r
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_cuts_run_through_background_rows(rendered):
+    """No cut passes through a text line or a table rule: the last content row of a page and the
+    first row of the next are background-coloured."""
+    for doc in rendered.values():
+        bg = np.array(doc.background)
+        for p, q in zip(doc.pages, doc.pages[1:]):
+            last = _image(doc.directory / p.image)[p.content_height - 1].astype(int)
+            first = _image(doc.directory / q.image)[0].astype(int)
+            assert not (np.abs(last - bg) > 8).any() and not (np.abs(first - bg) > 8).any(), (doc.doc_id, p.page_index)
 
 
 @pytest.mark.slow
