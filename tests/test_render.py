@@ -25,6 +25,7 @@ from vldocir.construction.render import (
     CHROMIUM_ARGS,
     FAILURES_FILE,
     LAYOUT_FILE,
+    LAYOUT_VERSION,
     NO_WEBRTC_ARGS,
     ChromiumNotFoundError,
     RenderConfig,
@@ -203,7 +204,7 @@ def test_batch_renders_every_fixture(rendered):
     assert not (out / FAILURES_FILE).exists()
     for doc_id, doc in docs.items():
         layout = json.loads((out / doc_id / LAYOUT_FILE).read_text())
-        assert layout["version"] == 2 and layout["n_pages"] == len(doc.pages)
+        assert layout["version"] == LAYOUT_VERSION and layout["n_pages"] == len(doc.pages)
         ids = [e.element_id for e in doc.elements]
         assert len(set(ids)) == len(ids) and all(re.fullmatch(r"e\d{5}", i) for i in ids)
         assert ids == sorted(ids)
@@ -381,7 +382,13 @@ def test_malformed_html_still_renders(rendered):
 def test_unreachable_images_are_blocked_and_do_not_hang(rendered):
     doc = rendered[3]["broken_images"]
     assert doc.timings["total"] < 10, doc.timings
-    assert not doc.warnings, doc.warnings  # every image settled (failed) before the wait bound
+    # every image settled (failed) before the wait bound, and each is listed with its URL and why
+    assert not any("still loading" in w for w in doc.warnings), doc.warnings
+    assert doc.warnings == ["4 image(s) show nothing: blocked 3, missing 1"], doc.warnings
+    failed = {f["url"].rsplit("/", 1)[-1]: f["status"] for f in doc.images["failed"]}
+    assert failed == {"does-not-exist.png": "missing", "remote.png": "blocked", "never.png": "blocked",
+                      "outside.png": "blocked"}, doc.images
+    assert all(f["element_id"] for f in doc.images["failed"])  # each is a recorded image element
     blocked = doc.blocked_requests
     for url in ("http://example.com/remote.png", "https://192.0.2.1/never.png", "http://example.com/analytics.js",
                 "https://fonts.googleapis.com/css?family=Roboto", "https://example.org/beacon"):

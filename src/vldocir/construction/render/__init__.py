@@ -8,14 +8,18 @@ use UDP (launch flags) and its interfaces are removed from every document (an in
 document:
 
 1. load the file (bounded by ``navigation_timeout_s``), finish CSS animations, make lazy images
-   eager, scroll through the document a viewport at a time (lazy content), wait for images and web
-   fonts (bounded by ``image_wait_timeout_s``: a missing or blocked image never hangs);
-2. switch the document's scripts off (nothing can move after measuring), remove the clutter
-   selectors of its source, ``position: fixed`` elements and invisible elements (display none,
-   visibility hidden, opacity 0, clipped "visually hidden", off-screen);
+   eager and point lazy ``data-src`` / ``srcset`` images at the document's own files
+   (:mod:`.images`), scroll through the document a viewport at a time (lazy content), wait for
+   images and web fonts (bounded by ``image_wait_timeout_s``: a missing or blocked image never hangs);
+2. switch the document's scripts off (nothing can move after measuring), then clean up
+   (:mod:`.cleanup`, rules per source in :mod:`.rules`): the clutter selectors and page rules of its
+   source, ``position: fixed`` elements and invisible elements (display none, visibility hidden,
+   opacity 0, clipped "visually hidden", moved out of sight), never a formula, each rule's removals
+   recorded; then lay out content wider than the viewport (scaled to fit, never dropped);
 3. walk the DOM in document order: tag every content element with ``data-vldocir-id="e00042"``
    and record its type, box (CSS px x device_scale_factor, document coordinates), text
-   (``innerText``, whitespace-normalised) and fact attribute;
+   (``innerText``, whitespace-normalised; a formula's source, e.g. its TeX) and fact attribute;
+   list what still reaches past the page's sides and every image that shows nothing;
 4. paginate *one window at a time*, never capturing the whole document: for the window starting
    at ``top``, capture (PNG, via the DevTools ``Page.captureScreenshot`` of a clip inside a
    viewport one page tall) the few rows needed to choose the cut (:mod:`vldocir.construction.paginate`),
@@ -31,11 +35,14 @@ Output per document, in ``out_dir/<doc_id>/``::
     layout.json                       # written atomically last: its presence marks the document done
 
 The package, in the order a document meets it: :mod:`.config` (:class:`RenderConfig`, every knob,
-and the errors), :mod:`.browser` (finding and launching Chromium, its flags, the per-context network
-isolation), :mod:`.renderer` (:class:`Renderer`: steps 1-4 for one document), :mod:`.layout` (step 3
-and the ``layout.json`` records, :func:`load_layout`), :mod:`.capture` (the viewport-clip captures of
-step 4), :mod:`.batch` (:func:`render_batch`: many documents, resumable, failures recorded). The
-JavaScript that runs inside the documents lives in ``*.js`` files beside these modules.
+and the errors), :mod:`.rules` (the clean-up rules per source, each with the page feature it
+targets), :mod:`.browser` (finding and launching Chromium, its flags, the per-context network
+isolation), :mod:`.renderer` (:class:`Renderer`: steps 1-4 for one document), :mod:`.images` (lazy
+images, failed images), :mod:`.cleanup` (step 2), :mod:`.layout` (step 3 and the ``layout.json``
+records, :func:`load_layout`), :mod:`.capture` (the viewport-clip captures of step 4), :mod:`.batch`
+(:func:`render_batch`: many documents, resumable, failures recorded), :mod:`.report`
+(:func:`render_report`: the records of many documents, for a build report). The JavaScript that
+runs inside the documents lives in ``*.js`` files beside these modules.
 ``python -m vldocir.construction.render OUT_DIR FILE.html ...`` renders files from the command line.
 """
 
@@ -63,10 +70,13 @@ from vldocir.construction.render.layout import (
     load_layout,
 )
 from vldocir.construction.render.renderer import Renderer
+from vldocir.construction.render.report import render_report
+from vldocir.construction.render.rules import CLUTTER_RULES, PAGE_RULES
 
 # The names other code imports; the modules above hold the rest.
 __all__ = [
     "CHROMIUM_ARGS",
+    "CLUTTER_RULES",
     "DEFAULT_CLUTTER_SELECTORS",
     "ELEMENT_TYPES",
     "FAILURES_FILE",
@@ -74,6 +84,7 @@ __all__ = [
     "LAYOUT_VERSION",
     "NO_WEBRTC_ARGS",
     "NO_WEBRTC_SCRIPT",
+    "PAGE_RULES",
     "BatchReport",
     "ChromiumNotFoundError",
     "DocumentTimeout",
@@ -86,4 +97,5 @@ __all__ = [
     "find_chromium",
     "load_layout",
     "render_batch",
+    "render_report",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from importlib import resources
@@ -29,8 +30,10 @@ MAX_BLOCKED_LOGGED = 100
 
 def page_script(name: str) -> str:
     """The in-page script ``name``: a ``.js`` file of this package (kept out of Python strings so
-    that editors and linters see JavaScript)."""
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    that editors and linters see JavaScript). A line ``// @include other.js`` is replaced by that
+    file (functions shared by several scripts, e.g. what a formula is)."""
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return re.sub(r"^[ \t]*// @include ([\w.-]+\.js)[ \t]*$", lambda m: page_script(m.group(1)), text, flags=re.M)
 
 
 NO_WEBRTC_ARGS: tuple[str, ...] = (

@@ -1,23 +1,87 @@
-// Step 2 (renderer.py): remove clutter selectors, fixed elements and invisible elements;
-// returns what was removed and the selectors the browser could not parse.
-([selectors, removeFixed]) => {
-  const removed = {clutter: 0, fixed: 0, invisible: 0, bad_selectors: []};
+// Step 2 (cleanup.py): the clean-up, rule by rule: the clutter selectors of the document's source,
+// its page rules (page_rules.js), position:fixed elements, invisible elements. Formulas are content:
+// no rule removes an element that is, holds or lies inside a formula (such elements are kept and
+// counted as kept_formula); only a page rule written for one formula renderer may rework a formula's
+// insides. Returns the removal record: one entry per rule that matched anything, with the content
+// elements its removals held (counted before removing) and the texts of its first three removals,
+// and the selectors the browser rejected.
+([selectors, pageRules, removeFixed]) => {
+  // @include formula.js
+  // @include page_rules.js
   const root = document.body || document.documentElement;
+  const entries = new Map();
+  const bad = [];
+  const entry = (rule, source, kind) => {
+    const key = kind + '\u0000' + rule;
+    if (!entries.has(key)) entries.set(key, {rule: rule, source: source, kind: kind, removed: 0, kept_formula: 0,
+                                             changed: 0, content: {}, samples: []});
+    return entries.get(key);
+  };
   const protectedEl = el => el === document.body || el === document.documentElement || el === document.head;
-  for (const sel of selectors) {
-    let els;
-    try { els = document.querySelectorAll(sel); } catch (e) { removed.bad_selectors.push(sel); continue; }
-    for (const el of els) if (el.isConnected && !protectedEl(el)) { el.remove(); removed.clutter++; }
+  const NAV = 'nav, [role=navigation], [role=banner], [role=contentinfo], [role=search]';
+  // The content elements of `el`'s subtree. A table is data unless it is a layout table (role
+  // presentation / none) or part of navigation; a formula counts once (its insides are not formulas).
+  function contentOf(el) {
+    const c = {};
+    const add = k => { c[k] = (c[k] || 0) + 1; };
+    for (const d of [el, ...el.getElementsByTagName('*')]) {
+      const t = d.localName;
+      if (isFormula(d)) { if (!(d.parentElement && formulaOf(d.parentElement))) add('formula'); continue; }
+      if (t === 'table') {
+        if (!/^(presentation|none)$/.test(d.getAttribute('role') || '') && !d.closest(NAV)) add('table');
+      } else if (t === 'figure' || d.getAttribute('role') === 'figure') add('figure');
+      else if (t === 'img' || t === 'canvas' || t === 'video' || (t === 'svg' && !d.parentElement.closest('svg'))) {
+        if (!formulaOf(d)) add('image');
+      } else if (/^h[1-6]$/.test(t)) add('headline');
+      else if (t === 'p') add('paragraph');
+    }
+    return c;
   }
+  // Remove `el` for rule `e` unless it touches a formula (opts.formulaOk: a formula's own insides,
+  // for rules that rework one renderer's formulas). Returns whether it was removed.
+  function removeFor(e, el, opts) {
+    if (!el.isConnected || protectedEl(el)) return false;
+    if (!(opts && opts.formulaOk) && touchesFormula(el)) { e.kept_formula++; return false; }
+    for (const [k, n] of Object.entries(contentOf(el))) e.content[k] = (e.content[k] || 0) + n;
+    if (e.samples.length < 3) {
+      const text = (el.innerText || el.textContent || '').replace(/\s+/g, ' ').trim();
+      if (text) e.samples.push(text.slice(0, 80));
+    }
+    el.remove();
+    e.removed++;
+    return true;
+  }
+
+  // 1. clutter selectors ([selector, source group] pairs)
+  for (const [sel, source] of selectors) {
+    let els;
+    try { els = document.querySelectorAll(sel); } catch (err) { bad.push(sel); continue; }
+    if (!els.length) continue;
+    const e = entry(sel, source, 'selector');
+    for (const el of els) removeFor(e, el);
+  }
+  // 2. page rules of the source (page_rules.js): each removes or changes through its own entries
+  for (const [name, source] of pageRules) {
+    const rule = PAGE_RULES[name];
+    if (!rule) { bad.push('page rule ' + name); continue; }
+    rule({
+      remove: (sub, el, opts) => removeFor(entry(sub, source, 'page_rule'), el, opts),
+      changed: (sub, n) => { entry(sub, source, 'page_rule').changed += (n === undefined ? 1 : n); },
+    });
+  }
+  // 3. position: fixed (overlays, toolbars, banners) go; sticky ones are drawn once, where they belong
+  const fixedEntry = entry('position: fixed', '*', 'fixed');
   for (const el of Array.from(root.querySelectorAll('*'))) {
     if (!el.isConnected) continue;
     const pos = getComputedStyle(el).position;
-    if (pos === 'fixed' && removeFixed) { el.remove(); removed.fixed++; }
-    else if (pos === 'sticky' || pos === 'fixed') el.style.setProperty('position', pos === 'sticky' ? 'static' : 'absolute', 'important');
+    if (pos === 'fixed' && removeFixed && removeFor(fixedEntry, el)) continue;
+    if (pos === 'sticky' || pos === 'fixed') el.style.setProperty('position', pos === 'sticky' ? 'static' : 'absolute', 'important');
   }
-  // Invisible elements, children first. The insides of replaced / foreign content are left alone.
+  // 4. Invisible elements, children first. The insides of replaced / foreign content and of formulas
+  // are left alone.
+  const invisible = entry('invisible', '*', 'invisible');
   const OPAQUE = new Set(['svg', 'math', 'mjx-container', 'picture', 'video', 'audio', 'canvas',
-                          'object', 'iframe', 'select', 'head']);
+                          'object', 'iframe', 'select', 'head', 'script', 'style', 'template']);
   const width = document.documentElement.clientWidth;
   const sx = window.scrollX, sy = window.scrollY;
   function visibleInside(el) {
@@ -25,23 +89,27 @@
     return false;
   }
   function prune(el) {
+    const t = el.localName;
+    if (t === 'script' || t === 'style' || t === 'template') return;  // never drawn; MathJax v2 keeps TeX in scripts
     const cs = getComputedStyle(el);
-    if (cs.display === 'none') { el.remove(); removed.invisible++; return; }
-    if (cs.opacity === '0') { el.remove(); removed.invisible++; return; }
-    if (!OPAQUE.has(el.localName)) for (const c of Array.from(el.children)) prune(c);
-    if (cs.visibility !== 'visible' && !visibleInside(el)) { el.remove(); removed.invisible++; return; }
-    if (cs.display === 'contents' || el.localName === 'br' || el.localName === 'wbr') return;
+    if (cs.display === 'none' || cs.opacity === '0') { removeFor(invisible, el); return; }
+    if (!OPAQUE.has(t) && !isFormula(el)) for (const c of Array.from(el.children)) prune(c);
+    if (cs.visibility !== 'visible' && !visibleInside(el)) { removeFor(invisible, el); return; }
+    if (cs.display === 'contents' || t === 'br' || t === 'wbr') return;
     const r = el.getBoundingClientRect();
     // Empty zero-size elements are left alone (they show nothing, but may hold margins); those that
     // hold text clipped away (zero or one pixel with overflow hidden: "visually hidden") go.
     const clipped = /hidden|clip/.test(cs.overflow);
-    if (clipped && (r.width <= 1 || r.height <= 1) && (el.textContent || '').trim()) {
-      el.remove(); removed.invisible++; return;
-    }
-    if (r.width > 0 && r.height > 0 && (r.right + sx <= 0 || r.bottom + sy <= 0 || r.left + sx >= width)) {
-      el.remove(); removed.invisible++; return;
+    if (clipped && (r.width <= 1 || r.height <= 1) && (el.textContent || '').trim()) { removeFor(invisible, el); return; }
+    // Moved out of sight: above or left of the document, or (out of flow: absolute / fixed) right of
+    // it. In-flow content beyond the right edge is content too wide for the viewport: fit.js lays it out.
+    if (r.width > 0 && r.height > 0) {
+      const offRight = r.left + sx >= width && (cs.position === 'absolute' || cs.position === 'fixed');
+      if (r.right + sx <= 0 || r.bottom + sy <= 0 || offRight) { removeFor(invisible, el); return; }
     }
   }
   for (const c of Array.from(root.children)) prune(c);
-  return removed;
+  const rules = Array.from(entries.values()).filter(e => e.removed || e.kept_formula || e.changed ||
+                                                         e.kind === 'fixed' || e.kind === 'invisible');
+  return {rules: rules, bad_selectors: bad};
 }

@@ -6,41 +6,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-DEFAULT_CLUTTER_SELECTORS: dict[str, list[str]] = {
-    # Applied to every document, whatever its source.
-    "*": [
-        "nav",
-        "[role=navigation]",
-        "header[role=banner]",
-        ".cookie-banner",
-        "#cookie-notice",
-        # Hidden from assistive technology: decorative icons, duplicated widgets. Formula
-        # renderers (KaTeX, MathJax) mark their *visible* rendering aria-hidden, so keep those.
-        '[aria-hidden="true"]:not(.katex *, .katex-display *, mjx-container *, .MathJax *, svg *)',
-    ],
-    "wikipedia": [
-        ".mw-editsection",
-        "#mw-navigation",
-        ".navbox",
-        ".mw-jump-link",
-        "#siteNotice",
-        "#mw-head",
-        "#mw-panel",
-        "#catlinks",
-        "#footer",
-        ".mw-footer",
-        ".noprint",
-    ],
-    "arxiv": [".ltx_page_header", ".ltx_page_footer", ".ar5iv-footer", ".package-alerts"],
-    "pubmed": [".usa-banner", ".ncbi-header", ".pmc-sidenav", ".page-footer", ".pmc-header"],
-    "sec": [],
-}
-"""Clutter removed before measuring, per source; ``"*"`` applies to all sources. Selectors that a
-browser cannot parse are ignored."""
+from vldocir.construction.render.rules import DEFAULT_CLUTTER_SELECTORS, DEFAULT_PAGE_RULES
 
 
 def _default_clutter() -> dict[str, list[str]]:
     return {k: list(v) for k, v in DEFAULT_CLUTTER_SELECTORS.items()}
+
+
+def _default_page_rules() -> dict[str, list[str]]:
+    return {k: list(v) for k, v in DEFAULT_PAGE_RULES.items()}
 
 
 @dataclass
@@ -89,7 +63,19 @@ class RenderConfig:
     storage of earlier documents, e.g. ``localStorage`` of ``file://``, is then never visible)."""
     clutter_selectors: dict[str, list[str]] = field(default_factory=_default_clutter)
     """CSS selectors of elements removed before measuring, per source; key ``"*"``: all sources.
-    Defaults: :data:`DEFAULT_CLUTTER_SELECTORS`."""
+    Defaults: :data:`DEFAULT_CLUTTER_SELECTORS` (:mod:`.rules` names the page feature of each)."""
+    page_rules: dict[str, list[str]] = field(default_factory=_default_page_rules)
+    """Page rules (``page_rules.js``: clean-up a selector cannot express) run per source after the
+    selectors; key ``"*"``: all sources. Defaults: :data:`DEFAULT_PAGE_RULES` (see :mod:`.rules`)."""
+    fit_wide: bool = True
+    """Lay out content wider than the viewport (``fit.js``: long words wrap, scroll containers open,
+    wide elements are scaled with CSS ``zoom`` to the width left of them); whatever still overflows
+    is listed in ``layout.json`` (``overflow``)."""
+    fit_min_text_scale: float = 0.4
+    """The smallest scale for a wide element holding text (images, SVG, canvas, video: no bound)."""
+    resolve_lazy_images: bool = True
+    """Point lazy images (``data-src``, ``data-srcset``, ...) and ``srcset`` candidates at the
+    document's own files where those exist, before waiting for images."""
     fact_attribute: str | None = "data-fact"
     """Attribute whose value is carried into each element record (``fact``); None: none."""
     id_attribute: str = "data-vldocir-id"
@@ -113,6 +99,8 @@ class RenderConfig:
             raise ValueError("cut_window must be in (0, page_height)")
         if not 0.0 < self.min_fill < 1.0:
             raise ValueError("min_fill must be in (0, 1)")
+        if not 0.0 < self.fit_min_text_scale <= 1.0:
+            raise ValueError("fit_min_text_scale must be in (0, 1]")
 
     @property
     def page_width(self) -> int:
@@ -124,6 +112,18 @@ class RenderConfig:
 
     def selectors_for(self, source: str) -> list[str]:
         return list(self.clutter_selectors.get("*", [])) + list(self.clutter_selectors.get(source, []))
+
+    def clutter_rules_for(self, source: str) -> list[tuple[str, str]]:
+        """``(selector, group)`` pairs for ``source``; group is ``"*"`` or the source."""
+        return [(s, "*") for s in self.clutter_selectors.get("*", [])] + [
+            (s, source) for s in self.clutter_selectors.get(source, []) if source != "*"
+        ]
+
+    def page_rules_for(self, source: str) -> list[tuple[str, str]]:
+        """``(page rule, group)`` pairs for ``source``."""
+        return [(r, "*") for r in self.page_rules.get("*", [])] + [
+            (r, source) for r in self.page_rules.get(source, []) if source != "*"
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,6 +1,7 @@
 // Step 3 (layout.py): tag every content element with its element id and record its type, box
 // (CSS px, document coordinates), text and fact, in document order. Element types: layout.py.
 ([factAttr, idAttr, maxRowHeight]) => {
+  // @include formula.js
   const HEAD = /^h[1-6]$/;
   const TEXT = new Set(['p', 'blockquote', 'dd', 'dt', 'li', 'pre', 'address']);
   const LIST = new Set(['ul', 'ol', 'dl', 'menu']);
@@ -9,7 +10,6 @@
   const SKIP = new Set(['script', 'style', 'noscript', 'template', 'head', 'meta', 'link', 'title',
     'iframe', 'frame', 'frameset', 'object', 'embed', 'audio', 'select', 'option', 'optgroup',
     'datalist', 'br', 'wbr', 'area', 'map', 'source', 'track', 'input', 'textarea', 'button']);
-  const FORMULA_CLASS = /^(formula|equation|katex|mathjax|mjx-|ltx_equation|mwe-math-element)/i;
   const BLOCK_SEL = 'p,h1,h2,h3,h4,h5,h6,ul,ol,dl,table,blockquote,pre,li,dd,dt,figure,div,section,' +
     'article,aside,header,footer,main,figcaption,address,form,fieldset,details,hr';
   const sx = window.scrollX, sy = window.scrollY;
@@ -22,13 +22,6 @@
   const inlineLeaf = el => isInline(el) && !IMAGE.has(el.localName) && !hasBlockContent(el);
   const docBox = r => [r.left + sx, r.top + sy, r.right + sx, r.bottom + sy];
 
-  function isFormula(el) {
-    const t = el.localName;
-    if (t === 'math' || t === 'mjx-container') return true;
-    if (!el.classList) return false;
-    for (const c of el.classList) if (FORMULA_CLASS.test(c)) return true;
-    return false;
-  }
   function kind(el) {
     const t = el.localName;
     if (isFormula(el)) return 'formula';
@@ -85,7 +78,9 @@
     if (SKIP.has(t)) return;
     const k = kind(el);
     if (k === 'image' || k === 'formula') {
-      const text = k === 'formula' ? textOf(el) : (t === 'svg' ? norm(el.textContent) : '');
+      const text = k === 'formula' ? formulaText(el) : (t === 'svg' ? norm(el.textContent) : '');
+      // A formula with no text and no drawing is empty in the source (e.g. MathJax left no output).
+      if (k === 'formula' && !text && !el.querySelector('img, svg, canvas')) return;
       record(el, k, docBox(el.getBoundingClientRect()), text, true, inUnit);
       return;
     }

@@ -2,10 +2,11 @@
 pages, and the ``layout.json`` they are written to; the extraction of the elements from the live
 page (step 3) and their placement on the pages once the cuts are known.
 
-``layout.json`` (``"version": 2``)::
+``layout.json`` (``"version": 3``; version 2, without the four records after ``blocked_requests``,
+is still read)::
 
     {
-      "version": 2, "doc_id": str, "source": str, "html_path": str,
+      "version": 3, "doc_id": str, "source": str, "html_path": str,
       "page_width": int, "page_height": int, "device_scale_factor": float,
       "document_height": int,             # device pixels of the whole document
       "background": [r, g, b],            # the document's background colour (for blank rows)
@@ -22,16 +23,25 @@ page (step 3) and their placement on the pages once the cuts are known.
                     "text": str, "fact": str | null}],
       "warnings": [str],                  # e.g. images still loading after image_wait_timeout_s
       "timings": {step: seconds},         # load, settle, extract, cut, pages, paginate, total
-      "blocked_requests": [url]           # requests aborted (outside the document's folder)
+      "blocked_requests": [url],          # requests aborted (outside the document's folder)
+      "cleanup": [{"rule", "source", "kind", "removed", "kept_formula", "changed", "content"}],
+                                          # what each clean-up rule removed (cleanup.py, clean_page)
+      "fit": {"opened": int, "scaled": [...]},   # wide content laid out (cleanup.py, fit_wide)
+      "overflow": [{"element_id", "element_type", "box", "reach", "beyond_px", "dropped"}],
+                                          # content still reaching past the page's sides (overflow_elements)
+      "images": {"count", "resolved_lazy", "failed": [{"url", "status", "element_id", "alt"}]}
+                                          # images that show nothing (images.py, image_report)
     }
 
 Element types: ``text`` (p, blockquote, dd, dt, li, pre, address, and the own text of any other
 block, e.g. a leaf ``div``), ``headline`` (h1-h6), ``list`` (ul, ol, dl, menu), ``table``,
 ``table_row`` (tr), ``image`` (img, svg, canvas, picture, video), ``caption`` (figcaption,
 caption), ``formula`` (math, mjx-container, or a class starting with formula / equation / katex /
-mathjax / mjx- / ltx_equation / mwe-math-element). ``table`` and ``list`` are containers: not
-atomic for cutting and not part of ``dom_text`` (a table contributes through its rows, a list
-through its items). A text element holding blocks (an ``li`` with a nested list, a blockquote of
+mathjax / mjx- / ltx_equation / mwe-math-element, or ltx_Math / ltx_DisplayMath: ``formula.js``;
+its text is its renderings' sources, e.g. MathML alttext or MathJax's TeX, and any other text in it
+such as an equation number; a formula with neither text nor drawing, empty in the source, is not
+recorded). ``table`` and ``list`` are containers: not atomic for cutting and not part of
+``dom_text`` (a table contributes through its rows, a list through its items). A text element holding blocks (an ``li`` with a nested list, a blockquote of
 paragraphs) records its own inline text only; a table row holding a nested table or taller than
 ``max_row_height_fraction`` of a page (a layout table) records its cells' contents instead.
 ``nested`` marks images and formulas inside another text unit (their text is already in it).
@@ -55,12 +65,14 @@ from vldocir.construction.render.browser import page_script
 from vldocir.construction.render.config import RenderConfig
 
 LAYOUT_FILE = "layout.json"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
+READABLE_LAYOUT_VERSIONS = (2, 3)
 CONTAINER_TYPES = frozenset({"table", "list"})
 ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula")
 
 _JS_METRICS = page_script("metrics.js")
 _JS_EXTRACT = page_script("extract.js")
+_JS_OVERFLOW = page_script("overflow.js")
 
 
 @dataclass
@@ -111,6 +123,14 @@ class RenderedDocument:
     timings: dict[str, float] = field(default_factory=dict)
     blocked_requests: list[str] = field(default_factory=list)
     """URLs of requests that were blocked (the first MAX_BLOCKED_LOGGED)."""
+    cleanup: list[dict[str, Any]] = field(default_factory=list)
+    """The clean-up's removal record, one entry per rule (:func:`.cleanup.clean_page`)."""
+    fit: dict[str, Any] = field(default_factory=dict)
+    """Wide content laid out: scroll containers opened, elements scaled (:func:`.cleanup.fit_wide`)."""
+    overflow: list[dict[str, Any]] = field(default_factory=list)
+    """Content elements still reaching past the page's left or right side (:func:`overflow_elements`)."""
+    images: dict[str, Any] = field(default_factory=dict)
+    """Images that show nothing, with their URLs (:func:`.images.image_report`)."""
 
     def page_path(self, page_index: int) -> Path:
         return self.directory / self.pages[page_index].image
@@ -132,11 +152,15 @@ class RenderedDocument:
             "warnings": list(self.warnings),
             "timings": dict(self.timings),
             "blocked_requests": list(self.blocked_requests),
+            "cleanup": list(self.cleanup),
+            "fit": dict(self.fit),
+            "overflow": list(self.overflow),
+            "images": dict(self.images),
         }
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], directory: Path) -> "RenderedDocument":
-        if obj.get("version") != LAYOUT_VERSION:
+        if obj.get("version") not in READABLE_LAYOUT_VERSIONS:
             raise ValueError(f"{directory / LAYOUT_FILE}: unsupported layout version {obj.get('version')!r}")
         return cls(
             doc_id=obj["doc_id"],
@@ -153,6 +177,10 @@ class RenderedDocument:
             warnings=list(obj.get("warnings", [])),
             timings=dict(obj.get("timings", {})),
             blocked_requests=list(obj.get("blocked_requests", [])),
+            cleanup=list(obj.get("cleanup", [])),
+            fit=dict(obj.get("fit", {})),
+            overflow=list(obj.get("overflow", [])),
+            images=dict(obj.get("images", {})),
         )
 
 
@@ -162,14 +190,16 @@ def load_layout(doc_dir: str | Path) -> RenderedDocument:
     return RenderedDocument.from_json(json.loads((doc_dir / LAYOUT_FILE).read_text()), doc_dir)
 
 
-def extract_elements(page: Any, cfg: RenderConfig) -> tuple[list[dict[str, Any]], np.ndarray, int, list[int]]:
+def extract_elements(page: Any, cfg: RenderConfig) -> tuple[list[dict[str, Any]], np.ndarray, int, list[int],
+                                                             list[dict[str, Any]]]:
     """Tag and measure the content elements of a loaded, cleaned page (step 3).
 
-    Returns ``(elems, boxes, doc_h, background)``: the element records in document order (``id``,
-    ``type``, ``box``, ``text``, ``fact``, ``atomic``, ``nested``) with ``box`` in document device
-    pixels, clipped to the document (elements left with no area are dropped); ``boxes``, their
-    boxes as a float64 array of shape ``(n, 4)``, ``[x0, y0, x1, y1]``; the document's height in
-    device pixels; its background colour ``[r, g, b]``.
+    Returns ``(elems, boxes, doc_h, background, overflow)``: the element records in document order
+    (``id``, ``type``, ``box``, ``text``, ``fact``, ``atomic``, ``nested``) with ``box`` in document
+    device pixels, clipped to the document (elements left with no area are dropped); ``boxes``,
+    their boxes as a float64 array of shape ``(n, 4)``, ``[x0, y0, x1, y1]``; the document's height
+    in device pixels; its background colour ``[r, g, b]``; the elements reaching past the page's
+    sides (:func:`overflow_elements`, dropped ones included).
     """
     dsf = float(cfg.device_scale_factor)
     page_w, page_h = cfg.page_width, cfg.page_height
@@ -189,7 +219,31 @@ def extract_elements(page: Any, cfg: RenderConfig) -> tuple[list[dict[str, Any]]
             continue
         elems.append({**r, "box": [x0, y0, x1, y1]})
     boxes = np.array([e["box"] for e in elems], dtype=np.float64).reshape(-1, 4)
-    return elems, boxes, doc_h, background
+    spill = page.evaluate(_JS_OVERFLOW, [cfg.id_attribute, 0.5])
+    return elems, boxes, doc_h, background, overflow_elements(spill, raw, elems, dsf, page_w)
+
+
+def overflow_elements(spill: list[dict[str, Any]], raw: list[dict[str, Any]], elems: list[dict[str, Any]],
+                      dsf: float, page_width: int) -> list[dict[str, Any]]:
+    """The recorded elements reaching past the page's left or right side (``spill``, from
+    ``overflow.js``: by their box or by content spilling out of it; outermost only), in document
+    device pixels::
+
+        {"element_id": str, "element_type": str,
+         "box": [x0, y0, x1, y1],   # the element's box, unclipped
+         "reach": float,            # the rightmost point of its content
+         "beyond_px": float,        # how far it reaches past the sides (the larger of left, right)
+         "dropped": bool}           # no part of it is on the page: not among the elements
+    """
+    types = {r["id"]: r["type"] for r in raw}
+    kept = {e["id"] for e in elems}
+    out = []
+    for s in spill:
+        box = [round(float(v) * dsf, 2) for v in s["box"]]
+        reach = round(float(s["reach"]) * dsf, 2)
+        out.append({"element_id": s["id"], "element_type": types.get(s["id"], ""), "box": box, "reach": reach,
+                    "beyond_px": round(max(-box[0], reach - page_width), 2), "dropped": s["id"] not in kept})
+    return out
 
 
 def place_elements(elems: list[dict[str, Any]], boxes: np.ndarray, cuts: list[int], pages: list[RenderedPage],

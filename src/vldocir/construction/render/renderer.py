@@ -24,7 +24,9 @@ from vldocir.construction.render.browser import (
     start_playwright,
 )
 from vldocir.construction.render.capture import Shooter
+from vldocir.construction.render.cleanup import clean_page, fit_wide
 from vldocir.construction.render.config import DocumentTimeout, RenderConfig, RenderError
+from vldocir.construction.render.images import image_report, resolve_lazy_images
 from vldocir.construction.render.layout import (
     LAYOUT_FILE,
     RenderedDocument,
@@ -32,6 +34,7 @@ from vldocir.construction.render.layout import (
     extract_elements,
     place_elements,
 )
+from vldocir.construction.render.report import fidelity_warnings
 from vldocir.io import atomic_path, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -39,7 +42,6 @@ log = logging.getLogger(__name__)
 _JS_PREPARE = page_script("prepare.js")
 _JS_LAZY_SCROLL = page_script("lazy_scroll.js")
 _JS_IMAGES_READY = page_script("images_ready.js")
-_JS_CLEAN = page_script("clean.js")
 
 
 class _Watchdog:
@@ -244,6 +246,7 @@ class Renderer:
         t = lap("load", t)
 
         has_scripts = page.evaluate(_JS_PREPARE)
+        resolved = resolve_lazy_images(page, html_path.parent) if cfg.resolve_lazy_images else 0
         if cfg.lazy_scroll and cfg.javascript and has_scripts:
             page.evaluate(_JS_LAZY_SCROLL, [cfg.max_scroll_steps])
         # Bounded inside the page (a plain evaluate: cheaper than wait_for_function's machinery).
@@ -253,13 +256,17 @@ class Renderer:
 
         # From here on the document's own scripts cannot change what was measured.
         cdp.send("Emulation.setScriptExecutionDisabled", {"value": True})
-        removed = page.evaluate(_JS_CLEAN, [cfg.selectors_for(source), cfg.remove_fixed])
-        if removed.get("bad_selectors"):
-            warnings.append(f"unparsable clutter selectors ignored: {removed['bad_selectors']}")
-        elems, boxes, doc_h, background = extract_elements(page, cfg)
+        cleanup, bad = clean_page(page, cfg, source)
+        if bad:
+            warnings.append(f"unparsable clutter selectors or unknown page rules ignored: {bad}")
+        fit = fit_wide(page, cfg)
+        elems, boxes, doc_h, background, overflow = extract_elements(page, cfg)
+        images = image_report(page, html_path.parent, cfg.id_attribute, resolved)
+        fidelity = {"cleanup": cleanup, "fit": fit, "overflow": overflow, "images": images}
+        warnings += fidelity_warnings(fidelity)
         lap("extract", t)
         atomic = np.array([e["atomic"] for e in elems], dtype=bool)
-        return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings)
+        return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity)
 
     def _paginate(self, prep: "_Prepared", doc_dir: Path) -> tuple[list[RenderedPage], list[int]]:
         """Cut the document window by window, writing each page image (atomically) as it goes.
@@ -323,6 +330,7 @@ class Renderer:
             warnings=prep.warnings,
             timings=prep.timings,
             blocked_requests=list(blocked),
+            **prep.fidelity,
         )
         atomic_write_json(doc.to_json(), doc_dir / LAYOUT_FILE)
         return doc
@@ -379,3 +387,5 @@ class _Prepared:
     background: list[int]
     timings: dict[str, float]
     warnings: list[str]
+    fidelity: dict[str, Any]
+    """The records of the clean-up, the wide-content layout, the overflow and the images."""
