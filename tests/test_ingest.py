@@ -20,6 +20,7 @@ from vldocir.errors import ConfigError
 from vldocir.llm_server import ChatServer
 from helpers import REPO_ROOT, ScriptedVLM, evaluate
 
+FIXTURES = Path(__file__).parent / "data" / "render_sources"  # a PMC-like article and an SEC proxy (written for the tests)
 COMPANIES = {"orbel": ("Orbel Holdings, Inc.", 1.2), "tarvo": ("Tarvo Industries Corp.", 2.7)}
 
 
@@ -108,7 +109,9 @@ def server_args(url: str) -> list[str]:
 @pytest.mark.skipif(shutil.which("chromium") is None or shutil.which("tesseract") is None,
                     reason="needs Chromium and Tesseract (scripts/setup.sh installs both)")
 def test_build_from_own_html_renders_ocrs_generates_and_loads(tmp_path):
-    root = write_docs(tmp_path / "docs", ROWS)
+    fixtures = [{"doc_id": "pmc-article", "source": "pubmed", "domain": "Medical Reports", "path": str(FIXTURES / "pmc-article")},
+                {"doc_id": "sec-proxy", "source": "sec", "domain": "Financial Reports", "path": str(FIXTURES / "sec-proxy")}]
+    root = write_docs(tmp_path / "docs", ROWS + fixtures)
     out = tmp_path / "bench"
     with ChatServer(responder=ScriptedVLM()) as server:
         done = build([f"input={root}", "spec.name=own-html", f"out_dir={out}", *server_args(server.url)], tmp_path)
@@ -116,7 +119,7 @@ def test_build_from_own_html_renders_ocrs_generates_and_loads(tmp_path):
         asked = len(server.requests)
     assert asked > 0 and "queries generated" in done.stdout
     bench = load_benchmark(out)
-    assert bench.name == "own-html" and set(bench.documents["doc_id"]) == {"orbel", "tarvo"}
+    assert bench.name == "own-html" and set(bench.documents["doc_id"]) == {"orbel", "tarvo", "pmc-article", "sec-proxy"}
     built = bench.info["built_by"]
     assert built["generator"] == "vldocir.construction.ingest" and "no HTML file at" in built["failed_documents"]["lost"]
     docs = bench.documents.set_index("doc_id")
@@ -124,9 +127,16 @@ def test_build_from_own_html_renders_ocrs_generates_and_loads(tmp_path):
     pages = bench.pages
     assert (pages.groupby("doc_id").size() >= 2).all(), "long documents are paginated"
     assert pages["dom_text"].str.len().gt(0).all() and pages["ocr_text"].str.len().gt(0).all()
-    assert pages["ocr_text"].str.contains("Orbel|Tarvo|Director|Executive").all()
+    assert pages[pages["doc_id"].isin(["orbel", "tarvo"])]["ocr_text"].str.contains("Orbel|Tarvo|Director|Executive").all()
+    # the reader chrome of the PMC page and the furniture of the SEC page are gone from text and OCR
+    for doc_id, gone in (("pmc-article", ["Welcome to the new PMC website!", "Skip to main content"]),
+                         ("sec-proxy", ["2024 PROXY STATEMENT", "Election of Directors (continued)"])):
+        text = " ".join(pages.loc[pages["doc_id"] == doc_id, "dom_text"]) + " ".join(pages.loc[pages["doc_id"] == doc_id, "ocr_text"])
+        assert not any(g in text for g in gone), (doc_id, [g for g in gone if g in text])
+    rendering = built["render_report"]
+    assert rendering["documents"] == 4 and all(rendering["removed_content"].get(k, 0) == 0 for k in ("formula", "table", "figure"))
     assert not bench.elements.empty and len(bench.queries) > 0
-    assert set(bench.queries["generator"]) == {"test-vlm"} and bench.qrels["doc_id"].isin(["orbel", "tarvo"]).all()
+    assert set(bench.queries["generator"]) == {"test-vlm"} and bench.qrels["doc_id"].isin(bench.documents["doc_id"]).all()
     # the harness evaluates it (DOM-BM25, the default retriever)
     evaluation = evaluate(f"dataset.source={out}", "dataset.build=null", f"paths.results_dir={tmp_path / 'results'}",
                           f"paths.cache_dir={tmp_path / 'cache'}")

@@ -126,7 +126,7 @@ def build_from_html(input_path: str | Path, out_dir: str | Path, cache_dir: str 
     records = [d.record for d in todo if d.record.doc_id not in report.failed]
     if not records:
         raise ConfigError(f"input={index}: no document could be rendered: {failed}")
-    document_frame, page_frame, element_frame = assemble_rendered(records, work_dir / "rendered", out_dir, images)
+    document_frame, page_frame, element_frame, rendering = assemble_rendered(records, work_dir / "rendered", out_dir, images)
     page_frame["ocr_text"] = ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig())
     query_frame, qrels, query_report = queries(
         document_frame, page_frame, element_frame, dict(zip(page_frame["page_id"], page_frame["full_size_path"])),
@@ -144,6 +144,7 @@ def build_from_html(input_path: str | Path, out_dir: str | Path, cache_dir: str 
             "render": render_params,
             "render_wall_s": round(report.wall_s, 3),
             "failed_documents": failed,
+            "render_report": rendering,
             "near_max_gap": near_max_gap,
             "queries": query_report,
             "rebuild": f"python build.py input={index}",

@@ -24,7 +24,7 @@ from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.queries import (
     NEAR_MAX_GAP, DocumentInfo, PlacedFact, page_id, resolve_element_pages, sample_queries,
 )
-from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch
+from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch, render_report
 from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.io import atomic_path
@@ -103,14 +103,18 @@ PAGE_COLUMNS = ["page_id", "doc_id", "page_index", "image", "width", "height", "
 
 
 def assemble_rendered(records: list[DocumentRecord], rendered_dir: Path, out_dir: Path, images: ShippedImages,
-                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """The ``documents``, ``pages`` and ``elements`` tables of rendered documents (each
-    ``rendered_dir/<doc_id>/layout.json``), writing the stored page images into ``out_dir/pages/``.
-    ``pages`` keeps ``full_size_path`` (the render's image: OCR and query generation read it)."""
-    documents, pages, elements = [], [], []
+    ``rendered_dir/<doc_id>/layout.json``), writing the stored page images into ``out_dir/pages/``,
+    and the render report of those documents (:func:`~vldocir.construction.render.render_report`:
+    clean-up removals per rule, formulas, scaled and overflowing content, failed images), which the
+    builds put into ``benchmark.json`` (``built_by.render_report``). ``pages`` keeps
+    ``full_size_path`` (the render's image: OCR and query generation read it)."""
+    documents, pages, elements, layouts = [], [], [], []
     suffix = ".jpg" if images.format == "jpeg" else ".png"
     for record in tqdm(records, desc="assemble tables", unit="doc"):
         layout = load_layout(rendered_dir / record.doc_id)
+        layouts.append(layout)
         documents.append((record.doc_id, record.source, record.domain, record.title, len(layout.pages), record.url, record.license))
         for page in layout.pages:
             relative = f"pages/{record.doc_id}/page-{page.page_index:03d}{suffix}"
@@ -122,7 +126,7 @@ def assemble_rendered(records: list[DocumentRecord], rendered_dir: Path, out_dir
             columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
         ))
     return (pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
-            pd.DataFrame(pages, columns=PAGE_COLUMNS), pd.concat(elements, ignore_index=True))
+            pd.DataFrame(pages, columns=PAGE_COLUMNS), pd.concat(elements, ignore_index=True), render_report(layouts))
 
 
 def build_rendered_benchmark(
@@ -163,7 +167,7 @@ def build_rendered_benchmark(
 
     kept = [d for d in corpus if d.doc_id not in report.failed]
     records = [DocumentRecord(d.doc_id, d.source, d.domain, d.title, f"synthetic://{d.doc_id}", "CC-BY-4.0") for d in kept]
-    document_frame, page_frame, element_frame = assemble_rendered(records, work_dir / "rendered", out_dir, images)
+    document_frame, page_frame, element_frame, rendering = assemble_rendered(records, work_dir / "rendered", out_dir, images)
     facts: dict[str, list[PlacedFact]] = {}
     n_pages = dict(zip(document_frame["doc_id"], document_frame["n_pages"]))
     infos = [DocumentInfo(d.doc_id, d.source, d.domain, d.entity, int(n_pages[d.doc_id])) for d in kept]
@@ -212,6 +216,7 @@ def build_rendered_benchmark(
             "spec": asdict(spec),
             "render": render_params,
             "failed_documents": report.errors,
+            "render_report": rendering,
             "unplaced_facts": unplaced,
             "queries": query_report,
             "rebuild": "make mini",
