@@ -230,3 +230,40 @@ def test_replayed_recordings_must_name_the_clients_model(small, tmp_path):
                          generator=client("http://x/v1", tmp_path))
     with pytest.raises(ConfigError, match="is the source benchmark"):
         regenerate_queries(small.root, small.root, bad)
+
+
+def test_replayed_recordings_are_served_by_a_local_server_and_a_changed_recording_is_not_read_from_the_cache(small, tmp_path):
+    """queries.recorded: answers keyed by page id, configuration signature and question, served by
+    a chat server on 127.0.0.1 through the real client; the cache is keyed by the recording too."""
+    enc = encoder()
+    configs = sample_evidence_configs(small.documents, small.pages, small.elements, SAMPLING, enc, 4)
+    elements_by_page = {(d, int(p)): g for (d, p), g in small.elements.groupby(["doc_id", "page_index"])}
+    generate = {}
+    for row in configs.to_dict("records"):
+        item = QueryGenerator.config_input(None, row, elements_by_page)
+        ids = list(item.known)
+        evidence = [ids[0]] if row["structure"] == "page_single" else [ids[0], ids[-1]]
+        generate[item.signature] = answer([{"question": f"What is recorded for {item.signature}?", "answer": "1",
+                                            "evidence": evidence}])
+    recording = {"generator": "recorded-by-hand", "describe": {}, "generate": generate, "clean": {}}
+    path = tmp_path / "recorded.json"
+
+    def run(out):
+        path.write_text(json.dumps(recording))
+        clients = {role: client("http://127.0.0.1:9/v1", tmp_path / "llm", model="recorded-by-hand") for role in ("d", "g")}
+        stage = GeneratedQueries(SAMPLING, GenerationSpec(queries_per_config=1), QueryCleaningSpec(method="none"),
+                                 describer=clients["d"], generator=clients["g"], encoder=enc, recorded=path, progress=False)
+        return regenerate_queries(small.root, tmp_path / out, stage)
+
+    first = run("a")
+    report = first.info["built_by"]["queries"]
+    # no description is recorded: each page's request gets a 404, counts as failed, and generation goes on
+    described = report["usage"]["describer"]
+    assert report["recorded"]["requests_without_recording"] == {"describe": described["failed"]} and described["failed"] > 0
+    assert report["descriptions_failed"] == described["failed"]
+    assert report["usage"]["generator"]["called"] == len(configs) and len(first.queries) > 0
+    assert first.queries["text"].str.startswith("What is recorded for").all()
+    generate.update({k: v.replace("What is recorded for", "What else is recorded for") for k, v in generate.items()})
+    second = run("b")
+    assert second.queries["text"].str.startswith("What else is recorded for").all()
+    assert second.info["built_by"]["queries"]["usage"]["generator"]["cached"] == 0

@@ -55,9 +55,11 @@ def test_default_run_is_sensible_on_the_mini_benchmark(isolated_paths):
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = pd.read_json(newest_entry(isolated_paths / "results", "vl-docir-mini", "dom_bm25", "base") / "metrics.json", typ="series")
     by_structure = metrics["breakdowns"]["structure"]
-    single = min(by_structure[s]["recallall@5"] for s in ("page_single", "page_multi"))
-    distributed = max(by_structure[s]["recallall@5"] for s in ("doc_adjacent", "doc_near", "doc_far", "cross_doc"))
+    # single-page evidence is easier for BM25 than distributed evidence, by more than 10 points on average
+    single = sum(by_structure[s]["recallall@5"] for s in ("page_single", "page_multi")) / 2
+    distributed = sum(by_structure[s]["recallall@5"] for s in ("doc_adjacent", "doc_near", "doc_far", "cross_doc")) / 4
     assert single > distributed + 10, by_structure
+    assert by_structure["cross_doc"]["recallall@5"] == min(v["recallall@5"] for v in by_structure.values())
     assert 0 < by_structure["cross_doc"]["recallall@5"] < 100
 
 

@@ -160,6 +160,7 @@ class ChatClient:
         self.backoff_s, self.backoff_max_s = float(backoff_s), float(backoff_max_s)
         self.concurrency = int(concurrency)
         self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.answers_from: str | None = None
         self._setup()
 
     def _setup(self) -> None:
@@ -178,18 +179,25 @@ class ChatClient:
         self.__dict__.update(state)
         self._setup()
 
-    def with_base_url(self, base_url: str) -> "ChatClient":
-        """The same client (model, sampling, retries, cache) talking to the server at ``base_url``."""
+    def with_base_url(self, base_url: str, answers_from: str | None = None) -> "ChatClient":
+        """The same client (model, sampling, retries, cache) talking to the server at ``base_url``.
+        ``answers_from`` names where that server's answers come from (e.g. a recording's hash): it
+        becomes part of every cache key (:meth:`cache_params`), so answers replayed from one
+        recording are never taken for another's."""
         clone = ChatClient.__new__(ChatClient)
-        clone.__setstate__({**self.__getstate__(), "base_url": str(base_url)})
+        clone.__setstate__({**self.__getstate__(), "base_url": str(base_url), "answers_from": answers_from})
         return clone
 
     def __repr__(self) -> str:
         return f"ChatClient(model={self.model!r}, base_url={self.base_url!r}, api_env_var={self.api_env_var!r})"
 
     def cache_params(self) -> dict[str, Any]:
-        """What changes the answers: model and sampling (not the server's address, never the key)."""
-        return {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens, **self.params}
+        """What changes the answers: model and sampling (not the server's address, never the key),
+        and where replayed answers come from (:meth:`with_base_url`)."""
+        params = {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens, **self.params}
+        if getattr(self, "answers_from", None):
+            params["answers_from"] = self.answers_from
+        return params
 
     def usage(self) -> dict[str, Any]:
         """Counts so far, for a manifest: ``requests`` (HTTP requests, retries included), ``called``

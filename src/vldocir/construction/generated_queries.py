@@ -120,7 +120,8 @@ class GeneratedQueries:
                 replay = Replay(self.recorded, clients)
                 server = stack.enter_context(replay.server)
                 log.info("replaying recorded answers from %s through %s", replay.path, server.url)
-                clients = [c.with_base_url(server.url) for c in clients]
+                recording = f"{replay.path.name}@{file_digest(replay.path)[:16]}"  # a new recording: new cache keys
+                clients = [c.with_base_url(server.url, answers_from=recording) for c in clients]
             describer, generator = clients[0], clients[1]
             judge = clients[2] if len(clients) > 2 else None
             query_generator = QueryGenerator(self.generation, describer, generator, self.progress,

@@ -116,11 +116,15 @@ def assemble_rendered(records: list[DocumentRecord], rendered_dir: Path, out_dir
         layout = load_layout(rendered_dir / record.doc_id)
         layouts.append(layout)
         documents.append((record.doc_id, record.source, record.domain, record.title, len(layout.pages), record.url, record.license))
+        written = set()
         for page in layout.pages:
             relative = f"pages/{record.doc_id}/page-{page.page_index:03d}{suffix}"
             _write_page_image(layout.page_path(page.page_index), out_dir / relative, images)
+            written.add(out_dir / relative)
             pages.append((page_id(record.doc_id, page.page_index), record.doc_id, page.page_index, {"bytes": None, "path": relative},
                           page.width, page.height, page.dom_text, layout.page_path(page.page_index)))
+        for stale in set((out_dir / "pages" / record.doc_id).glob("page-*")) - written:
+            stale.unlink()  # a page of an earlier build of this document into the same directory
         elements.append(pd.DataFrame(
             [(record.doc_id, e.element_id, e.page_index, e.bbox, e.element_type, e.spans_pages, e.text, e.fact) for e in layout.elements],
             columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
