@@ -60,6 +60,14 @@ class RenderConfig:
     this fraction of ``page_height`` stays on it."""
     blank_tolerance: int = 8
     """A pixel row is blank when every channel of every pixel is within this of the background."""
+    cut_margin: int = 1
+    """A clean cut has clean pixel rows around it: the page's last row and this many on either side
+    (blank, or vertical strokes only: a table rule or a text line is never split between pages)."""
+    cut_slack: int = 4
+    """A clean cut may lie this many pixels inside an element's top or bottom edge (the padding of
+    a table row around its rule); the element is then placed wholly on one page."""
+    keep_headings_with_next: bool = True
+    """A heading never ends a page: the cut goes above it or below the start of what follows."""
     image_format: str = "png"
     """``png`` or ``jpeg``."""
     jpeg_quality: int = 92
@@ -68,8 +76,11 @@ class RenderConfig:
     image_wait_timeout_s: float = 10.0
     """Bound on waiting for images (``img.complete``) and web fonts; rendering goes on after it."""
     timeout_s: float = 120.0
-    """Bound on one document from start to its last page; past it the browser is killed and
-    relaunched and the document is recorded as failed."""
+    """Bound on one document until it is measured (load, settle, clean, extract); then the bound
+    grows by ``timeout_per_page_s`` per page of its height. Past it the browser is killed and
+    relaunched, the document's pages are removed and it is recorded as failed."""
+    timeout_per_page_s: float = 5.0
+    """Seconds added to ``timeout_s`` per page of the measured document (height / page_height)."""
     launch_timeout_s: float = 60.0
     lazy_scroll: bool = True
     """Scroll through the document in viewport steps first, to trigger lazily loaded content
@@ -113,6 +124,8 @@ class RenderConfig:
             raise ValueError("cut_window must be in (0, page_height)")
         if not 0.0 < self.min_fill < 1.0:
             raise ValueError("min_fill must be in (0, 1)")
+        if self.cut_margin < 0 or self.cut_slack < 0:
+            raise ValueError("cut_margin and cut_slack must be >= 0")
 
     @property
     def page_width(self) -> int:
@@ -134,4 +147,5 @@ class RenderError(RuntimeError):
 
 
 class DocumentTimeout(RenderError):
-    """A document took longer than ``RenderConfig.timeout_s``."""
+    """A document took longer than its bound (``RenderConfig.timeout_s`` + ``timeout_per_page_s``
+    per page)."""

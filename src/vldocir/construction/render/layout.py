@@ -193,10 +193,11 @@ def extract_elements(page: Any, cfg: RenderConfig) -> tuple[list[dict[str, Any]]
 
 
 def place_elements(elems: list[dict[str, Any]], boxes: np.ndarray, cuts: list[int], pages: list[RenderedPage],
-                   page_width: int) -> list[RenderedElement]:
+                   page_width: int, slack: float = 0.0) -> list[RenderedElement]:
     """The element records on their pages, given the page boundaries ``cuts`` (``[0, cut1, ...,
-    end]``); fills in each page's ``dom_text`` (see the module docstring)."""
-    assignment = assign_elements(boxes, cuts, page_width=page_width)
+    end]``) and the cuts' ``slack`` (:func:`~vldocir.construction.paginate.assign_elements`); fills
+    in each page's ``dom_text`` (see the module docstring)."""
+    assignment = assign_elements(boxes, cuts, page_width=page_width, slack=slack)
     elements: list[RenderedElement] = []
     for i, e in enumerate(elems):
         elements.append(
