@@ -200,7 +200,8 @@ def test_batch_renders_every_fixture(rendered):
     assert report.failed == [], report.errors
     assert sorted(report.rendered) == sorted(FIXTURES)
     assert report.pages_rendered == sum(len(d.pages) for d in docs.values())
-    assert report.browser_launches == 1
+    assert report.workers == min(2, os.cpu_count() or 1) or report.workers == 1  # cores, memory
+    assert report.browser_launches == report.workers  # one browser per worker
     assert not [p for p in out.rglob("*") if ".staging-" in p.name]
     assert not (out / FAILURES_FILE).exists()
     for doc_id, doc in docs.items():
@@ -550,7 +551,7 @@ def test_timeout_is_reported_and_the_batch_goes_on_then_resumes(docs_dir, tmp_pa
         ("missing", "generic", docs_dir / "no-such-file.html"),
         ("malformed", "generic", docs_dir / "malformed.html"),
     ]
-    cfg = RenderConfig(timeout_s=3.0, navigation_timeout_s=30.0)
+    cfg = RenderConfig(timeout_s=3.0, navigation_timeout_s=30.0, workers=1)  # in this process
     t0 = time.monotonic()
     report = render_batch(docs, out, cfg, progress=False)
     wall = time.monotonic() - t0
@@ -583,7 +584,7 @@ def test_the_bound_grows_with_height_and_a_killed_document_leaves_no_pages(tmp_p
     html.write_text(long_document(50))
     docs = [("long", "generic", html), ("short", "generic", DATA / "malformed.html")]
     out = tmp_path / "out"
-    tight = RenderConfig(timeout_s=6.0, timeout_per_page_s=0.01)
+    tight = RenderConfig(timeout_s=6.0, timeout_per_page_s=0.01, workers=2)
     report = render_batch(docs, out, tight, progress=False)
     assert report.failed == ["long"] and report.rendered == ["short"]
     assert report.errors["long"].startswith("DocumentTimeout: long:")
@@ -595,12 +596,55 @@ def test_the_bound_grows_with_height_and_a_killed_document_leaves_no_pages(tmp_p
     assert sorted(p.name for p in out.rglob("*.png")) == ["page-000.png"]  # the short one's only
     assert not [p for p in out.iterdir() if ".staging-" in p.name]
 
-    scaled = RenderConfig(timeout_s=6.0)
+    scaled = RenderConfig(timeout_s=6.0, workers=2)
     again = render_batch(docs, out, scaled, progress=False)
     assert again.rendered == ["long"] and again.skipped == ["short"], again.errors
     doc = load_layout(out / "long")
     assert len(doc.pages) >= 20 and doc.timings["total"] > 6.0 + 0.01 * len(doc.pages)
     assert sorted(p.name for p in (out / "long").iterdir()) == sorted([p.image for p in doc.pages] + [LAYOUT_FILE])
+
+
+def test_a_worker_that_dies_fails_its_document_and_is_replaced(tmp_path, monkeypatch):
+    """The batch's side of the worker protocol, with a stand-in worker (no browser) that writes a
+    page and a layout for each document and dies on the document named "crash"."""
+    from vldocir.construction.render import batch as batch_mod
+
+    fake = tmp_path / "fake_worker.py"
+    fake.write_text(
+        "import json, os, sys\n"
+        "out = sys.argv[1]\n"
+        "json.loads(sys.stdin.readline())\n"
+        "for line in sys.stdin:\n"
+        "    task = json.loads(line)\n"
+        "    if task is None:\n"
+        "        break\n"
+        "    doc_id = task[0]\n"
+        "    if doc_id == 'crash':\n"
+        "        os._exit(3)\n"
+        "    if doc_id != 'bad':\n"
+        "        os.makedirs(os.path.join(out, doc_id))\n"
+        "        open(os.path.join(out, doc_id, 'layout.json'), 'w').write(json.dumps({'n_pages': 2}))\n"
+        "    print(json.dumps({'doc_id': doc_id, 'ok': doc_id != 'bad', 'n_pages': 2, 'error_type': 'RenderError',\n"
+        "                      'error': 'bad document', 'elapsed_s': 0.1, 'launches': 1}), flush=True)\n"
+        "print(json.dumps({'launches': 1}), flush=True)\n"
+    )
+    monkeypatch.setattr(batch_mod._Worker, "COMMAND", (str(fake),))
+    monkeypatch.setattr(batch_mod, "available_cores", lambda: 2)
+    docs = [(f"d{i}", "generic", tmp_path / f"d{i}.html") for i in range(5)]
+    docs.insert(2, ("crash", "generic", tmp_path / "crash.html"))
+    docs.insert(4, ("bad", "generic", tmp_path / "bad.html"))
+    for _, _, path in docs:
+        path.write_text("<p>x</p>")
+    report = render_batch(docs, tmp_path / "out", RenderConfig(workers=2), progress=False)
+    assert report.workers == 2
+    assert report.rendered == ["d0", "d1", "d2", "d3", "d4"]  # in the order given
+    assert report.failed == ["crash", "bad"]
+    assert "exited with code 3" in report.errors["crash"] and report.errors["bad"] == "RenderError: bad document"
+    assert report.pages_rendered == 10 and report.browser_launches == 3  # the replacement launched its own
+    lines = [json.loads(x) for x in (tmp_path / "out" / FAILURES_FILE).read_text().splitlines()]
+    assert sorted(x["doc_id"] for x in lines) == ["bad", "crash"]
+    again = render_batch(docs, tmp_path / "out", RenderConfig(workers=2), progress=False)
+    assert again.skipped == ["d0", "d1", "d2", "d3", "d4"] and sorted(again.failed) == ["bad", "crash"]
 
 
 @pytest.mark.slow

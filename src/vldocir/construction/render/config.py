@@ -111,6 +111,12 @@ class RenderConfig:
     cut_probes: int = 1
     """Box-free row runs nearest the nominal cut whose pixels are captured alone (cheap) before
     the whole cut band is captured; 0: always capture the whole band."""
+    workers: int | None = None
+    """Documents rendered at once by :func:`~vldocir.construction.render.render_batch`, each worker
+    a process with its own Chromium; None: one per core this process may use. Always bounded by
+    the cores and by available memory / ``worker_memory_mb``."""
+    worker_memory_mb: int = 1536
+    """Memory one worker (Python, driver and Chromium) is allowed for when bounding ``workers``."""
     chromium_path: str | None = None
     """Chromium executable; None: see :func:`find_chromium`."""
     no_sandbox: bool | None = None
@@ -126,6 +132,8 @@ class RenderConfig:
             raise ValueError("min_fill must be in (0, 1)")
         if self.cut_margin < 0 or self.cut_slack < 0:
             raise ValueError("cut_margin and cut_slack must be >= 0")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError("workers must be >= 1 (or None: one per core)")
 
     @property
     def page_width(self) -> int:
