@@ -53,6 +53,7 @@ FIXTURES = {  # doc_id -> (source, file)
     "clutter": ("wikipedia", "clutter.html"),
     "types": ("generic", "types.html"),
     "lazy": ("generic", "lazy.html"),
+    "no_scroll_hooks": ("generic", "no_scroll_hooks.html"),
 }
 
 
@@ -514,6 +515,14 @@ def test_lazy_content_is_loaded_before_measuring(rendered):
     # the filled placeholders (300 CSS px tall) are measured as filled
     filled = [e for e in doc.elements if e.text.startswith("LAZY-LOADED")]
     assert len(filled) == 3 and all(abs((e.doc_bbox[3] - e.doc_bbox[1]) - 600) < 1 for e in filled)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_documents_whose_scripts_ignore_scrolling_are_not_scrolled(rendered):
+    doc = rendered[3]["no_scroll_hooks"]
+    assert _element(doc, "max-scroll").text == "max scroll 0"
+    # the lazy document (an IntersectionObserver) was scrolled through: see the test above
 
 
 @pytest.mark.slow

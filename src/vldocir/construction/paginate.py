@@ -72,9 +72,16 @@ def _ink(pixels: np.ndarray, background: Sequence[int], tolerance: int) -> np.nd
     """``(H, W)`` bool: pixels farther than ``tolerance`` from ``background`` on some channel."""
     if pixels.ndim != 3 or pixels.shape[2] < 3:
         raise ValueError(f"pixels must be (H, W, 3|4), got shape {pixels.shape}")
-    bg = np.asarray(background, dtype=np.int16).reshape(1, 1, 3)
-    # |pixel - bg| in int16 to avoid uint8 wrap-around.
-    return (np.abs(pixels[:, :, :3].astype(np.int16) - bg) > tolerance).any(axis=2)
+    # Compared channel by channel in uint8, against bounds computed in Python ints: no widened copy
+    # of the pixels (several times faster than |pixel - bg| in int16 on a band of 800 x 2000).
+    ink = np.zeros(pixels.shape[:2], dtype=bool)
+    for c in range(3):
+        channel, b = pixels[:, :, c], int(background[c])
+        if b + tolerance < 255:
+            ink |= channel > b + tolerance
+        if b - tolerance > 0:
+            ink |= channel < b - tolerance
+    return ink
 
 
 def blank_rows(pixels: np.ndarray, background: Sequence[int] = (255, 255, 255), tolerance: int = 8) -> np.ndarray:

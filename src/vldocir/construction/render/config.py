@@ -84,8 +84,9 @@ class RenderConfig:
     launch_timeout_s: float = 60.0
     lazy_scroll: bool = True
     """Scroll through the document in viewport steps first, to trigger lazily loaded content
-    (only where the document has scripts: ``loading=lazy`` is turned into ``eager`` and
-    ``content-visibility`` forced ``visible`` anyway, so nothing else can load lazily)."""
+    (only where the document's scripts listen to scrolling or observe intersections:
+    ``loading=lazy`` is turned into ``eager`` and ``content-visibility`` forced ``visible`` anyway,
+    so nothing else can load lazily)."""
     max_scroll_steps: int = 400
     """At most this many scroll steps (a bound for endlessly growing documents)."""
     remove_fixed: bool = True

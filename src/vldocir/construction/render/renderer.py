@@ -271,26 +271,26 @@ class Renderer:
             timings[name] = round(now - t0, 4)
             return now
 
-        page, cdp = session.page, session.cdp
+        page, cdp, js = session.page, session.cdp, session.scripts
         t = time.monotonic()
         page.goto(html_path.as_uri(), wait_until="load", timeout=remaining_ms(cfg.navigation_timeout_s))
         t = lap("load", t)
 
-        has_scripts = page.evaluate(_JS_PREPARE)
-        if cfg.lazy_scroll and cfg.javascript and has_scripts:
-            page.evaluate(_JS_LAZY_SCROLL, [cfg.max_scroll_steps])
+        may_load_lazily = js.evaluate(_JS_PREPARE)
+        if cfg.lazy_scroll and cfg.javascript and may_load_lazily:
+            js.evaluate(_JS_LAZY_SCROLL, [cfg.max_scroll_steps])
         # Bounded inside the page (a plain evaluate: cheaper than wait_for_function's machinery).
-        if not page.evaluate(_JS_IMAGES_READY, [remaining_ms(cfg.image_wait_timeout_s)]):
+        if not js.evaluate(_JS_IMAGES_READY, [remaining_ms(cfg.image_wait_timeout_s)]):
             warnings.append(f"images or fonts still loading after {cfg.image_wait_timeout_s:g} s")
         t = lap("settle", t)
 
         # From here on the document's own scripts cannot change what was measured.
         cdp.send("Emulation.setScriptExecutionDisabled", {"value": True})
-        removed = page.evaluate(_JS_CLEAN, [cfg.selectors_for(source), cfg.remove_fixed])
+        removed = js.evaluate(_JS_CLEAN, [cfg.selectors_for(source), cfg.remove_fixed])
         if removed.get("bad_selectors"):
             warnings.append(f"unparsable clutter selectors ignored: {removed['bad_selectors']}")
-        elems, boxes, doc_h, background = extract_elements(page, cfg)
-        items = set(page.evaluate(_JS_LIST_ITEMS, [cfg.id_attribute]))
+        elems, boxes, doc_h, background = extract_elements(js, cfg)  # js: a page's evaluate, cheaper
+        items = set(js.evaluate(_JS_LIST_ITEMS, [cfg.id_attribute]))
         lap("extract", t)
         atomic = np.array([e["atomic"] for e in elems], dtype=bool)
         kinds = [(e["type"], e["id"] in items) for e in elems if e["atomic"]]
