@@ -747,7 +747,10 @@ class _MemorySampler:
     def _run(self):
         while not self._stop.is_set():
             py, ch = self.sample()
-            pages = len(list(self._watch.glob("page-*"))) if self._watch.exists() else 0
+            # pages are written into a staging directory beside the document's, then moved there
+            pages = sum(len(list(d.glob("page-*")))
+                        for d in self._watch.parent.glob(f".{self._watch.name}.staging-*")) if self._watch.parent.exists() else 0
+            pages += len(list(self._watch.glob("page-*"))) if self._watch.exists() else 0
             self.samples.append((pages, py, ch))
             self._stop.wait(0.05)
 
