@@ -613,6 +613,7 @@ def test_the_bound_grows_with_height_and_a_killed_document_leaves_no_pages(tmp_p
     assert sorted(p.name for p in (out / "long").iterdir()) == sorted([p.image for p in doc.pages] + [LAYOUT_FILE])
 
 
+@pytest.mark.slow  # starts Python interpreters (the stand-in workers)
 def test_a_worker_that_dies_fails_its_document_and_is_replaced(tmp_path, monkeypatch):
     """The batch's side of the worker protocol, with a stand-in worker (no browser) that writes a
     page and a layout for each document and dies on the document named "crash"."""
