@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from vldocir.cache import remove_stale_staging
 from vldocir.construction.render.browser import kill_process_tree
