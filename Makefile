@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu mini mini-ship clean cleaning evidence generate
+.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu bench-render mini mini-ship clean cleaning evidence generate
 
 setup:
 	@bash scripts/setup.sh
@@ -40,6 +40,9 @@ bench-context: setup  ## document-context vectors: peak RSS flat in the corpus s
 
 bench-scale: setup  ## paper-scale CPU paths through run.py with PASS/FAIL: DOM-BM25 <= 10 min, re-evaluation <= 5 s, flat context memory (10-15 min)
 	$(PYTHON) perf/bench_scale.py $(ARGS)
+
+bench-render: setup  ## rendering: pages per CPU-second and per machine core on ../shared/real-html and generated pages, 1 and N workers, peak memory, PASS/FAIL at 2 pages/s/core (~4 min; ARGS="--workers 1,8")
+	$(PYTHON) perf/bench_render.py $(ARGS)
 
 bench-gpu: setup  ## one H200, ~8 min: encode/search/context on full-size random models + H200-hours projection (ARGS="--json gpu.json"; --cpu-smoke without a GPU)
 	$(PYTHON) perf/bench_gpu.py $(ARGS)

@@ -1,34 +1,42 @@
-"""Rendering throughput and memory: window-by-window pagination against a full-page capture.
+"""Rendering throughput and memory: real and generated pages, one worker and several at once.
 
-Generates a fixed set of HTML documents (10 by default, of mixed length: text sections, tables,
-lists and inline SVG figures; about 110 pages of 2000x4000 px in all) and renders them with one
-browser in two ways, each in a fresh subprocess:
+Renders two sets of documents with ``vldocir.construction.render.render_batch``, each in a fresh
+subprocess, once per worker count (``--workers``, default ``1`` and the machine's cores):
 
-- ours: ``vldocir.construction.render.Renderer``: one clipped capture per page window (plus a few rows
-  to choose the cut), the page written as Chromium encoded it;
-- naive: the same loading, cleaning and element extraction, then ONE full-page screenshot of the
-  document (Playwright ``page.screenshot(full_page=True)``), decoded with PIL and sliced into pages
-  with the same cut rule (``paginate.choose_cut`` on the full image), each page padded and written
-  as PNG by PIL (``compress_level=1``, its fastest).
+- real: the documents of ``../shared/real-html/`` (Wikipedia, arXiv by LaTeXML, an SEC proxy
+  statement; read where they lie, never copied), ``--real-repeat`` times each under distinct ids
+  (the same pages rendered again: a steadier figure than 33 pages give);
+- generated: ``--generated`` documents per source from ``vldocir.construction.html_docs`` (seed 0
+  and the mini benchmark's page ranges: the first documents of each source of the mini).
 
-For each it prints pages, wall time, CPU time, pages/s, pages per second per core and peak memory:
+For each run it prints pages, wall seconds, CPU seconds, pages per CPU-second, pages per second
+per machine core, cores busy and peak memory, and the load average of the machine:
 
-- CPU time: user + system seconds of the worker process and of all its descendants (Playwright's
-  driver and every Chromium process, also those that ended), sampled every 0.1 s per process
-  during the render loop. (``getrusage(RUSAGE_CHILDREN)`` of the finished worker is printed too,
-  but it is only a lower bound: Chromium's renderer processes are not reaped up the worker's
-  process tree, so their time is lost to it);
-- pages/s per core = pages / wall / cores used, where cores used = CPU time / wall (the average
-  number of busy cores): that is pages per CPU-second. Also shown: pages / wall / machine cores
-  (``os.cpu_count()``), which assumes every core of the machine was ours;
-- peak memory: the largest sample of (worker RSS + the PSS of its descendants); PSS counts the
-  pages Chromium's processes share once, where summed RSS would count them once per process.
+- wall: the whole subprocess, from its start to its exit (Python start, worker processes, browser
+  launches, rendering, shutdown);
+- CPU: user + system seconds of the subprocess and every process below it (worker processes,
+  Playwright drivers, every Chromium process, also those that ended), sampled every 0.2 s per
+  process by this script from outside (its own sampling is not counted);
+  ``getrusage(RUSAGE_CHILDREN)`` is printed beside it as a lower bound (Chromium processes that are
+  not reaped up the tree are missing from it);
+- pages per CPU-second = pages / CPU; pages/s per machine core = pages / wall / ``os.cpu_count()``
+  (every core of the machine counted as ours, whatever else runs on it); cores busy = CPU / wall;
+- peak memory: the largest sample of the RSS summed over the process tree (pages that Chromium's
+  processes share are counted once per process), and of the PSS summed (shared pages split
+  between their users), sampled every second.
 
-    .venv/bin/python perf/bench_render.py                 # both approaches
-    .venv/bin/python perf/bench_render.py --skip-naive    # ours only
-    .venv/bin/python perf/bench_render.py --docs 4        # fewer documents, quicker
+PASS when the real pages reach ``--goal`` (2.0) pages per second per machine core with the most
+workers; the pages-per-CPU-second figure says what an otherwise idle machine would give.
 
-This is a script, not a timed test: the figures depend on the machine (and on its other load).
+    .venv/bin/python perf/bench_render.py                       # real x3 and generated, 1 and N workers
+    .venv/bin/python perf/bench_render.py --workers 2 --real-repeat 1 --generated 1   # quicker
+    .venv/bin/python perf/bench_render.py --naive               # also the naive full-page capture
+
+``--naive`` adds the comparison kept from the first version of this script: the generated set with
+one browser, paginated window by window (ours) against one full-page screenshot per document
+sliced with PIL (naive), each in a fresh subprocess.
+
+This is a script, not a timed test: the figures depend on the machine and on its other load.
 """
 
 from __future__ import annotations
@@ -48,15 +56,14 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = [6, 12, 18, 24, 30, 36, 8, 16, 20, 10]  # per document; ~0.6 pages per section
-WORDS = (
-    "river council museum harbour census bridge tower valley market station library festival garden "
-    "academy chapel quarry mill orchard canal meadow fortress measurement quarter region revenue "
-    "patients cohort sample protein signal analysis model dataset"
-).split()
+sys.path.insert(0, str(REPO_ROOT / "src"))
+
+REAL_HTML = Path(os.environ.get("VLDOCIR_REAL_HTML", REPO_ROOT.parent / "shared" / "real-html"))
+REAL_SOURCES = {"wikipedia": "wikipedia", "arxiv": "arxiv", "sec": "sec", "pubmed": "pubmed"}
+MINI_PAGES = {"wikipedia": (2, 8), "arxiv": (5, 15), "pubmed": (4, 12), "sec": (10, 36)}
 
 
-def log(message: str) -> None:
+def log(message: str = "") -> None:
     print(message, flush=True)
 
 
@@ -64,105 +71,35 @@ def log(message: str) -> None:
 # Documents
 
 
-def make_document(doc_index: int, n_sections: int) -> str:
-    rng = np.random.default_rng(1000 + doc_index)
-    out = [f"<h1>Document {doc_index}: a report on {rng.choice(WORDS)} and {rng.choice(WORDS)}</h1>"]
-    for s in range(n_sections):
-        out.append(f"<h2>{s + 1}. The {rng.choice(WORDS)} {rng.choice(WORDS)}</h2>")
-        for _ in range(int(rng.integers(2, 5))):
-            out.append("<p>" + " ".join(rng.choice(WORDS, size=int(rng.integers(50, 140)))) + ".</p>")
-        kind = s % 4
-        if kind == 0:
-            rows = "".join(
-                f"<tr><td>{rng.choice(WORDS)} {r}</td><td>{rng.integers(100, 99999)}</td>"
-                f"<td>{rng.random():.3f}</td><td>{' '.join(rng.choice(WORDS, size=4))}</td></tr>"
-                for r in range(int(rng.integers(8, 30)))
-            )
-            out.append(f"<table><caption>Table {s + 1}</caption><tr><th>Item</th><th>Count</th><th>Rate</th>"
-                       f"<th>Note</th></tr>{rows}</table>")
-        elif kind == 1:
-            bars = "".join(
-                f'<rect x="{40 + 50 * i}" y="{260 - h}" width="36" height="{h}" fill="rgb({(37 * i) % 256},110,190)"/>'
-                for i, h in enumerate(rng.integers(20, 240, size=10))
-            )
-            out.append(f'<figure><svg width="560" height="280"><rect width="560" height="280" fill="#f4f4f4"/>{bars}'
-                       f'<text x="40" y="20">Figure {s + 1}</text></svg><figcaption>Figure {s + 1}: '
-                       f"{' '.join(rng.choice(WORDS, size=8))}.</figcaption></figure>")
-        elif kind == 2:
-            items = "".join(f"<li>{' '.join(rng.choice(WORDS, size=int(rng.integers(4, 20))))}</li>"
-                            for _ in range(int(rng.integers(3, 9))))
-            out.append(f"<ul>{items}</ul>")
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Benchmark document</title><style>"
-        "body{margin:0;padding:16px 64px;font:17px/26px 'DejaVu Serif',serif}"
-        "table{border-collapse:collapse;width:100%}td,th{border:1px solid #444;padding:2px 6px}"
-        "figure{margin:12px 0}</style></head><body>" + "".join(out) + "</body></html>"
-    )
-
-
-def write_documents(root: Path, n_docs: int) -> list[tuple[str, str, Path]]:
+def real_documents(root: Path, repeat: int) -> list[tuple[str, str, str]]:
+    """``(doc_id, source, html)`` for every folder of ``root`` with an index.html, ``repeat`` times."""
     docs = []
-    for i in range(n_docs):
-        doc_id = f"bench-{i:02d}"
-        path = root / "docs" / doc_id / "index.html"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(make_document(i, SECTIONS[i % len(SECTIONS)]))
-        docs.append((doc_id, "generic", path))
+    for folder in sorted(p for p in root.iterdir() if (p / "index.html").is_file()):
+        source = next((s for prefix, s in REAL_SOURCES.items() if folder.name.startswith(prefix)), "generic")
+        for k in range(repeat):
+            docs.append((f"{folder.name}-{k}" if repeat > 1 else folder.name, source, str(folder / "index.html")))
     return docs
 
 
+def generated_documents(workdir: Path, per_source: int) -> list[tuple[str, str, str]]:
+    from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
+
+    spec = HtmlCorpusSpec(seed=0, documents={s: per_source for s in MINI_PAGES}, pages=dict(MINI_PAGES))
+    return [(d.doc_id, d.source, str(d.html_path)) for d in write_corpus(spec, workdir / "generated-html")]
+
+
 # --------------------------------------------------------------------------------------------
-# Measuring (inside a worker)
+# Inside a run (a subprocess)
 
 
-class Meter:
-    """Samples CPU time (per process, so that ended processes still count) and memory."""
+def run(docs_file: Path, out: Path, workers: int) -> dict:
+    from vldocir.construction.render import RenderConfig, render_batch
 
-    def __init__(self, interval: float = 0.1):
-        import psutil
-
-        self._psutil = psutil
-        self._me = psutil.Process()
-        self._cpu: dict[tuple[int, float], float] = {}
-        self.peak_total = self.peak_python = self.peak_children = 0
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> None:
-        py = self._me.memory_info().rss
-        children = 0
-        for c in self._me.children(recursive=True):
-            try:
-                with c.oneshot():
-                    t = c.cpu_times()
-                    self._cpu[(c.pid, c.create_time())] = t.user + t.system
-                    children += c.memory_full_info().pss
-            except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
-                pass
-        self.peak_python = max(self.peak_python, py)
-        self.peak_children = max(self.peak_children, children)
-        self.peak_total = max(self.peak_total, py + children)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self._interval)
-
-    def cpu_seconds(self) -> float:
-        own = self._me.cpu_times()
-        return own.user + own.system + sum(self._cpu.values())
-
-    def __enter__(self) -> "Meter":
-        self._sample()
-        self.cpu0 = self.cpu_seconds()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._sample()
-        self._stop.set()
-        self._thread.join()
+    docs = json.loads(docs_file.read_text())
+    t0 = time.monotonic()
+    report = render_batch(docs, out, RenderConfig(workers=workers, timeout_s=600), progress=False)
+    return {"pages": report.pages_rendered, "docs": len(report.rendered), "failed": report.errors,
+            "workers": report.workers, "batch_wall_s": time.monotonic() - t0, "launches": report.browser_launches}
 
 
 def naive_renderer_class():
@@ -171,7 +108,6 @@ def naive_renderer_class():
 
     from vldocir.construction.paginate import choose_cut
     from vldocir.construction.render import Renderer, RenderedPage
-    from vldocir.io import atomic_path
 
     class NaiveRenderer(Renderer):
         def _paginate(self, prep, doc_dir):
@@ -182,19 +118,19 @@ def naive_renderer_class():
             del png
             cuts, pages, start = [0], [], 0
             while start < prep.doc_h:
-                window = full[start : start + cfg.page_height]
+                window = full[start : start + cfg.page_height + 4]
                 decision = choose_cut(
                     window, start, start, prep.atomic_boxes, page_height=cfg.page_height, doc_height=prep.doc_h,
                     cut_window=cfg.cut_window, min_fill=cfg.min_fill, background=prep.background,
-                    tolerance=cfg.blank_tolerance,
+                    tolerance=cfg.blank_tolerance, margin=cfg.cut_margin, slack=cfg.cut_slack,
+                    keep_boxes=prep.keep_boxes, fragile=prep.fragile,
                 )
                 cut = decision.cut
                 page = np.full((cfg.page_height, cfg.page_width, 3), 255, dtype=np.uint8)
                 part = full[start:cut, : cfg.page_width]
                 page[: part.shape[0], : part.shape[1]] = part
                 name = f"page-{len(pages):03d}.png"
-                with atomic_path(doc_dir / name) as tmp:
-                    Image.fromarray(page).save(tmp, format="PNG", compress_level=1)
+                Image.fromarray(page).save(doc_dir / name, format="PNG", compress_level=1)
                 pages.append(RenderedPage(len(pages), name, cfg.page_width, cfg.page_height, start, cut - start,
                                           decision.reason, ""))
                 cuts.append(cut)
@@ -205,40 +141,114 @@ def naive_renderer_class():
     return NaiveRenderer
 
 
-def worker(approach: str, workdir: Path) -> dict:
-    sys.path.insert(0, str(REPO_ROOT / "src"))
+def run_one_browser(docs_file: Path, out: Path, naive: bool) -> dict:
+    """The documents one after the other with one Renderer (ours or the naive one)."""
     from vldocir.construction.render import RenderConfig, Renderer
 
-    docs = json.loads((workdir / "docs.json").read_text())
-    out = workdir / f"out-{approach}"
-    cfg = RenderConfig(timeout_s=600)
-    cls = Renderer if approach == "ours" else naive_renderer_class()
-    t_launch = time.monotonic()
-    with cls(cfg) as renderer:
-        launch_s = time.monotonic() - t_launch
-        with Meter() as meter:
-            t0 = time.monotonic()
-            pages, failed = {}, {}
-            for doc_id, source, path in docs:
-                try:
-                    doc = renderer.render(doc_id, source, Path(path), out)
-                    pages[doc_id] = len(doc.pages)
-                except Exception as exc:  # the naive capture may fail on long documents
-                    failed[doc_id] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            wall = time.monotonic() - t0
-        cpu = meter.cpu_seconds() - meter.cpu0
+    docs = json.loads(docs_file.read_text())
+    cls = naive_renderer_class() if naive else Renderer
+    t0 = time.monotonic()
+    pages, failed = 0, {}
+    with cls(RenderConfig(timeout_s=600)) as renderer:
+        for doc_id, source, path in docs:
+            try:
+                pages += len(renderer.render(doc_id, source, Path(path), out).pages)
+            except Exception as exc:  # the naive capture may fail on long documents
+                failed[doc_id] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return {"pages": pages, "docs": len(docs) - len(failed), "failed": failed, "workers": 1,
+            "batch_wall_s": time.monotonic() - t0, "launches": 1}
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring a run from outside
+
+
+class TreeMeter:
+    """Samples the CPU time (per process, so that ended processes still count) and memory of the
+    process ``pid`` and all its descendants, from a thread of this process."""
+
+    def __init__(self, pid: int, interval: float = 0.2, memory_every: float = 1.0):
+        import psutil
+
+        self._psutil = psutil
+        self._root = psutil.Process(pid)
+        self._cpu: dict[tuple[int, float], float] = {}
+        self.peak_rss = self.peak_pss = 0
+        self._interval, self._memory_every, self._last_memory = interval, memory_every, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        ps = self._psutil
+        try:
+            procs = [self._root] + self._root.children(recursive=True)
+        except ps.NoSuchProcess:
+            return
+        memory = time.monotonic() - self._last_memory >= self._memory_every
+        rss = pss = 0
+        for p in procs:
+            try:
+                with p.oneshot():
+                    t = p.cpu_times()
+                    self._cpu[(p.pid, p.create_time())] = t.user + t.system
+                    rss += p.memory_info().rss
+                    if memory:
+                        pss += p.memory_full_info().pss
+            except (ps.NoSuchProcess, ps.AccessDenied, ps.ZombieProcess):
+                pass
+        self.peak_rss = max(self.peak_rss, rss)
+        if memory:
+            self._last_memory = time.monotonic()
+            self.peak_pss = max(self.peak_pss, pss)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self._interval)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self._cpu.values())
+
+    def start(self) -> "TreeMeter":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def measure(args: list[str], label: str) -> dict:
+    """Run this script with ``args`` in a subprocess, measured from outside; its result and figures."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load0 = os.getloadavg()[0]
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    meter = TreeMeter(proc.pid).start()
+    stdout, stderr = proc.communicate()
+    wall = time.monotonic() - t0
+    meter.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{label} failed:\n{stderr[-4000:]}")
+    result = json.loads(stdout.strip().splitlines()[-1])
+    cores = os.cpu_count() or 1
+    cpu = meter.cpu_s
     return {
-        "approach": approach,
-        "docs": len(pages),
-        "failed": failed,
-        "pages": sum(pages.values()),
-        "pages_per_doc": pages,
+        **result,
+        "label": label,
         "wall_s": wall,
         "cpu_s": cpu,
-        "launch_s": launch_s,
-        "peak_total_mib": meter.peak_total / 2**20,
-        "peak_python_mib": meter.peak_python / 2**20,
-        "peak_children_mib": meter.peak_children / 2**20,
+        "cpu_s_rusage": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "pages_per_cpu_s": result["pages"] / cpu if cpu else float("nan"),
+        "pages_per_s": result["pages"] / wall,
+        "pages_per_s_per_machine_core": result["pages"] / wall / cores,
+        "cores_busy": cpu / wall,
+        "peak_rss_mib": meter.peak_rss / 2**20,
+        "peak_pss_mib": meter.peak_pss / 2**20,
+        "load_start": load0,
+        "load_end": os.getloadavg()[0],
     }
 
 
@@ -246,83 +256,90 @@ def worker(approach: str, workdir: Path) -> dict:
 # Driver
 
 
-def run_worker(approach: str, workdir: Path) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(
-        [sys.executable, __file__, "--worker", approach, "--workdir", str(workdir)],
-        capture_output=True, text=True,
-    )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{approach} worker failed:\n{proc.stderr[-4000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["cpu_s_rusage"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return result
-
-
-def summarise(r: dict, cores: int) -> dict:
-    wall, cpu, pages = r["wall_s"], r["cpu_s"], r["pages"]
-    used = cpu / wall if wall else float("nan")
-    return {
-        **r,
-        "pages_per_s": pages / wall if wall else float("nan"),
-        "cores_used": used,
-        "pages_per_s_per_core": pages / cpu if cpu else float("nan"),  # = pages / wall / cores used
-        "pages_per_s_per_machine_core": pages / wall / cores if wall else float("nan"),
-    }
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=10)
+    ap.add_argument("--real-html", type=Path, default=REAL_HTML, help="folder of real documents (default $VLDOCIR_REAL_HTML, else ../shared/real-html)")
+    ap.add_argument("--real-repeat", type=int, default=3, help="render each real document this many times")
+    ap.add_argument("--generated", type=int, default=2, help="generated documents per source (0: none)")
+    ap.add_argument("--workers", default=None, help="worker counts to run, e.g. 1,4 (default: 1 and the machine's cores)")
+    ap.add_argument("--goal", type=float, default=2.0, help="pages/s per machine core the real pages must reach")
+    ap.add_argument("--naive", action="store_true", help="also ours vs the naive full-page capture, one browser")
     ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--skip-naive", action="store_true")
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    ap.add_argument("--worker", choices=("ours", "naive"), help=argparse.SUPPRESS)
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--run", nargs=3, metavar=("DOCS", "OUT", "WORKERS"), help=argparse.SUPPRESS)
+    ap.add_argument("--one-browser", nargs=3, metavar=("DOCS", "OUT", "KIND"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
-    if args.worker:
-        print(json.dumps(worker(args.worker, args.workdir)), flush=True)
+    if args.run:
+        print(json.dumps(run(Path(args.run[0]), Path(args.run[1]), int(args.run[2]))), flush=True)
+        return 0
+    if args.one_browser:
+        docs, out, kind = args.one_browser
+        print(json.dumps(run_one_browser(Path(docs), Path(out), kind == "naive")), flush=True)
         return 0
 
     cores = os.cpu_count() or 1
+    workers = [int(w) for w in args.workers.split(",")] if args.workers else sorted({1, cores})
+    results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        docs = write_documents(workdir, args.docs)
-        (workdir / "docs.json").write_text(json.dumps([[d, s, str(p)] for d, s, p in docs]))
-        log(f"{len(docs)} documents in {workdir / 'docs'}; machine: {cores} cores (os.cpu_count()), "
-            f"load average {os.getloadavg()[0]:.2f} at start")
-        results = []
-        for approach in ("ours",) + (() if args.skip_naive else ("naive",)):
-            log(f"rendering with {approach} ...")
-            results.append(summarise(run_worker(approach, workdir), cores))
-        load_end = os.getloadavg()[0]
+        sets: dict[str, list] = {}
+        if args.real_html.is_dir() and args.real_repeat > 0:
+            sets["real"] = real_documents(args.real_html, args.real_repeat)
+        else:
+            log(f"no real pages at {args.real_html}: the real set is skipped (and the goal cannot be judged)")
+        if args.generated > 0:
+            sets["generated"] = generated_documents(workdir, args.generated)
+        log(f"machine: {cores} cores (os.cpu_count()), load average {os.getloadavg()[0]:.2f} at start; "
+            + "; ".join(f"{name}: {len(docs)} documents" for name, docs in sets.items()))
+        for name, docs in sets.items():
+            docs_file = workdir / f"{name}.json"
+            docs_file.write_text(json.dumps(docs))
+            for n in workers:
+                label = f"{name}, {n} worker{'s' if n > 1 else ''}"
+                log(f"rendering {label} ...")
+                out = workdir / f"out-{name}-{n}"
+                results.append(measure(["--run", str(docs_file), str(out), str(n)], label) | {"set": name})
+        if args.naive and "generated" in sets:
+            docs_file = workdir / "generated.json"
+            for kind in ("ours", "naive"):
+                log(f"rendering generated, one browser, {kind} ...")
+                out = workdir / f"out-one-{kind}"
+                results.append(measure(["--one-browser", str(docs_file), str(out), kind], f"generated, one browser, {kind}")
+                               | {"set": f"one-browser-{kind}"})
 
     log("")
-    header = (f"{'approach':9s} {'docs':>4s} {'pages':>5s} {'wall s':>7s} {'CPU s':>7s} {'cores':>5s} "
-              f"{'pages/s':>7s} {'p/s/core':>8s} {'p/s/mcore':>9s} {'peak MiB':>8s} {'py MiB':>7s} {'chrome MiB':>10s}")
+    header = (f"{'run':32s} {'docs':>4s} {'pages':>5s} {'wall s':>7s} {'CPU s':>7s} {'p/CPU-s':>7s} {'p/s':>6s} "
+              f"{'p/s/core':>8s} {'busy':>5s} {'RSS MiB':>8s} {'PSS MiB':>8s} {'load':>9s}")
     log(header)
     log("-" * len(header))
     for r in results:
-        log(f"{r['approach']:9s} {r['docs']:4d} {r['pages']:5d} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
-            f"{r['cores_used']:5.2f} {r['pages_per_s']:7.2f} {r['pages_per_s_per_core']:8.2f} "
-            f"{r['pages_per_s_per_machine_core']:9.2f} {r['peak_total_mib']:8.0f} {r['peak_python_mib']:7.0f} "
-            f"{r['peak_children_mib']:10.0f}")
+        log(f"{r['label']:32s} {r['docs']:4d} {r['pages']:5d} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
+            f"{r['pages_per_cpu_s']:7.2f} {r['pages_per_s']:6.2f} {r['pages_per_s_per_machine_core']:8.2f} "
+            f"{r['cores_busy']:5.2f} {r['peak_rss_mib']:8.0f} {r['peak_pss_mib']:8.0f} "
+            f"{r['load_start']:4.1f}-{r['load_end']:<4.1f}")
         if r["failed"]:
-            log(f"          failed: {r['failed']}")
+            log(f"{'':32s} failed: {r['failed']}")
     log("")
-    log("cores = CPU s / wall s (busy cores on average); p/s/core = pages / wall / cores = pages per CPU-second;")
-    log(f"p/s/mcore = pages / wall / {cores} machine cores; peak = max over samples of Python RSS + PSS of the")
-    log("driver and Chromium processes; 'py' and 'chrome' are the separate peaks. CPU s counts Python, the")
-    log("driver and every Chromium process during the render loop (browser launch excluded). For reference,")
-    log("getrusage(RUSAGE_CHILDREN) of the whole worker, a lower bound (it misses Chromium processes that are")
-    log("not reaped up the worker's process tree): "
-        + ", ".join(f"{r['approach']} {r['cpu_s_rusage']:.1f} s" for r in results) + ".")
-    log(f"load average at the end: {load_end:.2f} (other work on the machine inflates wall and CPU time)")
+    log(f"p/CPU-s = pages per CPU-second (Python, workers, drivers, every Chromium process); p/s/core = pages /")
+    log(f"wall / {cores} machine cores; busy = CPU s / wall s; RSS, PSS = peaks of the process tree's sums; load =")
+    log("load average (1 min) at the start and end of the run: other work on the machine takes cores from")
+    log("these runs. getrusage(RUSAGE_CHILDREN), a lower bound of CPU s: "
+        + ", ".join(f"{r['label']} {r['cpu_s_rusage']:.1f}" for r in results) + ".")
+    verdict = 0
+    real = [r for r in results if r["set"] == "real"]
+    if real:
+        best = max(real, key=lambda r: r["workers"])
+        ok = best["pages_per_s_per_machine_core"] >= args.goal
+        verdict = 0 if ok else 1
+        log(f"{'PASS' if ok else 'FAIL'}: real pages, {best['workers']} workers: "
+            f"{best['pages_per_s_per_machine_core']:.2f} pages/s per machine core (goal {args.goal:g}); "
+            f"{best['pages_per_cpu_s']:.2f} pages per CPU-second, {best['cores_busy']:.2f} of {cores} cores busy, "
+            f"load average {best['load_start']:.1f}-{best['load_end']:.1f}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+        args.json.write_text(json.dumps({"cores": cores, "goal": args.goal, "results": results}, indent=2) + "\n")
+    return verdict
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-RENDER_KEY_EXCLUDED = ("chromium_path", "extra_args", "no_sandbox", "context_reuse", "cut_probes")
+RENDER_KEY_EXCLUDED = ("chromium_path", "extra_args", "no_sandbox", "context_reuse", "cut_probes", "timeout_s",
+                       "timeout_per_page_s", "workers", "worker_memory_mb")
 """Render settings that change how fast pages are made, not the pages: left out of the cache key."""
 
 

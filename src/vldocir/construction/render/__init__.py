@@ -4,8 +4,9 @@ One headless Chromium (driven by Playwright) renders many documents, one after t
 page (its browser context is replaced every ``context_reuse`` documents and after any failure);
 every request outside the current document's own folder is aborted, and nothing else leaves the
 browser: no host name resolves (which also stops WebTransport and TURN over TCP), WebRTC may not
-use UDP (launch flags) and its interfaces are removed from every document (an init script). Per
-document:
+use UDP (launch flags) and its interfaces are removed from every document (an init script).
+:func:`render_batch` runs several such renderers at once, one per worker process (``workers``,
+bounded by cores and memory). Per document:
 
 1. load the file (bounded by ``navigation_timeout_s``), finish CSS animations, make lazy images
    eager and point lazy ``data-src`` / ``srcset`` images at the document's own files
@@ -24,15 +25,18 @@ document:
    at ``top``, capture (PNG, via the DevTools ``Page.captureScreenshot`` of a clip inside a
    viewport one page tall) the few rows needed to choose the cut (:mod:`vldocir.construction.paginate`),
    then capture ``[top, top + page_height]`` with a white overlay over everything below the cut
-   and write Chromium's encoded bytes as the page image (atomically); the next window starts at
-   the cut. Peak memory is one page, whatever the document's length.
+   and write Chromium's encoded bytes as the page image; the next window starts at the cut. Cuts
+   are checked in pixels (no text line or rule split), never leave a heading at a page's bottom
+   and split list items only where nothing else is possible. Peak memory is one page, whatever
+   the document's length.
 
 Pages are captured as clips of the viewport, not as full-page screenshots: see :mod:`.capture` for why.
 
-Output per document, in ``out_dir/<doc_id>/``::
+Output per document, in ``out_dir/<doc_id>/`` (written in a staging directory beside it and moved
+into place when complete: a failed or killed document leaves nothing)::
 
     page-000.png, page-001.png, ...   # page_width x page_height (default 2000 x 4000), white padding
-    layout.json                       # written atomically last: its presence marks the document done
+    layout.json                       # its presence marks the document done
 
 The package, in the order a document meets it: :mod:`.config` (:class:`RenderConfig`, every knob,
 and the errors), :mod:`.rules` (the clean-up rules per source, each with the page feature it
@@ -40,9 +44,9 @@ targets), :mod:`.browser` (finding and launching Chromium, its flags, the per-co
 isolation), :mod:`.renderer` (:class:`Renderer`: steps 1-4 for one document), :mod:`.images` (lazy
 images, failed images), :mod:`.cleanup` (step 2), :mod:`.layout` (step 3 and the ``layout.json``
 records, :func:`load_layout`), :mod:`.capture` (the viewport-clip captures of step 4), :mod:`.batch`
-(:func:`render_batch`: many documents, resumable, failures recorded), :mod:`.report`
-(:func:`render_report`: the records of many documents, for a build report). The JavaScript that
-runs inside the documents lives in ``*.js`` files beside these modules.
+(:func:`render_batch`: many documents, resumable, failures recorded, in worker processes:
+:mod:`._worker`), :mod:`.report` (:func:`render_report`: the records of many documents, for a build
+report). The JavaScript that runs inside the documents lives in ``*.js`` files beside these modules.
 ``python -m vldocir.construction.render OUT_DIR FILE.html ...`` renders files from the command line.
 """
 

@@ -22,9 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--source", default="generic")
     ap.add_argument("--timeout-s", type=float, default=RenderConfig.timeout_s)
     ap.add_argument("--format", choices=("png", "jpeg"), default="png")
+    ap.add_argument("--workers", type=int, default=None, help="documents at once (default: one per core)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    cfg = RenderConfig(timeout_s=args.timeout_s, image_format=args.format)
+    cfg = RenderConfig(timeout_s=args.timeout_s, image_format=args.format, workers=args.workers)
     report = render_batch([(p.stem, args.source, p) for p in args.html], args.out_dir, cfg)
     print(json.dumps({k: v for k, v in asdict(report).items() if k != "pages"}, indent=2))
     return 1 if report.failed else 0

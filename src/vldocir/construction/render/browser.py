@@ -10,6 +10,7 @@ WebTransport and TURN over TCP, connections the interception never sees); WebRTC
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from vldocir.construction.render.config import RenderConfig
+from vldocir.construction.render.config import RenderConfig, RenderError
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,27 @@ def page_script(name: str) -> str:
     file (functions shared by several scripts, e.g. what a formula is)."""
     text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
     return re.sub(r"^[ \t]*// @include ([\w.-]+\.js)[ \t]*$", lambda m: page_script(m.group(1)), text, flags=re.M)
+
+
+class ScriptRunner:
+    """Runs the in-page scripts (``.js`` files: a function taking one argument, or none) in the
+    page's main world through the DevTools protocol, ``Runtime.evaluate`` with the result returned
+    as JSON. Has the ``evaluate(script, arg)`` of a Playwright page for what the renderer runs, at
+    a fraction of its cost: Playwright serialises and validates a result value by value in Python
+    and in its driver (about 0.1 CPU-s and 0.2 s for the elements of a long document, against
+    0.01 and 0.06 here). Results must be JSON values."""
+
+    def __init__(self, cdp: Any):
+        self.cdp = cdp
+
+    def evaluate(self, script: str, arg: Any = None) -> Any:
+        call = f"({script})()" if arg is None else f"({script})({json.dumps(arg)})"
+        res = self.cdp.send("Runtime.evaluate", {"expression": call, "returnByValue": True, "awaitPromise": True})
+        if "exceptionDetails" in res:
+            details = res["exceptionDetails"]
+            text = (details.get("exception") or {}).get("description") or details.get("text") or "error"
+            raise RenderError(f"in-page script failed: {text.splitlines()[0][:500]}")
+        return res["result"].get("value")
 
 
 NO_WEBRTC_ARGS: tuple[str, ...] = (
@@ -49,6 +71,10 @@ interfaces are also removed from every document by :data:`NO_WEBRTC_SCRIPT`."""
 
 NO_WEBRTC_SCRIPT = page_script("no_webrtc.js")
 """Init script of every browser context: removes the WebRTC and WebTransport interfaces."""
+
+SCROLL_HOOKS_SCRIPT = page_script("scroll_hooks.js")
+"""Init script of every browser context: notes whether the document's scripts react to scrolling
+(only then does the renderer scroll through it to trigger lazy content)."""
 
 CHROMIUM_ARGS: tuple[str, ...] = (
     "--disable-background-networking",
@@ -194,6 +220,8 @@ class Session:
     context: Any
     page: Any = None
     cdp: Any = None
+    scripts: ScriptRunner | None = None
+    """The page's scripts, run through ``cdp``."""
     root: Path | None = None
     """The current document's folder: the only place its requests may read from."""
     blocked: list[str] = field(default_factory=list)
@@ -230,6 +258,7 @@ def new_session(browser: Any, cfg: RenderConfig) -> Session:
         route.abort("blockedbyclient")
 
     context.add_init_script(script=NO_WEBRTC_SCRIPT)
+    context.add_init_script(script=SCROLL_HOOKS_SCRIPT)
     context.route("**/*", handle)
     try:
         context.route_web_socket("**/*", lambda ws: ws.close())
@@ -238,4 +267,5 @@ def new_session(browser: Any, cfg: RenderConfig) -> Session:
     session.page = context.new_page()
     session.page.on("dialog", lambda d: d.dismiss())
     session.cdp = context.new_cdp_session(session.page)
+    session.scripts = ScriptRunner(session.cdp)
     return session

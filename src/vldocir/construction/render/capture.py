@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from vldocir.construction.render.browser import page_script
+from vldocir.construction.render.browser import ScriptRunner, page_script
 from vldocir.construction.render.config import RenderConfig, RenderError
 
 _JS_POSITION = page_script("position.js")
@@ -37,10 +37,14 @@ def _image_size(data: bytes) -> tuple[int, int]:
 
 
 def _decode_rgb(data: bytes) -> np.ndarray:
+    """``(H, W, 3|4)`` uint8: RGB or RGBA as decoded (the alpha channel, if any, is left for the
+    caller to ignore: converting would copy the pixels once more)."""
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as im:
-        return np.asarray(im.convert("RGB"))
+        if im.mode not in ("RGB", "RGBA"):
+            im = im.convert("RGB")
+        return np.asarray(im)
 
 
 class Shooter:
@@ -58,6 +62,7 @@ class Shooter:
         self.dsf = float(cfg.device_scale_factor)
         self.width_css = float(cfg.viewport_width_css)
         self.page = page
+        self._js = ScriptRunner(cdp)
         self.viewport_height_css = float(page.viewport_size["height"])
         # The CDP clip scale is relative to the scale this session believes in; calibrate it once
         # so that one CSS pixel gives device_scale_factor output pixels.
@@ -78,7 +83,7 @@ class Shooter:
         if overlay == self._overlay and fits(self._view):
             return
         scroll_to = math.floor(top_css if scroll_css is None else min(scroll_css, top_css))
-        sy, vh = self.page.evaluate(_JS_POSITION, [overlay[0], overlay[1], self.width_css, scroll_to])
+        sy, vh = self._js.evaluate(_JS_POSITION, [overlay[0], overlay[1], self.width_css, scroll_to])
         self._view, self._overlay = (float(sy), float(vh)), overlay
         if not fits(self._view):
             raise RenderError(

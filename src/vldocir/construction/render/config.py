@@ -34,6 +34,14 @@ class RenderConfig:
     this fraction of ``page_height`` stays on it."""
     blank_tolerance: int = 8
     """A pixel row is blank when every channel of every pixel is within this of the background."""
+    cut_margin: int = 1
+    """A clean cut has clean pixel rows around it: the page's last row and this many on either side
+    (blank, or vertical strokes only: a table rule or a text line is never split between pages)."""
+    cut_slack: int = 4
+    """A clean cut may lie this many pixels inside an element's top or bottom edge (the padding of
+    a table row around its rule); the element is then placed wholly on one page."""
+    keep_headings_with_next: bool = True
+    """A heading never ends a page: the cut goes above it or below the start of what follows."""
     image_format: str = "png"
     """``png`` or ``jpeg``."""
     jpeg_quality: int = 92
@@ -42,13 +50,17 @@ class RenderConfig:
     image_wait_timeout_s: float = 10.0
     """Bound on waiting for images (``img.complete``) and web fonts; rendering goes on after it."""
     timeout_s: float = 120.0
-    """Bound on one document from start to its last page; past it the browser is killed and
-    relaunched and the document is recorded as failed."""
+    """Bound on one document until it is measured (load, settle, clean, extract); then the bound
+    grows by ``timeout_per_page_s`` per page of its height. Past it the browser is killed and
+    relaunched, the document's pages are removed and it is recorded as failed."""
+    timeout_per_page_s: float = 5.0
+    """Seconds added to ``timeout_s`` per page of the measured document (height / page_height)."""
     launch_timeout_s: float = 60.0
     lazy_scroll: bool = True
     """Scroll through the document in viewport steps first, to trigger lazily loaded content
-    (only where the document has scripts: ``loading=lazy`` is turned into ``eager`` and
-    ``content-visibility`` forced ``visible`` anyway, so nothing else can load lazily)."""
+    (only where the document's scripts listen to scrolling or observe intersections:
+    ``loading=lazy`` is turned into ``eager`` and ``content-visibility`` forced ``visible`` anyway,
+    so nothing else can load lazily)."""
     max_scroll_steps: int = 400
     """At most this many scroll steps (a bound for endlessly growing documents)."""
     remove_fixed: bool = True
@@ -86,6 +98,12 @@ class RenderConfig:
     cut_probes: int = 1
     """Box-free row runs nearest the nominal cut whose pixels are captured alone (cheap) before
     the whole cut band is captured; 0: always capture the whole band."""
+    workers: int | None = None
+    """Documents rendered at once by :func:`~vldocir.construction.render.render_batch`, each worker
+    a process with its own Chromium; None: one per core this process may use. Always bounded by
+    the cores and by available memory / ``worker_memory_mb``."""
+    worker_memory_mb: int = 1536
+    """Memory one worker (Python, driver and Chromium) is allowed for when bounding ``workers``."""
     chromium_path: str | None = None
     """Chromium executable; None: see :func:`find_chromium`."""
     no_sandbox: bool | None = None
@@ -101,6 +119,10 @@ class RenderConfig:
             raise ValueError("min_fill must be in (0, 1)")
         if not 0.0 < self.fit_min_text_scale <= 1.0:
             raise ValueError("fit_min_text_scale must be in (0, 1]")
+        if self.cut_margin < 0 or self.cut_slack < 0:
+            raise ValueError("cut_margin and cut_slack must be >= 0")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError("workers must be >= 1 (or None: one per core)")
 
     @property
     def page_width(self) -> int:
@@ -134,4 +156,5 @@ class RenderError(RuntimeError):
 
 
 class DocumentTimeout(RenderError):
-    """A document took longer than ``RenderConfig.timeout_s``."""
+    """A document took longer than its bound (``RenderConfig.timeout_s`` + ``timeout_per_page_s``
+    per page)."""

@@ -247,10 +247,11 @@ def overflow_elements(spill: list[dict[str, Any]], raw: list[dict[str, Any]], el
 
 
 def place_elements(elems: list[dict[str, Any]], boxes: np.ndarray, cuts: list[int], pages: list[RenderedPage],
-                   page_width: int) -> list[RenderedElement]:
+                   page_width: int, slack: float = 0.0) -> list[RenderedElement]:
     """The element records on their pages, given the page boundaries ``cuts`` (``[0, cut1, ...,
-    end]``); fills in each page's ``dom_text`` (see the module docstring)."""
-    assignment = assign_elements(boxes, cuts, page_width=page_width)
+    end]``) and the cuts' ``slack`` (:func:`~vldocir.construction.paginate.assign_elements`); fills
+    in each page's ``dom_text`` (see the module docstring)."""
+    assignment = assign_elements(boxes, cuts, page_width=page_width, slack=slack)
     elements: list[RenderedElement] = []
     for i, e in enumerate(elems):
         elements.append(

@@ -1,5 +1,6 @@
 // Step 1 (renderer.py): finish animations, make lazy content eager; returns whether the
-// document has scripts (only they could still load something on scrolling).
+// document's scripts could still load something on scrolling (they listen to scrolling or observe
+// intersections: scroll_hooks.js; or scroll handlers are set).
 () => {
   const style = document.createElement('style');
   style.setAttribute('data-vldocir', 'style');
@@ -17,7 +18,12 @@
   }
   for (const e of document.querySelectorAll('img[loading="lazy"], iframe[loading="lazy"]')) e.loading = 'eager';
   // Whether anything could load lazily on scrolling: only the document's scripts can (lazy
-  // attributes were just turned off, content-visibility forced visible).
+  // attributes were just turned off, content-visibility forced visible), and only through what
+  // reacts to scrolling. Frames of the same origin count too.
   const code = Array.from(document.scripts).some(sc => !sc.type || /(java|ecma)script|module/i.test(sc.type));
-  return code || !!document.querySelector('[onscroll]');
+  let hooks = !!window.__vldocirScrollHooks || window.onscroll !== null || document.onscroll !== null;
+  for (let i = 0; i < window.frames.length && !hooks; i++) {
+    try { hooks = !!window.frames[i].__vldocirScrollHooks; } catch (e) {}
+  }
+  return (code && hooks) || !!document.querySelector('[onscroll]');
 }

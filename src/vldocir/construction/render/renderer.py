@@ -1,10 +1,14 @@
 """The :class:`Renderer`: one headless Chromium for many documents, each taken through steps 1-4
 of :mod:`vldocir.construction.render` (load and settle, clean, extract, paginate window by window),
-with a watchdog that kills the browser when a document runs past ``timeout_s``."""
+with a watchdog that kills the browser when a document runs past its bound (``timeout_s``, plus
+``timeout_per_page_s`` per page once its height is known). A document's files are written into a
+staging directory and moved into place only once complete: a failed document leaves nothing."""
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -13,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from vldocir.construction.paginate import CutDecision, box_free_runs, choose_cut
+from vldocir.cache import staging_path
+from vldocir.construction.paginate import CutDecision, box_free_runs, choose_cut, keep_with_next
 from vldocir.construction.render.browser import (
     Session,
     find_chromium,
@@ -35,37 +40,48 @@ from vldocir.construction.render.layout import (
     place_elements,
 )
 from vldocir.construction.render.report import fidelity_warnings
-from vldocir.io import atomic_path, atomic_write_json
+from vldocir.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 
 _JS_PREPARE = page_script("prepare.js")
 _JS_LAZY_SCROLL = page_script("lazy_scroll.js")
 _JS_IMAGES_READY = page_script("images_ready.js")
+_JS_LIST_ITEMS = page_script("list_items.js")
+# Atomic elements that a cut through elements avoids (with the list items): they are not text
+# that reads on across a page break.
+_FRAGILE_TYPES = frozenset({"headline", "table_row", "image", "formula"})
 
 
 class _Watchdog:
-    """Calls ``action`` from a helper thread once ``seconds`` have passed, unless cancelled."""
+    """Calls ``action`` from a helper thread once ``seconds`` have passed since ``started``, unless
+    cancelled; ``seconds`` may be changed while it runs (the document's bound, once measured)."""
 
-    def __init__(self, seconds: float, action):
+    def __init__(self, seconds: float, action, started: float):
         self.fired = False
+        self.seconds = float(seconds)
+        self._started = started
         self._action = action
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="render-watchdog", daemon=True)
 
-    def _fire(self) -> None:
-        self.fired = True
-        try:
-            self._action()
-        except Exception:  # pragma: no cover - best effort
-            log.exception("watchdog action failed")
+    def _run(self) -> None:
+        while not self._done.wait(max(0.0, self._started + self.seconds - time.monotonic())):
+            if time.monotonic() >= self._started + self.seconds:
+                self.fired = True
+                try:
+                    self._action()
+                except Exception:  # pragma: no cover - best effort
+                    log.exception("watchdog action failed")
+                return
 
     def __enter__(self) -> "_Watchdog":
-        self._timer.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._timer.cancel()
+        self._done.set()
+        self._thread.join()
 
 
 class Renderer:
@@ -155,8 +171,13 @@ class Renderer:
     def render(self, doc_id: str, source: str, html_path: str | Path, out_dir: str | Path) -> RenderedDocument:
         """Render one document into ``out_dir/doc_id/`` (page images, then ``layout.json``).
 
-        Raises :class:`DocumentTimeout` past ``timeout_s`` (the browser is then relaunched) and
-        :class:`RenderError` (or a Playwright error) on other failures.
+        The files are written into a staging directory beside it, which replaces ``out_dir/doc_id/``
+        (and whatever an earlier rendering left there) only when the document is complete; on any
+        failure it is removed, so a failed document leaves no page behind.
+
+        Raises :class:`DocumentTimeout` past its bound (``timeout_s``, plus ``timeout_per_page_s``
+        per page once measured; the browser is then relaunched) and :class:`RenderError` (or a
+        Playwright error) on other failures.
         """
         if not doc_id or doc_id in (".", "..") or "/" in doc_id or "\\" in doc_id or "\0" in doc_id:
             raise RenderError(f"doc_id {doc_id!r} cannot name a directory")
@@ -166,33 +187,40 @@ class Renderer:
         if not html_path.is_file():
             raise RenderError(f"{doc_id}: no such file {html_path}")
         doc_dir = Path(out_dir) / doc_id
+        doc_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = staging_path(doc_dir)
         started = time.monotonic()
-        watchdog = _Watchdog(cfg.timeout_s, self._kill_browser)
+        watchdog = _Watchdog(cfg.timeout_s, self._kill_browser, started)
+        self._bound = f"timeout_s={cfg.timeout_s:g} s, before the document was measured"
         try:
             with watchdog:
                 session = self._session_for(html_path.parent)
                 try:
-                    doc = self._render_in(session, doc_id, source, html_path, doc_dir, started)
+                    doc = self._render_in(session, doc_id, source, html_path, staging, started, watchdog)
                 except BaseException:
                     self._drop_session()  # never reuse a page that failed
                     raise
                 session.documents += 1
                 if session.documents >= max(1, cfg.context_reuse):
                     self._drop_session()
-        except Exception as exc:
+            _publish(staging, doc_dir)
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
             if watchdog.fired:
                 self._browser = None  # killed: relaunch on the next document
                 self._session = None
-                raise DocumentTimeout(
-                    f"{doc_id}: rendering took longer than timeout_s={cfg.timeout_s:g} s (browser killed)"
-                ) from exc
-            if self._browser is not None and not self._browser.is_connected():
+                if isinstance(exc, Exception):
+                    raise DocumentTimeout(
+                        f"{doc_id}: rendering took longer than {watchdog.seconds:g} s ({self._bound}; browser killed)"
+                    ) from exc
+            elif self._browser is not None and not self._browser.is_connected():
                 self._browser = None
                 self._session = None
             raise
         if watchdog.fired:  # finished at the last moment; the browser was killed anyway
             self._browser = None
             self._session = None
+        doc.directory = doc_dir
         return doc
 
     def _session_for(self, root: Path) -> Session:
@@ -216,10 +244,15 @@ class Renderer:
                 pass
 
     def _render_in(self, session: Session, doc_id: str, source: str, html_path: Path, doc_dir: Path,
-                   started: float) -> RenderedDocument:
+                   started: float, watchdog: _Watchdog) -> RenderedDocument:
+        cfg = self.config
         prep = self._prepare(session, source, html_path, started)
-        doc_dir.mkdir(parents=True, exist_ok=True)
-        (doc_dir / LAYOUT_FILE).unlink(missing_ok=True)
+        # Measured: the bound grows with the document's height.
+        n_pages = max(1, -(-prep.doc_h // cfg.page_height))
+        watchdog.seconds = cfg.timeout_s + cfg.timeout_per_page_s * n_pages
+        self._bound = (f"timeout_s={cfg.timeout_s:g} + timeout_per_page_s={cfg.timeout_per_page_s:g} x "
+                       f"{n_pages} pages of its height")
+        doc_dir.mkdir(parents=True)
         t = time.monotonic()
         pages, cuts = self._paginate(prep, doc_dir)
         prep.timings["paginate"] = round(time.monotonic() - t, 4)
@@ -240,17 +273,17 @@ class Renderer:
             timings[name] = round(now - t0, 4)
             return now
 
-        page, cdp = session.page, session.cdp
+        page, cdp, js = session.page, session.cdp, session.scripts
         t = time.monotonic()
         page.goto(html_path.as_uri(), wait_until="load", timeout=remaining_ms(cfg.navigation_timeout_s))
         t = lap("load", t)
 
-        has_scripts = page.evaluate(_JS_PREPARE)
+        may_load_lazily = js.evaluate(_JS_PREPARE)
         resolved = resolve_lazy_images(page, html_path.parent) if cfg.resolve_lazy_images else 0
-        if cfg.lazy_scroll and cfg.javascript and has_scripts:
-            page.evaluate(_JS_LAZY_SCROLL, [cfg.max_scroll_steps])
+        if cfg.lazy_scroll and cfg.javascript and may_load_lazily:
+            js.evaluate(_JS_LAZY_SCROLL, [cfg.max_scroll_steps])
         # Bounded inside the page (a plain evaluate: cheaper than wait_for_function's machinery).
-        if not page.evaluate(_JS_IMAGES_READY, [remaining_ms(cfg.image_wait_timeout_s)]):
+        if not js.evaluate(_JS_IMAGES_READY, [remaining_ms(cfg.image_wait_timeout_s)]):
             warnings.append(f"images or fonts still loading after {cfg.image_wait_timeout_s:g} s")
         t = lap("settle", t)
 
@@ -260,16 +293,24 @@ class Renderer:
         if bad:
             warnings.append(f"unparsable clutter selectors or unknown page rules ignored: {bad}")
         fit = fit_wide(page, cfg)
-        elems, boxes, doc_h, background, overflow = extract_elements(page, cfg)
+        elems, boxes, doc_h, background, overflow = extract_elements(js, cfg)  # js: a page's evaluate, cheaper
         images = image_report(page, html_path.parent, cfg.id_attribute, resolved)
         fidelity = {"cleanup": cleanup, "fit": fit, "overflow": overflow, "images": images}
         warnings += fidelity_warnings(fidelity)
+        items = set(js.evaluate(_JS_LIST_ITEMS, [cfg.id_attribute]))
         lap("extract", t)
         atomic = np.array([e["atomic"] for e in elems], dtype=bool)
-        return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity)
+        kinds = [(e["type"], e["id"] in items) for e in elems if e["atomic"]]
+        fragile = np.array([t in _FRAGILE_TYPES or li for t, li in kinds], dtype=bool)
+        keep = np.zeros((0, 4))
+        if cfg.keep_headings_with_next:
+            heads = np.array([t == "headline" for t, _ in kinds], dtype=bool)
+            keep = keep_with_next(boxes[atomic], heads, max_gap=cfg.cut_window, slack=cfg.cut_slack)
+        return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity,
+                         fragile, keep)
 
     def _paginate(self, prep: "_Prepared", doc_dir: Path) -> tuple[list[RenderedPage], list[int]]:
-        """Cut the document window by window, writing each page image (atomically) as it goes.
+        """Cut the document window by window, writing each page image (into the staging directory) as it goes.
 
         Returns the pages (``dom_text`` still empty) and the page boundaries ``[0, cut1, ..., end]``.
         """
@@ -283,14 +324,13 @@ class Renderer:
         content_end = int(np.ceil(prep.boxes[:, 3].max())) if len(prep.boxes) else prep.doc_h
         while start < min(prep.doc_h, content_end) or not pages:
             t0 = time.monotonic()
-            decision = self._decide_cut(shooter, start, prep.atomic_boxes, prep.doc_h, prep.background)
+            decision = self._decide_cut(shooter, start, prep)
             t1 = time.monotonic()
             cut = decision.cut
             data = shooter.page_image(start, cut)
             index = len(pages)
             name = f"page-{index:03d}{cfg.image_suffix}"
-            with atomic_path(doc_dir / name) as tmp:
-                tmp.write_bytes(data)
+            (doc_dir / name).write_bytes(data)  # doc_dir is the staging directory
             del data
             pages.append(RenderedPage(index, name, cfg.page_width, cfg.page_height, int(start), int(cut - start),
                                       decision.reason, ""))
@@ -307,13 +347,7 @@ class Renderer:
                 pages: list[RenderedPage], cuts: list[int], started: float, blocked: list[str]) -> RenderedDocument:
         """Place the elements on the pages, fill in the pages' text, write layout.json (last)."""
         cfg = self.config
-        elements = place_elements(prep.elems, prep.boxes, cuts, pages, cfg.page_width)
-
-        # Page images of an earlier, longer rendering of this document would be stale.
-        keep = {p.image for p in pages}
-        for old in doc_dir.glob("page-*"):
-            if old.name not in keep and old.suffix in (".png", ".jpg"):
-                old.unlink(missing_ok=True)
+        elements = place_elements(prep.elems, prep.boxes, cuts, pages, cfg.page_width, slack=cfg.cut_slack)
         prep.timings["total"] = round(time.monotonic() - started, 4)
         doc = RenderedDocument(
             doc_id=doc_id,
@@ -335,43 +369,53 @@ class Renderer:
         atomic_write_json(doc.to_json(), doc_dir / LAYOUT_FILE)
         return doc
 
-    def _decide_cut(self, shooter: Shooter, start: int, atomic_boxes: np.ndarray, doc_h: int,
-                    background: list[int]) -> CutDecision:
+    def _decide_cut(self, shooter: Shooter, start: int, prep: "_Prepared") -> CutDecision:
         """:func:`choose_cut` for the window at ``start``, capturing as few pixels as it can.
 
-        The pixels of the whole cut band are only needed when the nearest box-free run(s) hold no
-        blank row, or when no box-free row exists and the cut must go through an element. Before
-        that, the ``cut_probes`` runs of box-free rows nearest the nominal cut are captured alone
-        (a few rows each, typically the gap between two paragraphs).
+        Most cuts fall in the gap between two paragraphs: the ``cut_probes`` runs of box-free rows
+        nearest the nominal cut are captured alone first (a few rows each); a blank cut there is
+        the one :func:`choose_cut` would choose from the whole window. Failing that, the cut band
+        is captured; and only when the band holds no clean cut (push, through, a table whose rules
+        leave no clean row) the window from ``min_fill`` down.
         """
         cfg = self.config
         nominal = start + cfg.page_height
         kw = dict(
             page_height=cfg.page_height,
-            doc_height=doc_h,
+            doc_height=prep.doc_h,
             cut_window=cfg.cut_window,
             min_fill=cfg.min_fill,
-            background=background,
+            background=prep.background,
             tolerance=cfg.blank_tolerance,
+            margin=cfg.cut_margin,
+            slack=cfg.cut_slack,
         )
-        if doc_h <= nominal:
-            return choose_cut(None, 0, start, atomic_boxes, **kw)
+        if prep.doc_h <= nominal:
+            return choose_cut(None, 0, start, np.zeros((0, 4)), **kw)
+        boxes = prep.atomic_boxes
+        sel = (boxes[:, 3] > start) & (boxes[:, 1] < nominal)
+        near, fragile = boxes[sel], prep.fragile[sel]
+        keep = prep.keep_boxes[(prep.keep_boxes[:, 3] > start) & (prep.keep_boxes[:, 1] < nominal)]
+        kw.update(keep_boxes=keep, fragile=fragile)
+        m = cfg.cut_margin
         lo = max(start + 1, nominal - cfg.cut_window)
-        near = atomic_boxes[(atomic_boxes[:, 3] > start) & (atomic_boxes[:, 1] < nominal)]
-        runs = box_free_runs(near, lo, nominal)
+        last_row = min(nominal + m + 1, prep.doc_h)  # rows below nominal seen by the margin
+
+        def strip(first: int) -> tuple[np.ndarray, int]:
+            return shooter.strip(max(start, first - 2 - m), last_row, scroll_top=start)
+
+        runs = box_free_runs(np.concatenate([near, keep]), lo, nominal)
         for first, last in runs[: cfg.cut_probes]:
-            pixels, top = shooter.strip(first - 1, last, scroll_top=start)
+            pixels, top = shooter.strip(max(start, first - 2 - m), min(last + m + 1, prep.doc_h), scroll_top=start)
             decision = choose_cut(pixels, top, start, near, **kw)
-            if decision.reason == "blank":
+            if decision.reason == "blank" and first <= decision.cut <= last:
+                return decision  # blank and box-free in the run nearest nominal: nothing beats it
+        if runs:
+            decision = choose_cut(*strip(lo), start, near, **kw)
+            if decision.clean and decision.reason in ("blank", "box_free"):
                 return decision
-        if runs and len(runs) <= cfg.cut_probes:
-            return decision  # every box-free run probed, none blank: "box_free"
-        if not runs:
-            decision = choose_cut(None, 0, start, near, **kw)
-            if decision.reason == "push":
-                return decision
-        pixels, top = shooter.strip(lo - 1, nominal, scroll_top=start)
-        return choose_cut(pixels, top, start, near, **kw)
+        min_cut = start + int(np.ceil(cfg.min_fill * cfg.page_height))
+        return choose_cut(*strip(min(lo, max(start + 1, min_cut))), start, near, **kw)
 
 
 @dataclass
@@ -389,3 +433,18 @@ class _Prepared:
     warnings: list[str]
     fidelity: dict[str, Any]
     """The records of the clean-up, the wide-content layout, the overflow and the images."""
+    fragile: np.ndarray
+    """``(n_atomic,)`` bool: list items, headings, table rows, images, formulas (see choose_cut)."""
+    keep_boxes: np.ndarray
+    """``(K, 4)``: headings kept with what follows them (:func:`keep_with_next`)."""
+
+
+def _publish(staging: Path, doc_dir: Path) -> None:
+    """Put the complete rendering in ``staging`` at ``doc_dir``, replacing what was there."""
+    old = None
+    if doc_dir.exists():
+        old = staging_path(doc_dir)
+        os.replace(doc_dir, old)
+    os.replace(staging, doc_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
