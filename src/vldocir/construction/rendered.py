@@ -9,9 +9,10 @@ image. Documents that fail to render are reported and left out; the build goes o
 from __future__ import annotations
 
 import logging
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,9 @@ class RenderedBenchmarkSpec:
     facts_per_page: int = 6
     quirks: bool = False
     ocr: bool = True
+    render_pins: dict[str, Any] = field(default_factory=dict)
+    """Render settings this benchmark pins over the build's ``render`` (e.g. the mini pins the
+    pagination its recorded model answers were written for: answers are keyed by page)."""
 
 
 def _write_page_image(source: Path, target: Path, images: ShippedImages) -> None:
@@ -156,6 +160,8 @@ def build_rendered_benchmark(
     """
     out_dir = Path(out_dir)
     render = render or RenderConfig()
+    if spec.render_pins:
+        render = dataclasses.replace(render, **spec.render_pins)
     images = images or ShippedImages()
     html_params = {k: v for k, v in asdict(spec).items() if k in ("seed", "documents", "pages", "facts_per_page", "quirks")}
     render_params = {k: v for k, v in render.to_dict().items() if k not in RENDER_KEY_EXCLUDED}
