@@ -33,6 +33,30 @@ def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subproc
 
 
 MINI_DIR = REPO_ROOT / "data" / "vl-docir-mini"
+def _chromium_or_reason() -> tuple[str | None, str]:
+    """The Chromium the renderer would use, or why there is none (a skip reason)."""
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return None, "the playwright package is not installed"
+    from vldocir.construction.render import ChromiumNotFoundError, find_chromium
+
+    try:
+        return find_chromium(None), ""
+    except ChromiumNotFoundError as exc:
+        return None, f"no Chromium to render with: {exc}"
+
+
+CHROMIUM, NO_CHROMIUM_REASON = _chromium_or_reason()
+
+
+def needs_chromium(test):
+    """Skip ``test`` with the reason when no Chromium can be found."""
+    import pytest
+
+    return pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM_REASON)(test)
+
+
 SUBSET_DOCS = ["arxiv-00003", "wikipedia-00000", "wikipedia-00001"]
 """The documents of the ``subset_dir`` fixture (conftest.py)."""
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vldocir.construction.render import RenderConfig, find_chromium, load_layout, render_batch
+from vldocir.construction.render import RenderConfig, load_layout, render_batch
+from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium
 
 from helpers import REPO_ROOT
 
@@ -27,16 +28,7 @@ REAL_SOURCES = {"wikipedia-a": "wikipedia", "wikipedia-b": "wikipedia", "arxiv-1
 SLACK = RenderConfig().cut_slack
 
 
-def _chromium_reason() -> str | None:
-    try:
-        find_chromium(None)
-    except Exception as exc:  # no Chromium, or no Playwright to ask
-        return f"no Chromium to render with: {exc}"
-    return None
-
-
-NO_CHROMIUM = _chromium_reason()
-needs_chromium = pytest.mark.skipif(NO_CHROMIUM is not None, reason=NO_CHROMIUM or "")
+NO_CHROMIUM = None if CHROMIUM else NO_CHROMIUM_REASON
 
 
 def _image(path: Path) -> np.ndarray:

@@ -58,19 +58,7 @@ FIXTURES = {  # doc_id -> (source, file)
 }
 
 
-def _chromium_or_reason() -> tuple[str | None, str]:
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        return None, "the playwright package is not installed"
-    try:
-        return find_chromium(None), ""
-    except ChromiumNotFoundError as exc:
-        return None, f"no Chromium to render with: {exc}"
-
-
-CHROMIUM, NO_CHROMIUM_REASON = _chromium_or_reason()
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM_REASON)
+from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402,F401
 
 
 # --- find_chromium (no browser needed) ---------------------------------------------------------

@@ -23,10 +23,8 @@ from vldocir.construction.render import (
     DEFAULT_CLUTTER_SELECTORS,
     LAYOUT_FILE,
     PAGE_RULES,
-    ChromiumNotFoundError,
     RenderConfig,
     Renderer,
-    find_chromium,
     load_layout,
     render_batch,
     render_report,
@@ -39,19 +37,7 @@ DOCS = {"pmc-article": "pubmed", "sec-proxy": "sec", "formulas": "generic", "wid
 PAGE_W = 2000
 
 
-def _chromium_or_reason() -> tuple[str | None, str]:
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        return None, "the playwright package is not installed"
-    try:
-        return find_chromium(None), ""
-    except ChromiumNotFoundError as exc:
-        return None, f"no Chromium to render with: {exc}"
-
-
-CHROMIUM, NO_CHROMIUM_REASON = _chromium_or_reason()
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM_REASON)
+from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402,F401
 
 
 # --- helpers -----------------------------------------------------------------------------------
