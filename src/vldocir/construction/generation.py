@@ -349,6 +349,7 @@ def generate_queries(generator: QueryGenerator, configs: pd.DataFrame, documents
     if "text" not in elements.columns:
         elements["text"] = ""
     elements_by_page = {(str(d), int(p)): g for (d, p), g in elements.groupby(["doc_id", "page_index"], sort=False)}
+    elements_by_doc = {str(d): g for d, g in elements.groupby("doc_id", sort=False)}  # resolve per document, not per corpus
     boxes = {(str(d), str(e)): [float(x) for x in b] for d, e, b in zip(elements["doc_id"], elements["element_id"], elements["bbox"])}
     types = {(str(d), str(e)): str(t) for d, e, t in zip(elements["doc_id"], elements["element_id"], elements["element_type"])}
 
@@ -386,13 +387,14 @@ def generate_queries(generator: QueryGenerator, configs: pd.DataFrame, documents
                         "source": item.config["source"], "reason": parsed.reason, "detail": parsed.detail[:300],
                         "attempts": answer.attempts, "cached": answer.cached, "queries": len(parsed.items or [])})
         for n, query in enumerate((parsed.items or [])[:spec.queries_per_config]):
-            candidates.append(_resolve(item, n, query, elements, boxes, types, near_max_gap))
+            candidates.append(_resolve(item, n, query, elements_by_doc, boxes, types, near_max_gap))
     candidates_frame = pd.DataFrame(candidates, columns=["query_id", "config_id", "structure", "question", "answer",
                                                          "evidence", "pages", "boxes", "evidence_types", "discard"])
     kept = candidates_frame[candidates_frame["discard"].isna()]
+    config_by_id = {item.config["config_id"]: item.config for item in inputs}
     queries, qrels = [], []
     for row in kept.itertuples(index=False):
-        config = next(i.config for i in inputs if i.config["config_id"] == row.config_id)
+        config = config_by_id[row.config_id]
         queries.append((row.query_id, row.question, row.answer, row.structure, config["source"],
                         domains[config["doc_ids"][0]], generator.generator.model, row.evidence_types))
         for (doc_id, index), element_ids in row.pages.items():
@@ -429,7 +431,7 @@ def _parse_answer(answer: ChatResult, splitter: str, known: set[str]) -> ParsedO
     return parse_output(answer.content, splitter, known)
 
 
-def _resolve(item: ConfigInput, n: int, query: Mapping[str, Any], elements: pd.DataFrame,
+def _resolve(item: ConfigInput, n: int, query: Mapping[str, Any], elements_by_doc: Mapping[str, pd.DataFrame],
              boxes: Mapping, types: Mapping, near_max_gap: int) -> dict[str, Any]:
     """One parsed query -> its evidence pages (through ``resolve_element_pages``), boxes, types,
     its structure label and, where the deterministic filter drops it, why."""
@@ -439,7 +441,7 @@ def _resolve(item: ConfigInput, n: int, query: Mapping[str, Any], elements: pd.D
         cited.setdefault(doc_id, []).append(element_id)
     pages: dict[tuple[str, int], list[str]] = {}
     for doc_id, element_ids in cited.items():
-        for element_id, index in resolve_element_pages(elements, doc_id, element_ids).items():
+        for element_id, index in resolve_element_pages(elements_by_doc[doc_id], doc_id, element_ids).items():
             pages.setdefault((doc_id, index), []).append(element_id)
     structure = item.config["structure"]
     discard = None
