@@ -216,8 +216,6 @@ def regenerate_queries(source: str | Path, out_dir: str | Path, stage: Generated
     whose queries and qrels are made by ``stage``; returns the loaded new benchmark. Its
     ``benchmark.json`` keeps the source's build record and adds ``built_by.queries`` (the report)
     and ``built_by.queries_over`` (the source's name and fingerprint)."""
-    import shutil
-
     from vldocir.construction.evidence_configs import benchmark_near_max_gap
     from vldocir.data.benchmark import load_benchmark, write_benchmark
 
@@ -234,9 +232,10 @@ def regenerate_queries(source: str | Path, out_dir: str | Path, stage: Generated
     for image in pages["image"]:
         if isinstance(image, Mapping) and image.get("path") and not image.get("bytes"):
             target = out_dir / str(image["path"])
-            if not target.exists():
+            if not target.exists():  # written whole or not at all: a killed copy is not taken for an image
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(bench.root / str(image["path"]), target)
+                with atomic_path(target) as tmp:
+                    tmp.write_bytes((bench.root / str(image["path"])).read_bytes())
     info = {k: v for k, v in bench.info.items() if k not in ("counts", "fingerprint")}
     info["name"] = name or bench.name
     info["built_by"] = {**info.get("built_by", {}), "queries": report,
