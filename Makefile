@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu bench-render mini mini-ship clean cleaning evidence generate
+.PHONY: setup run lint format test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu bench-render mini mini-ship clean cleaning-ablations evidence generate build collect audit
 
 setup:
 	@bash scripts/setup.sh
@@ -11,14 +11,31 @@ setup:
 run: setup  ## evaluate (default: DOM-BM25 on the embedded benchmark); pass Hydra overrides as ARGS="..."
 	$(PYTHON) run.py $(ARGS)
 
+build: setup  ## build a benchmark: generated HTML, or your own documents (ARGS="input=/data/my-docs spec.name=my-bench ...")
+	$(PYTHON) -m vldocir.apps.build $(ARGS)
+
+collect: setup  ## fetch source documents into a document index (ARGS="collect=sec collect.out_dir=/data/raw/sec")
+	$(PYTHON) -m vldocir.apps.collect $(ARGS)
+
+audit: setup  ## the query audit (App. A.7, Table 12): sample a review sheet, or ARGS="do=import sheet=filled.csv"
+	$(PYTHON) -m vldocir.apps.audit $(ARGS)
+
 evidence: setup  ## evidence configurations for VLM query generation on the shipped mini (offline); Hydra overrides as ARGS="..."
-	$(PYTHON) evidence.py $(ARGS)
+	$(PYTHON) -m vldocir.apps.sample_evidence $(ARGS)
 
 generate: setup  ## query generation over the shipped mini (recorded answers replayed offline); Hydra overrides as ARGS="..."
-	$(PYTHON) generate.py $(ARGS)
+	$(PYTHON) -m vldocir.apps.generate_queries $(ARGS)
 
-cleaning: setup  ## query-cleaning ablations (Tables 6-10) on the shipped synthetic set; Hydra overrides as ARGS="..."
-	$(PYTHON) clean.py $(ARGS)
+cleaning-ablations: setup  ## query-cleaning ablations (Tables 6-10) on the shipped synthetic set; Hydra overrides as ARGS="..."
+	$(PYTHON) -m vldocir.apps.cleaning_ablations $(ARGS)
+
+lint: setup  ## ruff lint and format check (CI runs it before the tests; `make format` fixes what it can)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: setup  ## ruff: sort imports, fix what is fixable, format
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
 
 test: setup  ## the full test suite (what CI runs)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -48,15 +65,15 @@ bench-gpu: setup  ## one H200, ~8 min: encode/search/context on full-size random
 	$(PYTHON) perf/bench_gpu.py $(ARGS)
 
 mini: setup  ## rebuild the mini benchmark from its seed (Chromium + Tesseract; queries by the VLM pipeline replaying data/generation/), full-size pages, into data/vl-docir-mini-full
-	$(PYTHON) build.py
+	$(PYTHON) -m vldocir.apps.build
 
 mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-mini (400x800 JPEG pages)
-	$(PYTHON) build.py spec.name=vl-docir-mini images.scale=0.2 images.format=jpeg images.jpeg_quality=65 'out_dir=$${paths.root_dir}/data/vl-docir-mini'
+	$(PYTHON) -m vldocir.apps.build spec.name=vl-docir-mini images.scale=0.2 images.format=jpeg images.jpeg_quality=65 'out_dir=$${paths.root_dir}/data/vl-docir-mini'
 
 clean:  ## remove generated data, caches, logs and results (not the committed ones)
 	rm -rf cache logs results/runs results/cleaning results/audit data/evidence-configs data/vl-docir-mini-full data/vl-docir-mini-generated data/synthetic-*
 
-# Paper tables, figures and the reproduction check: report.py (conf/report.yaml), which reads only the
+# Paper tables, figures and the reproduction check: vldocir.apps.report (conf/report.yaml), which reads only the
 # results store of the paths group, as run.py writes it. Hydra overrides go in ARGS, as for `make run`:
 #   make tables ARGS="paths.results_dir=/scratch/r"    (or: make tables RESULTS_DIR=/scratch/r)
 #   make check ARGS="quiet=true tolerance=0.1"         ('only=[table13_overall]' for some tables only)
@@ -66,7 +83,7 @@ clean:  ## remove generated data, caches, logs and results (not the committed on
 BENCHMARK ?=
 WANDB ?=
 RESULTS_DIR ?=
-REPORT = $(if $(RESULTS_DIR),VLDOCIR_RESULTS_DIR=$(RESULTS_DIR)) $(PYTHON) report.py \
+REPORT = $(if $(RESULTS_DIR),VLDOCIR_RESULTS_DIR=$(RESULTS_DIR)) $(PYTHON) -m vldocir.apps.report \
 	$(if $(BENCHMARK),benchmark=$(BENCHMARK)) $(if $(filter 1 true yes,$(WANDB)),logger=wandb)
 
 .PHONY: tables figures check

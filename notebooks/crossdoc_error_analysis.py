@@ -28,11 +28,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from vldocir.reporting.report import compose_report
+from vldocir.reporting.report_tasks import compose_report
 from vldocir.reporting.store_view import ResultsView
 from vldocir.store import list_runs
 
-OVERRIDES = []  # as for `python report.py`, e.g. ["paths.results_dir=/scratch/r", "benchmark=vl-docir"]
+OVERRIDES = []  # as for `python -m vldocir.apps.report`, e.g. ["paths.results_dir=/scratch/r", "benchmark=vl-docir"]
 cfg = compose_report(OVERRIDES)
 RESULTS = Path(cfg.paths.results_dir)
 index = list_runs(RESULTS)

@@ -18,7 +18,7 @@
 # evidence-complete retrieval (RecallAll@k) fall behind page-level recall (Recall@k)?
 #
 # Reads only the results store (`results/runs/<benchmark>/<retriever>/<setting>/<entry>/metrics.json`),
-# found as `python report.py` finds it: `conf/report.yaml` composed with `OVERRIDES` (the paths
+# found as `python -m vldocir.apps.report` finds it: `conf/report.yaml` composed with `OVERRIDES` (the paths
 # group, so `VLDOCIR_RESULTS_DIR` or `paths.results_dir=...` moves the store; `benchmark=...` picks
 # the benchmark, default: the one with the most runs). Open with Jupyter (jupytext) or run as a script.
 
@@ -29,11 +29,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from vldocir.data.schema import EVIDENCE_STRUCTURES
-from vldocir.reporting.report import compose_report
+from vldocir.reporting.report_tasks import compose_report
 from vldocir.reporting.store_view import ResultsView
 from vldocir.store import list_runs
 
-OVERRIDES = []  # as for `python report.py`, e.g. ["paths.results_dir=/scratch/r", "benchmark=vl-docir"]
+OVERRIDES = []  # as for `python -m vldocir.apps.report`, e.g. ["paths.results_dir=/scratch/r", "benchmark=vl-docir"]
 cfg = compose_report(OVERRIDES)
 RESULTS = Path(cfg.paths.results_dir)
 index = list_runs(RESULTS)

@@ -100,7 +100,7 @@ def _subprocesses_are_slow(request, monkeypatch):
             frame = sys._getframe(1)
             while frame is not None and frame.f_code.co_filename == subprocess.__file__:
                 frame = frame.f_back  # subprocess.run -> Popen
-            if frame is not None and Path(frame.f_code.co_filename).resolve().parent == TESTS_DIR:
+            if frame is not None and Path(frame.f_code.co_filename).resolve().is_relative_to(TESTS_DIR):
                 raise AssertionError(f"{request.node.nodeid} starts a subprocess ({args!r}): mark it @pytest.mark.slow")
             super().__init__(args, *rest, **kwargs)
 

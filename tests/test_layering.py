@@ -35,6 +35,7 @@ LAYERS = (
     ("evaluation",),
     ("pipeline", "store", "config_checks", "launch"),
     ("reporting", "tracking"),
+    ("apps",),
 )
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}
 

@@ -196,7 +196,7 @@ def test_run_py_refuses_before_hydra_writes_anything(isolated_paths, args):
 @pytest.mark.slow
 def test_build_py_refuses_too(isolated_paths):
     value = _secret()
-    done = subprocess.run([sys.executable, "build.py", f"+hf_auth={value}"], cwd=REPO_ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "vldocir.apps.build", f"+hf_auth={value}"], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "'hf_auth'" in done.stderr and value not in done.stderr
     assert list(isolated_paths.iterdir()) == []

@@ -1,4 +1,4 @@
-"""Command-line guards and Hydra hooks for ``run.py`` and ``build.py``.
+"""Command-line guards and Hydra hooks for ``run.py`` and ``vldocir.apps.build``.
 
 Secrets: Hydra writes the command line verbatim (``.hydra/overrides.yaml``, ``multirun.yaml``, the
 job directory name, submitit's pickles) before any of our code runs, so a secret passed as an

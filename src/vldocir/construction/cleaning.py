@@ -27,7 +27,7 @@ Positive means removed. Confusion counts use the CSV's column names: ``actual_re
 ``actual_kept_pred_kept`` (TN). False omission rate = FN / (FN + TN): the share of the kept queries
 that should have been removed. Retention = (FN + TN) / total.
 
-``clean.py`` (``conf/clean.yaml``) runs :func:`run_cleaning`; it writes
+``vldocir.apps.cleaning_ablations`` (``conf/cleaning_ablations.yaml``) runs :func:`run_cleaning`; it writes
 ``<results_dir>/cleaning/<method>.json``, which ``make tables`` shows beside the paper's numbers.
 """
 
@@ -425,7 +425,7 @@ def format_summary(results: dict[str, dict[str, Any]]) -> str:
 
 
 def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
-    """Run the methods of ``cfg`` (the ``cleaning`` node of ``conf/clean.yaml``) on the labelled set
+    """Run the methods of ``cfg`` (the ``cleaning`` node of ``conf/cleaning_ablations.yaml``) on the labelled set
     and write ``<cfg.out_dir>/<method>.json`` for each; returns ``method -> record``."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf

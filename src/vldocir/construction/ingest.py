@@ -1,4 +1,4 @@
-"""Build a benchmark from your own HTML documents (``python build.py input=<folder or index file>``).
+"""Build a benchmark from your own HTML documents (``python -m vldocir.apps.build input=<folder or index file>``).
 
 The input is a **document index**: a ``.jsonl``, ``.csv`` or ``.parquet`` file (or a folder holding
 ``index.jsonl``, ``index.csv`` or ``index.parquet``, as the collectors write it) with one row per
@@ -33,9 +33,9 @@ from pathlib import Path
 from vldocir.cache import content_key
 from vldocir.construction.collect.index import IndexFileError, read_index
 from vldocir.construction.ocr import OcrConfig, ocr_pages
-from vldocir.construction.queries import NEAR_MAX_GAP
+from vldocir.construction.grounding import NEAR_MAX_GAP
 from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, render_batch
-from vldocir.construction.rendered import (
+from vldocir.construction.build_generated import (
     RENDER_KEY_EXCLUDED, DocumentRecord, ShippedImages, assemble_rendered,
 )
 from vldocir.data.benchmark import Benchmark, write_benchmark
@@ -104,7 +104,7 @@ def build_from_html(input_path: str | Path, out_dir: str | Path, cache_dir: str 
                     render: RenderConfig | None = None, images: ShippedImages | None = None,
                     ocr: OcrConfig | None = None, near_max_gap: int = NEAR_MAX_GAP) -> Benchmark:
     """Build the benchmark ``name`` from the documents of ``input_path`` into ``out_dir`` (module
-    doc). ``queries``: the query stage (:class:`~vldocir.construction.generated_queries.GeneratedQueries`);
+    doc). ``queries``: the query stage (:class:`~vldocir.construction.query_stage.GeneratedQueries`);
     there are no planted facts, so template queries cannot be made here."""
     if queries is None:
         raise ConfigError("queries=templates needs the facts the HTML generator plants; documents from input= "
@@ -147,7 +147,7 @@ def build_from_html(input_path: str | Path, out_dir: str | Path, cache_dir: str 
             "render_report": rendering,
             "near_max_gap": near_max_gap,
             "queries": query_report,
-            "rebuild": f"python build.py input={index}",
+            "rebuild": f"python -m vldocir.apps.build input={index}",
         },
     }
     return write_benchmark(out_dir, tables, info)

@@ -22,7 +22,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from vldocir.data.benchmark import Benchmark, write_benchmark
-from vldocir.construction.queries import NEAR_MAX_GAP, DocumentInfo, PlacedFact, page_id, sample_queries
+from vldocir.construction.grounding import NEAR_MAX_GAP, page_id
+from vldocir.construction.template_queries import DocumentInfo, PlacedFact, sample_queries
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,8 @@
 - ``paper``: the published numbers (``results/paper/``) and the row -> run manifest
   (``experiments/paper.yaml``).
 - ``store_view``: read-only access to the store's runs, aggregated with the harness's own code.
-- ``report``: ``python report.py`` (``make tables``, ``make figures``, ``make check``): one function,
-  :func:`~vldocir.reporting.report.run`, over ``conf/report.yaml``; the Hydra callback for the end of a sweep.
+- ``report``: ``python -m vldocir.apps.report`` (``make tables``, ``make figures``, ``make check``): one function,
+  :func:`~vldocir.reporting.report_tasks.run`, over ``conf/report.yaml``; the Hydra callback for the end of a sweep.
 - ``outputs``: what the steps share (``ReportTable``, generated folders).
 - ``tables`` / ``formats`` / ``check``: the tables (Markdown, LaTeX) and the reproduction check.
 - ``other_runs``: the store's runs that no paper row uses (your own system, variants), listed by ``make tables``.

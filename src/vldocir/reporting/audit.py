@@ -10,7 +10,7 @@
 4. :func:`census` checks every cited element: spanning rendered pages, a box outside its page, and
    the stored evidence page differing from the page its elements lie on.
 
-``audit.py`` (conf/audit.yaml) is the command; the report is ``report.json`` + ``report.md``.
+``vldocir.apps.audit`` (conf/audit.yaml) is the command; the report is ``report.json`` + ``report.md``.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def read_sheet(path: str | Path, sample: Mapping) -> pd.DataFrame:
     """
     path = Path(path)
     if not path.is_file():
-        raise AuditSheetError(f"{path}: no such file (export the sheet first: python audit.py)")
+        raise AuditSheetError(f"{path}: no such file (export the sheet first: python -m vldocir.apps.audit)")
     sheet = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     missing = [c for c in ("query_id", "verdict") if c not in sheet.columns]
     if missing:
@@ -418,7 +418,7 @@ def import_review(bench: Benchmark, out_dir: str | Path, sheet_path: str | Path,
     out_dir = Path(out_dir)
     sample_path = out_dir / SAMPLE_FILE
     if not sample_path.is_file():
-        raise AuditSheetError(f"{sample_path} not found: export the sample first (python audit.py)")
+        raise AuditSheetError(f"{sample_path} not found: export the sample first (python -m vldocir.apps.audit)")
     sample = json.loads(sample_path.read_text())
     if sample["fingerprint"] != bench.fingerprint:
         raise AuditSheetError(f"{sample_path} was drawn from {sample['benchmark']} with fingerprint {sample['fingerprint']}, "

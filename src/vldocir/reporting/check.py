@@ -9,7 +9,7 @@ then the commands that would make the missing runs, and a summary. The exit stat
 cell differs by more than its tolerance (``experiments/paper.yaml``: ``tolerance``, per table or
 overall; ``tolerance=`` overrides), 0 otherwise; missing runs alone do not fail the check.
 
-    python report.py do=[check] [benchmark=NAME] [tolerance=0.05] [quiet=true]    # make check
+    python -m vldocir.apps.report do=[check] [benchmark=NAME] [tolerance=0.05] [quiet=true]    # make check
 """
 
 from __future__ import annotations

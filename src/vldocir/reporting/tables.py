@@ -6,7 +6,7 @@ row's run exists in the store (``None`` otherwise: missing, never zero) and the 
 mark the best / second / third values as the paper does. A table's ``layout`` names the function
 below that reads its cells; the CSV fixes its rows and columns.
 
-Rendered by ``python report.py`` (``make tables``, :func:`vldocir.reporting.report.run`).
+Rendered by ``python -m vldocir.apps.report`` (``make tables``, :func:`vldocir.reporting.report_tasks.run`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The paper tables and figures in Weights & Biases.
 
-``python report.py logger=wandb`` (``make tables WANDB=1``) logs, in one W&B run of job type
+``python -m vldocir.apps.report logger=wandb`` (``make tables WANDB=1``) logs, in one W&B run of job type
 ``report``: every table as a ``wandb.Table`` (one row per cell: published, reproduced, difference,
 OK / DIFF / MISSING), every figure as a ``wandb.Image``, the check's counts as the summary, and the
 rendered files (Markdown, LaTeX, PDF, PNG) as an artifact. Project, entity, mode and directory are
 the ``logger=wandb`` group's (``conf/logger/wandb.yaml``), as for runs; the API key comes only from
-the environment (README, Tracking). When a sweep ends: :class:`vldocir.reporting.report.TablesOnSweepEnd`.
+the environment (README, Tracking). When a sweep ends: :class:`vldocir.reporting.report_tasks.TablesOnSweepEnd`.
 """
 
 from __future__ import annotations

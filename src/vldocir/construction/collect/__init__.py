@@ -1,6 +1,6 @@
 """The document collectors of App. A.1: Wikipedia, arXiv, PubMed Central (open access) and SEC EDGAR,
 each a resumable, rate-limited client writing ``<out_dir>/index.jsonl`` and
-``<out_dir>/<doc_id>/index.html`` with its local assets (``collect.py``, conf/collect.yaml).
+``<out_dir>/<doc_id>/index.html`` with its local assets (``vldocir.apps.collect``, conf/collect.yaml).
 
 ``http`` is the polite client all four share (rate limit, retries, stored responses), ``index`` the
 document index, ``assets`` the localization of a page's images and stylesheets, ``collector`` the

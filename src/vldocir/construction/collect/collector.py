@@ -291,7 +291,7 @@ class DomainRules:
 
 
 def collect_from_config(node) -> Summary:
-    """What ``collect.py`` runs: :func:`collect` with the objects of a composed ``collect`` node
+    """What ``vldocir.apps.collect`` runs: :func:`collect` with the objects of a composed ``collect`` node
     (conf/collect.yaml + conf/collect/<source>.yaml). A parameter check that fails while Hydra
     instantiates is raised as the :class:`ConfigError` itself (one line naming the key)."""
     from hydra.errors import InstantiationException

@@ -68,7 +68,7 @@ class IndexRow:
     def from_dict(cls, data: dict[str, Any]) -> "IndexRow":
         """A row from a mapping: ``doc_id``, ``source`` and ``path`` are required; ``domain``
         defaults to the source, ``title`` to the doc id, ``url`` and ``license`` to empty (an index
-        written by hand for ``build.py input=...`` may leave them out)."""
+        written by hand for ``vldocir.apps.build input=...`` may leave them out)."""
         missing = [c for c in REQUIRED_COLUMNS if _blank(data.get(c))]
         if missing:
             raise ValueError(f"missing column(s) or value(s): {', '.join(missing)}")
@@ -93,7 +93,7 @@ class DocumentIndex:
 
     Opening it reads the rows written so far. With ``repair`` (a collector about to append), a last
     line cut short by a crash (not JSON, no newline) is removed with a warning; without it (reading
-    an index, e.g. for ``build.py input=...``) the file is never changed and such a line is an error.
+    an index, e.g. for ``vldocir.apps.build input=...``) the file is never changed and such a line is an error.
     A last line that parses is kept, newline or not.
     """
 

@@ -39,7 +39,7 @@ from vldocir.construction.render.layout import (
     extract_elements,
     place_elements,
 )
-from vldocir.construction.render.report import fidelity_warnings
+from vldocir.construction.render.records import fidelity_warnings
 from vldocir.io import atomic_write_json
 
 log = logging.getLogger(__name__)
