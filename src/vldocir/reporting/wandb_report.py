@@ -5,7 +5,7 @@
 OK / DIFF / MISSING), every figure as a ``wandb.Image``, the check's counts as the summary, and the
 rendered files (Markdown, LaTeX, PDF, PNG) as an artifact. Project, entity, mode and directory are
 the ``logger=wandb`` group's (``conf/logger/wandb.yaml``), as for runs; the API key comes only from
-the environment (README, Tracking). When a sweep ends: :class:`vldocir.reporting.report_tasks.TablesOnSweepEnd`.
+the environment (docs/evaluation.md, Secrets). When a sweep ends: :class:`vldocir.reporting.report_tasks.TablesOnSweepEnd`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from vldocir.errors import MissingDependencyError
 from vldocir.manifest import redact_overrides
 from vldocir.reporting.check import check_table
 from vldocir.reporting.outputs import ReportTable
@@ -45,7 +46,7 @@ def log_report(tables: dict[str, ReportTable], figures: dict[str, Path], logger:
     try:
         import wandb
     except ImportError as error:
-        raise ImportError("logger=wandb needs the wandb package: uv sync (or pip install wandb)") from error
+        raise MissingDependencyError("logger=wandb needs the wandb package: uv sync (or pip install wandb)") from error
     if logger.dir:
         os.makedirs(logger.dir, exist_ok=True)
     argv = sys.argv  # wandb records the command line: hide secret-looking overrides from it (as WandbTracker.start)
