@@ -8,6 +8,7 @@ with the undamaged one.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -70,10 +71,7 @@ def damaged(reference, tmp_path):
     """A copy of the reference cache (mtimes kept) and its store."""
     cache_dir = tmp_path / "cache"
     shutil.copytree(reference["cache"], cache_dir)
-    meta = (reference["cache"] / reference["store"] / "store.json").read_text()
-    import json
-
-    spec = json.loads(meta)
+    spec = json.loads((reference["cache"] / reference["store"] / "store.json").read_text())
     store = PageEmbeddingStore(cache_dir / reference["store"], spec["n_pages"], spec["shard_size"], spec["dtype"])
     return cache_dir, store
 
@@ -113,10 +111,20 @@ def flip_bytes(path: Path) -> None:
     assert np.isfinite(np.load(path)).all()
 
 
+def drop_facts(path: Path, *keys: str) -> None:
+    """shard.json without some of its integrity facts (``files.<name>`` drops one file's record)."""
+    meta = json.loads(path.read_text())
+    for key in keys:
+        head, _, name = key.partition(".")
+        meta[head].pop(name) if name else meta.pop(head)
+    path.write_text(json.dumps(meta))
+
+
 CHEAP = {  # found by the checks every open makes: repaired in the same run
     "truncated vectors.npy": ("vectors.npy", truncate),
     "truncated offsets.npy": ("offsets.npy", truncate),
     "missing shard.json": ("shard.json", lambda p: p.unlink()),
+    "shard.json without checksums": ("shard.json", lambda p: drop_facts(p, "files", "finite")),
     "vectors.npy of the wrong shape": ("vectors.npy", lambda p: np.save(p, np.zeros((3, 384), np.float16))),
 }
 LATE = {  # same size, same header: found by the checksum (or the finite check) as the search streams
@@ -270,22 +278,20 @@ def test_values_that_overflow_float16_fail_at_write_time_naming_the_item(tmp_pat
     assert not (tmp_path / "vectors.npy").exists()
 
 
-def test_shards_written_before_checksums_still_get_structural_and_nan_checks(damaged):
-    """Stores encoded by earlier versions have no integrity facts: what can be checked still is."""
+@pytest.mark.parametrize("missing, says", [
+    (("files",), "lacks dtype / n_items / n_tokens / dim / files"),
+    (("dim",), "lacks dtype / n_items / n_tokens / dim / files"),
+    (("finite",), "does not record that every value was checked finite"),
+    (("files.vectors.npy",), "records no byte size and sha256 of vectors.npy"),
+    (("files.offsets.npy",), "records no byte size and sha256 of offsets.npy"),
+])
+def test_a_shard_without_its_integrity_facts_is_damaged(missing, says, damaged):
+    """Nothing vouches for its bytes, so it is dropped and encoded again like any damaged shard."""
     _, store = damaged
-    import json
-
-    for shard in range(store.n_shards):
-        meta_file = store.shard_dir(shard) / "shard.json"
-        meta = json.loads(meta_file.read_text())
-        for key in ("files", "finite", "dim"):
-            meta.pop(key)
-        meta_file.write_text(json.dumps(meta))
-    assert store.verify(full=True) == {}
-    fill_nan(store.shard_dir(BAD) / "vectors.npy")
-    truncate(store.shard_dir(4) / "vectors.npy", keep=0.9)
-    assert sorted(store.verify(full=False)) == [4]
-    assert "holds NaN or Inf" in store.verify(full=True)[BAD]
+    meta_file = store.shard_dir(BAD) / "shard.json"
+    drop_facts(meta_file, *missing)
+    assert store.verify(full=False) == {BAD: f"{meta_file}: {says}"}
+    assert store.repair() == {BAD: f"{meta_file}: {says}"} and not store.shard_dir(BAD).exists()
 
 
 # -- staging debris ------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ retries, the response cache, the concurrency bound and the key's whereabouts."""
 from __future__ import annotations
 
 import base64
+import email.utils
 import json
 import pickle
 import time
@@ -94,6 +95,17 @@ def test_429_is_retried_after_the_servers_delay():
         result = llm.complete(ask("hi"))
     assert result.ok and result.attempts == 2
     assert time.monotonic() - start >= 0.3
+
+
+def test_429_with_an_http_date_is_retried_at_that_date_capped_at_backoff_max_s():
+    """Retry-After may be an HTTP date (RFC 9110); whole seconds, so two ahead is one to two away."""
+    when = email.utils.formatdate(time.time() + 2, usegmt=True)
+    with ChatServer([Reply(status=429, headers={"Retry-After": when}), Reply("ok")]) as server:
+        llm = client(server.url, backoff_max_s=0.8)
+        start = time.monotonic()
+        result = llm.complete(ask("hi"))
+    assert result.ok and result.attempts == 2 and llm.usage()["retries"] == 1
+    assert 0.8 <= time.monotonic() - start < 1.8  # the date (not the 10 ms backoff), cut to backoff_max_s
 
 
 def test_4xx_is_not_retried():

@@ -187,11 +187,27 @@ def test_a_benchmark_with_the_same_name_and_other_content_gets_its_own_entry(iso
     assert len(index) == 2 and index.fingerprint.nunique() == 2 and set(index.benchmark) == {"same-name"}
 
 
+def test_an_entry_that_records_no_benchmark_root_is_not_verified(isolated_paths, small_bench_dir, caplog):
+    """The reports find a run's benchmark by its manifest's benchmark.root; an entry without it is
+    not one of this store's, so reports leave it out and no job reuses its run."""
+    results = isolated_paths / "results"
+    first = evaluate(*_bench(small_bench_dir))
+    manifest_file = first.entry / store.MANIFEST_FILE
+    manifest = json.loads(manifest_file.read_text())
+    del manifest["benchmark"]["root"]
+    manifest_file.write_text(json.dumps(manifest))
+    assert store.Entry(first.entry).problems() == ["manifest.json records no benchmark.root"]
+    with caplog.at_level("WARNING"):
+        assert store.list_runs(results).empty
+    assert f"skipping {first.entry}: manifest.json records no benchmark.root" in caplog.text
+    assert store.find_run(first.entry.parent, first.manifest["run"]["key"]) is None
+
+
 def test_hand_placed_files_are_never_touched(isolated_paths, small_bench_dir, caplog):
     results = isolated_paths / "results"
     setting_dir = results / "runs" / "test-small" / "dom_bm25" / "base"
     setting_dir.mkdir(parents=True)
-    (setting_dir / "run.parquet").write_bytes(b"placed by hand")  # the old one-directory layout
+    (setting_dir / "run.parquet").write_bytes(b"placed by hand")  # outside any entry
     evaluate(*_bench(small_bench_dir))
     (entry,) = _entries(results)
     other = entry.with_name(entry.name.replace("k3-5-10", "k1-20"))  # made by hand where the next entry goes

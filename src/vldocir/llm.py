@@ -10,8 +10,9 @@ Built by Hydra (``_target_: vldocir.llm.ChatClient``). What it guarantees:
   key gets the placeholder ``EMPTY`` (what vLLM expects).
 - **Retries.** The ``openai`` client's own retries are off (``max_retries=0``); this module retries
   timeouts, connection errors, HTTP 429 and 5xx up to ``max_retries`` times with exponential
-  backoff and jitter (a ``Retry-After`` header is honoured up to ``backoff_max_s``). Other 4xx
-  answers are not retried: the same request would fail again.
+  backoff and jitter (:mod:`vldocir.retry`; a ``Retry-After`` header, seconds or an HTTP date, is
+  honoured up to ``backoff_max_s``). Other 4xx answers are not retried: the same request would
+  fail again.
 - **No raise per item.** :meth:`ChatClient.complete_many` returns one :class:`ChatResult` per
   request; a request that failed has ``error`` set. Only a misconfigured client raises.
 - **Cache.** A successful response is stored under ``cache_dir/<k[:2]>/<k>.json``, ``k`` the
@@ -30,9 +31,7 @@ import hashlib
 import json
 import logging
 import os
-import random
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from typing import Any
 
 from vldocir.errors import ConfigError
 from vldocir.io import atomic_write_json
+from vldocir.retry import Retryable, RetryPolicy, call_with_retries, parse_retry_after
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would drown the progress bars
@@ -99,12 +99,6 @@ class ChatResult:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-class _Retryable(Exception):
-    def __init__(self, kind: str, detail: str, retry_after: float | None = None):
-        super().__init__(detail)
-        self.kind, self.detail, self.retry_after = kind, detail, retry_after
 
 
 class ChatClient:
@@ -274,7 +268,7 @@ class ChatClient:
         return text.replace(key, "<redacted>") if key and len(key) >= 4 else text
 
     def _request(self, messages: Sequence[Mapping[str, Any]]) -> ChatResult:
-        """One HTTP request; raises :class:`_Retryable` for what a retry may fix."""
+        """One HTTP request; raises :class:`~vldocir.retry.Retryable` for what a retry may fix."""
         import openai
 
         try:
@@ -283,13 +277,13 @@ class ChatClient:
                     model=self.model, messages=list(messages), temperature=self.temperature,
                     max_tokens=self.max_tokens, **self.params)
         except openai.APITimeoutError as error:
-            raise _Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
+            raise Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
         except openai.APIConnectionError as error:
-            raise _Retryable("connection", self._scrub(str(error.__cause__ or error))) from error
+            raise Retryable("connection", self._scrub(str(error.__cause__ or error))) from error
         except openai.APIStatusError as error:
             kind, detail = f"http_{error.status_code}", self._scrub(str(error))[:500]
             if error.status_code == 429 or error.status_code >= 500:
-                raise _Retryable(kind, detail, _retry_after(error)) from error
+                raise Retryable(kind, detail, _retry_after(error)) from error
             return ChatResult(error=f"{kind}: {detail}", error_kind=kind)
         try:
             choice = response.choices[0]
@@ -304,28 +298,28 @@ class ChatClient:
             return ChatResult(error=f"bad_response: {error}", error_kind="bad_response")
 
     def _complete(self, messages: Sequence[Mapping[str, Any]], key: str) -> ChatResult:
-        attempt = 0
-        while True:
-            attempt += 1
+        attempts = 0
+
+        def attempt() -> ChatResult:
+            nonlocal attempts
+            attempts += 1
             self._count(requests=1)
-            try:
-                result = self._request(messages)
-            except _Retryable as error:
-                if attempt > self.max_retries:
-                    result = ChatResult(error=f"{error.kind}: {error.detail} (after {attempt} attempts)", error_kind=error.kind)
-                else:
-                    delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-                    if error.retry_after is not None:
-                        delay = max(delay, min(self.backoff_max_s, error.retry_after))
-                    log.info("LLM request failed (%s); retry %d/%d in %.2f s", error.kind, attempt, self.max_retries, delay)
-                    self._count(retries=1)
-                    time.sleep(delay)
-                    continue
-            except Exception as error:  # noqa: BLE001 - one bad request must not end a batch
-                result = ChatResult(error=f"bad_response: {type(error).__name__}: {self._scrub(str(error))[:500]}",
-                                    error_kind="bad_response")
-            result.attempts = attempt
-            break
+            return self._request(messages)
+
+        def on_retry(error: Retryable, retry: int, delay: float) -> None:
+            log.info("LLM request failed (%s); retry %d/%d in %.2f s", error.kind, retry, self.max_retries, delay)
+            self._count(retries=1)
+
+        policy = RetryPolicy(self.max_retries, self.backoff_s, self.backoff_max_s, retry_after_max_s=self.backoff_max_s)
+        try:
+            result = call_with_retries(attempt, policy, on_retry)
+        except Retryable as error:
+            result = ChatResult(error=f"{error.kind}: {error.detail} (after {error.attempts} attempts)",
+                                error_kind=error.kind)
+        except Exception as error:  # noqa: BLE001 - one bad request must not end a batch
+            result = ChatResult(error=f"bad_response: {type(error).__name__}: {self._scrub(str(error))[:500]}",
+                                error_kind="bad_response")
+        result.attempts = attempts
         if result.ok:
             self._count(called=1, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
             self._store(key, messages, result)
@@ -376,11 +370,9 @@ def _plain(value: Any) -> Any:
 
 
 def _retry_after(error: Any) -> float | None:
-    try:
-        value = error.response.headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (AttributeError, TypeError, ValueError):
-        return None
+    """The seconds an error response's ``Retry-After`` asks for, if it has one."""
+    headers = getattr(getattr(error, "response", None), "headers", None)
+    return parse_retry_after(headers.get("retry-after")) if headers is not None else None
 
 
 def _progress_bar(progress: bool | str, total: int, model: str) -> Callable[..., None]:

@@ -6,8 +6,9 @@ Layout::
         run.parquet        the top-`depth` pages per query (the expensive part)
         per_query.parquet  every metric at every k for every query, with the query's attributes
         metrics.json       aggregates and breakdowns (vldocir.evaluation.aggregate.summarise)
-        manifest.json      how it was made, plus `store`: the run key, the evaluation key and the
-                           size and SHA-256 of each of the three files above
+        manifest.json      how it was made (``benchmark.root``: where the benchmark was opened), plus
+                           `store`: the run key, the evaluation key and the size and SHA-256 of
+                           each of the three files above
 
 An entry's name reads ``depth<D>_k<k1-k2-...>_<run key>``: one entry per run (benchmark
 fingerprint, retriever parameters, setting parameters, depth) and evaluation (ks). Variants never
@@ -48,6 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vldocir.cache import remove_stale_staging, staging_path
+from vldocir.errors import VldocirError
 from vldocir.io import file_digest
 from vldocir.data.runs import read_run, write_run
 
@@ -63,7 +65,7 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 INDEX_COLUMNS = ["benchmark", "retriever", "setting", "depth", "ks", "run_key", "fingerprint", "created_at", "path"]
 
 
-class StoreError(RuntimeError):
+class StoreError(VldocirError, RuntimeError):
     """The store refuses an operation (unsafe name, a path outside the store, a failed write)."""
 
 
@@ -124,6 +126,8 @@ class Entry:
         if record.get("format") != STORE_FORMAT or not isinstance(record.get("files"), dict):
             return [f"{MANIFEST_FILE} vouches for no files (not an entry of this store format)"]
         found = []
+        if not (self.manifest.get("benchmark") or {}).get("root"):
+            found.append(f"{MANIFEST_FILE} records no benchmark.root")
         for name in VOUCHED_FILES:
             vouched, path = record["files"].get(name), self.path / name
             if vouched is None:
@@ -364,15 +368,15 @@ def select(index: pd.DataFrame, *, ks: Sequence[int] = (), depth: int | None = N
 
 
 def unverified(results_dir: str | Path) -> list[tuple[Path, list[str]]]:
-    """Directories under ``runs/`` that hold result files but are not verified entries (hand-placed
-    files, entries of the earlier one-directory-per-setting layout, damaged entries)."""
+    """Directories under ``runs/`` that hold result files but are not verified entries (files placed
+    by hand in a setting directory or in an entry, damaged entries)."""
     found = []
     runs = Path(results_dir, "runs")
     for path in sorted({p.parent for pattern in ("*/*/*/*", "*/*/*/*/*") for p in runs.glob(pattern) if p.is_file()}):
         if any(part.startswith(".") for part in path.relative_to(runs).parts):
             continue
         depth = len(path.relative_to(runs).parts)
-        problems = Entry(path).problems(full=True) if depth == 4 else ["files outside an entry (the pre-entry layout or placed by hand)"]
+        problems = Entry(path).problems(full=True) if depth == 4 else ["files outside an entry"]
         if problems:
             found.append((path, problems))
     return found

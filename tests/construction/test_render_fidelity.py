@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vldocir.cache import CorruptArtifactError
 from vldocir.construction.render import (
     CLUTTER_RULES,
     DEFAULT_CLUTTER_SELECTORS,
     LAYOUT_FILE,
+    LAYOUT_VERSION,
     PAGE_RULES,
     RenderConfig,
     Renderer,
@@ -128,14 +130,41 @@ def test_every_rule_names_the_page_feature_it_targets():
         RenderConfig(fit_min_text_scale=0)
 
 
-def test_layout_version_2_is_still_read(tmp_path):
-    layout = {"version": 2, "doc_id": "d", "source": "generic", "html_path": "x.html", "page_width": 2000,
+def _layout_of_version(directory: Path, version: int) -> Path:
+    layout = {"version": version, "doc_id": "d", "source": "generic", "html_path": "x.html", "page_width": 2000,
               "page_height": 4000, "device_scale_factor": 2.0, "document_height": 10, "background": [255, 255, 255],
               "n_pages": 0, "pages": [], "elements": [], "warnings": [], "timings": {}, "blocked_requests": []}
-    (tmp_path / LAYOUT_FILE).write_text(json.dumps(layout))
-    doc = load_layout(tmp_path)
-    assert doc.cleanup == [] and doc.overflow == [] and doc.images == {} and doc.fit == {}
-    assert render_report([tmp_path])["documents"] == 1
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / LAYOUT_FILE).write_text(json.dumps(layout))
+    return directory / LAYOUT_FILE
+
+
+def test_a_layout_of_another_version_is_an_error_naming_the_file(tmp_path):
+    path = _layout_of_version(tmp_path / "old", 2)
+    for read in (load_layout, lambda d: render_report([d])):
+        with pytest.raises(CorruptArtifactError, match="layout version 2; this code reads version 3") as error:
+            read(tmp_path / "old")
+        assert error.value.path == path and "\n" not in str(error.value)
+    damaged = _layout_of_version(tmp_path / "damaged", LAYOUT_VERSION)
+    damaged.write_text(damaged.read_text().replace('"warnings": [], ', ""))
+    with pytest.raises(CorruptArtifactError, match="is unreadable \\(KeyError: 'warnings'\\)"):
+        load_layout(tmp_path / "damaged")
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_batch_renders_a_layout_of_another_version_again(tmp_path):
+    html = Path(__file__).resolve().parents[1] / "fixtures" / "render" / "malformed.html"
+    out = tmp_path / "out"
+    docs = [("a", "generic", html), ("b", "generic", html)]
+    cfg = RenderConfig(workers=1)
+    assert render_batch(docs, out, cfg, progress=False).rendered == ["a", "b"]
+    stale = json.loads((out / "a" / LAYOUT_FILE).read_text())
+    (out / "a" / LAYOUT_FILE).write_text(json.dumps({**stale, "version": LAYOUT_VERSION - 1}))
+    again = render_batch(docs, out, cfg, progress=False)
+    assert again.rendered == ["a"] and again.skipped == ["b"], again.errors
+    assert load_layout(out / "a").pages
+    assert json.loads((out / "a" / LAYOUT_FILE).read_text())["version"] == LAYOUT_VERSION
 
 
 # --- rendering the fixtures --------------------------------------------------------------------

@@ -9,6 +9,7 @@ Each test copies the small synthetic benchmark, stores every page image as a sma
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -219,32 +220,50 @@ def test_progress_bar_when_hashing_many_images(image_bench, monkeypatch, capsys)
     assert "fingerprint: hashing page images" in capsys.readouterr().err
 
 
-def _fingerprint_before_image_hashing(root: Path) -> str:
-    """The algorithm of earlier versions: the tables, plus each image file's size."""
-    digest = hashlib.blake2b(digest_size=16)
+def _fingerprint_by_definition(root: Path) -> str:
+    """The fingerprint as defined, computed here from the files: blake2b-128 over each table (rows
+    by key, columns by name, as one Arrow IPC stream, after its name); with page image files, the
+    blake2b-128 of that digest and of each file's blake2b-128, in page order."""
+    tables = hashlib.blake2b(digest_size=16)
+    files: list[str] = []
     for name, spec in TABLES.items():
         table = fingerprint.read_table(root / f"{name}.parquet").sort_by([(k, "ascending") for k in spec.key])
         if name == "pages":
-            paths = table.column("image").combine_chunks().field("path").to_pylist()
-            sizes = [(root / p).stat().st_size if p else -1 for p in paths]
-            table = table.append_column("image_file_size", pa.array(sizes, pa.int64()))
+            files = [image["path"] for image in table.column("image").to_pylist()
+                     if image and image["path"] and not image["bytes"]]
         table = table.select(sorted(table.column_names)).combine_chunks()
-        digest.update(name.encode())
+        tables.update(name.encode())
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table, max_chunksize=1 << 20)
-        digest.update(sink.getvalue())
-    return digest.hexdigest()
+        tables.update(sink.getvalue())
+    if not files:
+        return tables.hexdigest()
+    images = b"".join(hashlib.blake2b((root / path).read_bytes(), digest_size=16).digest() for path in files)
+    return hashlib.blake2b(b"tables" + tables.digest() + b"images" + images, digest_size=16).hexdigest()
 
 
-def test_benchmarks_without_image_files_keep_their_fingerprint(small_bench_dir, subset_dir, cache_dir):
-    """Text-only and inline-image benchmarks: nothing new to hash, so caches keyed by their
-    fingerprint stay valid across the change."""
+def test_benchmarks_without_image_files_are_fingerprinted_by_their_tables(small_bench_dir, subset_dir, cache_dir):
+    """Text-only and inline-image benchmarks: the fingerprint is the tables' digest, memo or not."""
     for root in (small_bench_dir, subset_dir):
-        assert compute_fingerprint(root) == _fingerprint_before_image_hashing(root)
-        assert compute_fingerprint(root) == _fingerprint_before_image_hashing(root)  # from the memo
+        assert compute_fingerprint(root) == _fingerprint_by_definition(root)
+        assert compute_fingerprint(root) == _fingerprint_by_definition(root)  # from the memo
 
 
-def test_benchmark_with_image_files_changes_fingerprint_once(image_bench):
-    """Their fingerprint now covers the bytes, so it differs from the size-only one."""
-    assert compute_fingerprint(image_bench) != _fingerprint_before_image_hashing(image_bench)
+def test_benchmark_with_image_files_is_fingerprinted_by_tables_and_bytes(image_bench, hashed):
+    expected = _fingerprint_by_definition(image_bench)
+    assert compute_fingerprint(image_bench) == expected and hashed
+    hashed.clear()
+    assert compute_fingerprint(image_bench) == expected and hashed == []  # from the memo
+
+
+def test_memo_of_another_version_is_rebuilt(image_bench, cache_dir, hashed, caplog):
+    first = compute_fingerprint(image_bench)
+    (path,) = (cache_dir / "fingerprints").iterdir()
+    table = pq.read_table(path)
+    header = json.loads(table.schema.metadata[b"vldocir.fingerprint"])
+    pq.write_table(table.replace_schema_metadata({"vldocir.fingerprint": json.dumps({**header, "version": 1})}), path)
+    hashed.clear()
+    with caplog.at_level(logging.WARNING, logger="vldocir.data.fingerprint"):
+        assert compute_fingerprint(image_bench) == first
+    assert len(hashed) == pq.read_metadata(image_bench / "pages.parquet").num_rows and not caplog.text

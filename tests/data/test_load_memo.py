@@ -9,6 +9,7 @@ document, and dates every file and folder an hour back (recent files are never m
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -169,6 +170,21 @@ def test_memo_vouching_for_other_files_is_not_trusted(bench_dir, cache_dir, work
     memo.save(path, real_root)
     assert load_benchmark(bench_dir).load_timings["validate_from_memo"] is False
     assert work["validations"] == 1
+
+
+def test_memo_without_its_validation_record_validates_again(bench_dir, cache_dir, work, caplog):
+    """A memo whose header lacks ``validated`` (not even null) is unreadable: rebuilt, never trusted."""
+    first, _ = load_twice(bench_dir, work)
+    (path,) = (cache_dir / "fingerprints").iterdir()
+    table = pq.read_table(path)
+    header = json.loads(table.schema.metadata[b"vldocir.fingerprint"])
+    del header["validated"]
+    pq.write_table(table.replace_schema_metadata({"vldocir.fingerprint": json.dumps(header)}), path)
+    again = load_benchmark(bench_dir)
+    assert again.load_timings["validate_from_memo"] is False and work["validations"] == 1
+    assert "unreadable (KeyError: 'validated')" in caplog.text and again.fingerprint == first.fingerprint
+    work["validations"] = 0
+    assert load_benchmark(bench_dir).load_timings["validate_from_memo"] is True and work["validations"] == 0
 
 
 def test_invalid_benchmark_is_never_memoized(bench_dir, cache_dir, work):

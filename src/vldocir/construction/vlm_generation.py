@@ -1,32 +1,40 @@
 """Two-step VLM query generation over evidence configurations (paper §3.3, App. A.4).
 
-For each evidence configuration (:mod:`vldocir.construction.evidence_configs`):
+For each evidence configuration (:mod:`vldocir.construction.evidence_configs`), :func:`generate_queries`
+runs:
 
 1. **Page description.** A VLM describes the visual elements of each page image of the
-   configuration (prompt ``prompts/generation/describe.md``); a page shared by several
-   configurations is described once.
+   configurations (prompt ``prompts/generation/describe.md``); a page shared by several
+   configurations is described once, and a failed description leaves the page "not available".
 2. **Query writing.** A VLM gets the page images, their descriptions, the document titles and each
-   page's HTML with element ids (rebuilt from the elements table by :func:`page_html`) and writes
-   ``queries_per_config`` queries, answering as free reasoning, then a line holding only the
-   splitter, then a JSON array of ``{"question", "answer", "evidence"}`` (``evidence``: the element
-   ids the answer rests on). The prompt is ``prompts/generation/<source>_<family>.md``, the family
-   being ``single`` (Page-Single, Page-Multi), ``multi`` (Doc-Adjacent/Near/Far: generated alike and
-   labelled afterwards from the pages the evidence lands on, as in the paper) or ``cross``
-   (Cross-Doc: the documents are called "12345" and "54321", element ids are written
-   ``12345/e00012``, and evidence from both is required).
+   page's HTML with element ids (rebuilt from the elements table by :func:`page_html`, cut at
+   ``html_max_chars``) and writes ``queries_per_config`` queries (extra ones are dropped), answering
+   as free reasoning, then a line holding only the splitter, then a JSON array of
+   ``{"question", "answer", "evidence"}`` (``evidence``: the element ids the answer rests on). The
+   prompt is ``prompts/generation/<source>_<family>.md`` (:data:`FAMILIES`): ``page_single``,
+   ``page_multi``, ``within_doc`` (Doc-Adjacent/Near/Far, asked alike and labelled afterwards from
+   the pages the evidence lands on, as in the paper) or ``cross_doc`` (the documents are called
+   "12345" and "54321", element ids are written ``12345/e00012``, evidence from both is required).
 
-An output is **discarded whole**, counted by reason (:data:`OUTPUT_DISCARDS`), when the request
-failed, the splitter is missing, the part after it is not JSON, the JSON is not an array of
-objects with a non-blank question, an answer and a non-empty evidence list, or any cited element id
-is not one given in the prompt. The queries of a valid output are resolved to their evidence pages
-through the elements table with :func:`vldocir.construction.grounding.resolve_element_pages` (the
-code path of the synthetic generator), and page-relative boxes come from the same table. The
-deterministic filter (:data:`FILTER_DISCARDS`) then drops multi-page queries whose evidence lies on
-one page and Cross-Doc queries whose evidence lies in one document.
+An answer is parsed by :func:`parse_output` (a ``<think>`` block and a code fence around the JSON
+are tolerated) and **discarded whole**, counted by reason (:data:`OUTPUT_DISCARDS`), when the
+request failed, the splitter is missing, the part after the last splitter is not JSON, the JSON is
+not an array of objects with a non-blank question, an answer and a non-empty evidence list, or any
+cited element id is not one given in the prompt. The queries of a valid answer are resolved to
+their evidence pages through the elements table with
+:func:`vldocir.construction.grounding.resolve_element_pages` (the code path of the template
+queries) and labelled from where the evidence lands: a page-family query is Page-Single with one
+cited element and Page-Multi with several; a within-document query takes its structure from the
+distance between its pages (:func:`~vldocir.construction.grounding.pair_structure`). The
+deterministic filter (:data:`FILTER_DISCARDS`) then drops within-document queries whose evidence
+lies on one page and Cross-Doc queries whose evidence lies in one document.
 
 All calls go through :class:`vldocir.llm.ChatClient` (any OpenAI-compatible server; bounded
 concurrency, retries with backoff, an on-disk response cache keyed by content, so a rerun with the
-server down replays it). Token use and cost per client land in the build report.
+server down replays it). The result holds the queries before cleaning, their qrels, every candidate
+with its fate and boxes, one row per configuration's answer, and a report (counts per reason,
+tokens and cost per client: :func:`usage_report`) that the query stage writes into
+``benchmark.json``.
 """
 
 from __future__ import annotations
@@ -471,9 +479,5 @@ def candidate_records(candidates: pd.DataFrame) -> list[dict[str, Any]]:
         row["discard"] = None if (isinstance(row["discard"], float) and np.isnan(row["discard"])) else row["discard"]
         out.append(row)
     return out
-
-
-def count_table(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
 
 

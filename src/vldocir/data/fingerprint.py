@@ -51,7 +51,7 @@ from vldocir.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)
 
-MEMO_VERSION = 1
+MEMO_VERSION = 2
 """Bumped whenever what a memo holds, or how a digest is computed, changes."""
 
 RACY_WINDOW_NS = 2_000_000_000
@@ -96,7 +96,7 @@ def compute_fingerprint(root: str | Path) -> str:
     pages table itself).
 
     Independent of how the tables were written (row order, row groups, compression, int widths). A
-    benchmark without image files keeps the fingerprint of earlier versions (the tables' digest).
+    benchmark without image files has the tables' digest for its fingerprint.
     """
     return BenchmarkFiles(root).fingerprint()
 
@@ -196,9 +196,6 @@ def _hash_tables(real_root: Path) -> tuple[str, list[str]]:
         table = sort_canonically(spec, read_table(table_location(real_root, name)))
         if name == "pages":
             paths = _image_files(table)
-            # A constant column, kept so that benchmarks without image files keep the fingerprint
-            # they had when it held each image file's size (their caches stay valid).
-            table = table.append_column("image_file_size", pa.array(np.full(table.num_rows, -1, np.int64)))
         table = table.select(sorted(table.column_names)).combine_chunks()
         digest.update(name.encode())
         sink = pa.BufferOutputStream()
@@ -373,7 +370,7 @@ class _Memo:
             table = pq.read_table(path)
             header = json.loads(table.schema.metadata[b"vldocir.fingerprint"])
             if header["version"] != MEMO_VERSION or header["root"] != str(real_root):
-                return None  # an older format, or (improbably) another directory's hash
+                return None  # another format, or (improbably) another directory's hash
             table_stats = None if header["table_stats"] is None else [tuple(s) for s in header["table_stats"]]
             n = table.num_rows
             stats = np.stack([table.column(f).to_numpy().astype(np.int64) for f in IDENTITY_FIELDS], axis=1) \
@@ -384,8 +381,9 @@ class _Memo:
             memoizable = digest.is_valid().to_numpy(zero_copy_only=False)
             digests = np.frombuffer(pc.fill_null(digest, bytes(DIGEST_SIZE)).buffers()[1], dtype=np.uint8)
             digests = digests[: n * DIGEST_SIZE].reshape(n, DIGEST_SIZE)
-            validated = header.get("validated")  # (absent from memos written before it existed)
-            validated = validated if isinstance(validated, str) else None
+            validated = header["validated"]
+            if validated is not None and not isinstance(validated, str):
+                raise ValueError(f"validated is {type(validated).__name__}")
             return cls(table_stats, str(header["tables_digest"]), table.column("path").to_pylist(), stats, digests,
                        memoizable, validated)
         except Exception as error:  # a memo is only a shortcut: any damage means "rebuild it"

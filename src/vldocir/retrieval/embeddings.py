@@ -19,8 +19,9 @@ Integrity. ``shard.json`` records, when the shard is written, each file's byte s
 n_items, n_tokens, dim and ``finite: true`` (every value was checked to be neither NaN nor Inf).
 :func:`verify_ragged` checks a shard against it at two levels:
 
-- cheap (every open): file sizes, the ``.npy`` headers (shape, dtype, bytes promised), the offsets
-  (start at 0, never decrease, end at n_tokens). A few small reads, whatever the shard's size.
+- cheap (every open): shard.json holds every one of those facts (a shard without them is damaged),
+  file sizes, the ``.npy`` headers (shape, dtype, bytes promised), the offsets (start at 0, never
+  decrease, end at n_tokens). A few small reads, whatever the shard's size.
 - full: also the sha256 of both files (all bytes read once, ~1.5 GB/s on a core with SHA
   extensions). Query-embedding and document-context artifacts, which are small, are verified in
   full on every read; page shards are verified in full as the search streams them, each in a
@@ -51,7 +52,8 @@ from tqdm.auto import tqdm
 
 from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, remove_stale_staging, staging_path
 from vldocir.data.benchmark import Benchmark, table_location
-from vldocir.io import atomic_write_json, file_digest
+from vldocir.errors import VldocirError
+from vldocir.io import atomic_write_json, file_digest, naming_path
 from vldocir.retrieval.vectors import RaggedVectors
 
 log = logging.getLogger(__name__)
@@ -63,15 +65,15 @@ RAGGED_FILES = ("vectors.npy", "offsets.npy")
 CHECKSUM = "sha256"  # with SHA extensions (x86 since ~2017, ARMv8) faster than blake2b
 
 
-class BadPagesError(RuntimeError):
+class BadPagesError(VldocirError, RuntimeError):
     """Pages whose input could not be read; the encoded shards are kept."""
 
     def __init__(self, bad: Sequence[dict], store: Path):
         self.bad = list(bad)
-        listing = "\n".join(f"  {b['page_id']}: {b['error']}" for b in self.bad[:50])
-        more = f"\n  ... and {len(self.bad) - 50} more" if len(self.bad) > 50 else ""
+        listing = "; ".join(f"{b['page_id']} ({b['error']})" for b in self.bad[:5])  # one line; all are in self.bad
+        more = f"; and {len(self.bad) - 5} more" if len(self.bad) > 5 else ""
         super().__init__(
-            f"{len(self.bad)} page(s) could not be decoded; stopping before search.\n{listing}{more}\n"
+            f"{len(self.bad)} page(s) could not be decoded, stopping before search: {listing}{more}. "
             f"The other pages' embeddings are kept in {store}. Fix the images (the benchmark's "
             "fingerprint then changes and they are encoded anew), or rerun with "
             "retriever.model.on_bad_page=skip to leave them out (recorded in the manifest)."
@@ -246,11 +248,12 @@ def read_json(path: Path) -> Any:
 
 
 def _npy_header(path: Path, recorded: dict | None) -> tuple[tuple[int, ...], np.dtype]:
-    """(shape, dtype) from a .npy file's header, after checking the file holds exactly those bytes."""
+    """(shape, dtype) from a .npy file's header, after checking the file holds exactly those bytes
+    (``recorded``: its facts in shard.json; ``None`` while a writer checks a file of its own)."""
     if not path.is_file():
         raise CorruptArtifactError(path, "is missing")
     size = path.stat().st_size
-    if recorded and size != recorded.get("bytes"):
+    if recorded is not None and size != recorded["bytes"]:
         raise CorruptArtifactError(path, f"is {size} bytes; {SHARD_FILE} recorded {recorded.get('bytes')} "
                                          "when it was written (truncated or overwritten)")
     try:
@@ -271,48 +274,41 @@ def _npy_header(path: Path, recorded: dict | None) -> tuple[tuple[int, ...], np.
 def verify_ragged(directory: Path, full: bool = False) -> dict:
     """Check vectors.npy / offsets.npy against shard.json; returns shard.json's content.
 
-    Cheap checks (always): shard.json readable; each file's size as recorded; the headers' shape
-    and dtype agree with shard.json and promise exactly the file's bytes; offsets (n_items + 1,)
-    int64 start at 0, never decrease and end at n_tokens. ``full`` also reads every byte: the
-    sha256 of each file against shard.json, and a NaN/Inf scan for shards written before those
-    facts were recorded. Raises :class:`CorruptArtifactError` naming the damaged file.
+    Cheap checks (always): shard.json readable and holding every integrity fact (a shard without
+    them is damaged); each file's size as recorded; the headers' shape and dtype agree with
+    shard.json and promise exactly the file's bytes; offsets (n_items + 1,) int64 start at 0, never
+    decrease and end at n_tokens. ``full`` also reads every byte: the sha256 of each file against
+    shard.json. Raises :class:`CorruptArtifactError` naming the damaged file.
     """
-    meta = read_json(directory / SHARD_FILE)
-    if not isinstance(meta, dict) or not {"dtype", "n_items", "n_tokens"} <= meta.keys():
-        raise CorruptArtifactError(directory / SHARD_FILE, "lacks dtype / n_items / n_tokens")
-    recorded = meta.get("files") or {}
-    n_items, n_tokens = meta["n_items"], meta["n_tokens"]
+    meta_file = directory / SHARD_FILE
+    meta = read_json(meta_file)
+    if not isinstance(meta, dict) or not {"dtype", "n_items", "n_tokens", "dim", "files"} <= meta.keys():
+        raise CorruptArtifactError(meta_file, "lacks dtype / n_items / n_tokens / dim / files")
+    if meta.get("finite") is not True:
+        raise CorruptArtifactError(meta_file, "does not record that every value was checked finite")
+    recorded = meta["files"]
+    for name in RAGGED_FILES:
+        facts = recorded.get(name) if isinstance(recorded, dict) else None
+        if not isinstance(facts, dict) or not isinstance(facts.get("bytes"), int) or not facts.get(CHECKSUM):
+            raise CorruptArtifactError(meta_file, f"records no byte size and {CHECKSUM} of {name}")
+    n_items, n_tokens, dim = meta["n_items"], meta["n_tokens"], meta["dim"]
     vectors_file, offsets_file = (directory / name for name in RAGGED_FILES)
-    shape, dtype = _npy_header(vectors_file, recorded.get("vectors.npy"))
+    shape, dtype = _npy_header(vectors_file, recorded["vectors.npy"])
     want = np.dtype(np.uint16 if meta["dtype"] == "bfloat16" else np.float16)
-    if dtype != want or len(shape) != 2 or shape[0] != n_tokens or shape[1] != meta.get("dim", shape[1]):
-        raise CorruptArtifactError(vectors_file, f"holds {shape} {dtype}; {SHARD_FILE} says "
-                                                 f"({n_tokens}, {meta.get('dim', 'dim')}) {want}")
-    shape, dtype = _npy_header(offsets_file, recorded.get("offsets.npy"))
+    if dtype != want or len(shape) != 2 or shape[0] != n_tokens or shape[1] != dim:
+        raise CorruptArtifactError(vectors_file, f"holds {shape} {dtype}; {SHARD_FILE} says ({n_tokens}, {dim}) {want}")
+    shape, dtype = _npy_header(offsets_file, recorded["offsets.npy"])
     if dtype != np.int64 or shape != (n_items + 1,):
         raise CorruptArtifactError(offsets_file, f"holds {shape} {dtype}; {SHARD_FILE} says ({n_items + 1},) int64")
     offsets = np.load(offsets_file)
     if offsets[0] != 0 or offsets[-1] != n_tokens or (np.diff(offsets) < 0).any():
         raise CorruptArtifactError(offsets_file, f"offsets must start at 0, never decrease and end at n_tokens={n_tokens}")
     if full:
-        _verify_contents(directory, meta)
+        for name in RAGGED_FILES:
+            if file_digest(directory / name, CHECKSUM) != recorded[name][CHECKSUM]:
+                raise CorruptArtifactError(directory / name, f"its {CHECKSUM} differs from the one recorded "
+                                           f"in {SHARD_FILE} when it was written: its bytes have changed")
     return meta
-
-
-def _verify_contents(directory: Path, meta: dict) -> None:
-    """The full check: checksums as recorded; without them (older shards), a NaN/Inf scan."""
-    recorded = meta.get("files") or {}
-    for name in RAGGED_FILES:
-        expected = (recorded.get(name) or {}).get(CHECKSUM)
-        if expected and file_digest(directory / name, CHECKSUM) != expected:
-            raise CorruptArtifactError(directory / name, f"its {CHECKSUM} differs from the one recorded in "
-                                                         f"{SHARD_FILE} when it was written: its bytes have changed")
-    checksummed = all((recorded.get(name) or {}).get(CHECKSUM) for name in RAGGED_FILES)
-    if not (checksummed and meta.get("finite")):
-        vectors = np.load(directory / "vectors.npy", mmap_mode="r")
-        row = _nonfinite_row(vectors, meta["dtype"] == "bfloat16")
-        if row is not None:
-            raise CorruptArtifactError(directory / "vectors.npy", f"row {row} holds NaN or Inf")
 
 
 def _open_ragged(directory: Path, meta: dict, first_index: int) -> RaggedVectors:
@@ -331,7 +327,8 @@ def _write_atomically(final: Path, fill: Callable[[Path], None]) -> None:
     staging = staging_path(final)
     staging.mkdir(parents=True)
     try:
-        fill(staging)
+        with naming_path(final):  # numpy's short write ("60053 requested and 2016 written") names no file
+            fill(staging)
         try:
             staging.rename(final)
         except OSError:

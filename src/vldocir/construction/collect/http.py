@@ -7,10 +7,11 @@ What it guarantees:
 - **Rate limit.** At most one request per ``min_interval_s`` per host (``per_host: true``) or over
   all hosts together (``per_host: false``: SEC EDGAR counts its fair-access limit per client, over
   www.sec.gov and data.sec.gov alike). Retries wait their turn like any request.
-- **Retries.** Timeouts, connection errors, HTTP 429 and 5xx are retried up to ``max_retries`` times;
-  retry n (from 0) waits ``min(backoff_max_s, backoff_s * 2**n)`` times a jitter in [0.5, 1], or the
-  server's ``Retry-After`` (seconds or an HTTP date) when that is longer, capped at
-  ``retry_after_max_s``. Other 4xx answers are not retried: the same request would fail again.
+- **Retries.** Timeouts, connection errors, HTTP 429 and 5xx are retried up to ``max_retries`` times
+  (:mod:`vldocir.retry`): retry n (from 0) waits ``min(backoff_max_s, backoff_s * 2**n)`` times a
+  jitter in [0.5, 1], or the server's ``Retry-After`` (seconds or an HTTP date) when that is longer,
+  capped at ``retry_after_max_s``. Other 4xx answers are not retried: the same request would fail
+  again.
 - **Stored responses.** A 200 answer (and a 404/410, an answer too: "there is none") is written to
   ``<store>/<k[:2]>/<k>.body`` + ``<k>.json`` (``k`` the SHA-256 of the URL with its query), the
   metadata last, so an entry without it is incomplete and ignored. A later request for the same URL
@@ -23,11 +24,9 @@ What it guarantees:
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import logging
-import random
 import re
 import threading
 import time
@@ -37,8 +36,9 @@ from typing import Any, Mapping
 
 import httpx
 
-from vldocir.errors import ConfigError
+from vldocir.errors import ConfigError, VldocirError
 from vldocir.io import atomic_path, atomic_write_json
+from vldocir.retry import Retryable, RetryPolicy, call_with_retries, parse_retry_after
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would drown the progress bar
@@ -47,7 +47,7 @@ STORE_FORMAT = 1
 MISSING_STATUSES = (404, 410)  # answers too: the resource does not exist (stored, never retried)
 
 
-class CollectError(RuntimeError):
+class CollectError(VldocirError, RuntimeError):
     """A collection step that failed; ``reason`` is the short name counted in the run's summary."""
 
     reason = "error"
@@ -292,35 +292,38 @@ class PoliteClient:
             time.sleep(turn - now)
 
     def _fetch(self, url: str) -> Response:
-        attempt = 0
-        while True:
-            self._wait_turn(url)
-            self.stats["requests"] += 1
-            retry_after = None
-            try:
-                with self._http.stream("GET", url) as answer:
-                    status = answer.status_code
-                    if status == 200 or status in MISSING_STATUSES:
-                        body = self._read_body(url, answer)
-                        return Response(url, str(answer.url), status, answer.headers.get("content-type", ""), body)
-                    if status != 429 and status < 500:
-                        raise FetchError(url, f"http_{status}", f"HTTP {status} {answer.reason_phrase}")
-                    reason, detail = f"http_{status}", f"HTTP {status} {answer.reason_phrase}"
-                    retry_after = parse_retry_after(answer.headers.get("retry-after"))
-            except httpx.TimeoutException:
-                reason, detail = "timeout", f"no answer within {self.spec.timeout_s:g} s"
-            except httpx.TransportError as error:  # connection refused or reset, DNS, protocol errors
-                reason, detail = "connection", f"{type(error).__name__}: {error}"
-            if attempt >= int(self.spec.max_retries):
-                raise FetchError(url, reason, f"{detail} (after {attempt + 1} attempts)")
-            delay = min(float(self.spec.backoff_max_s), float(self.spec.backoff_s) * 2 ** attempt) * random.uniform(0.5, 1.0)
-            if retry_after is not None:
-                delay = max(delay, min(float(self.spec.retry_after_max_s), retry_after))
-            log.info("GET %s: %s; retry %d/%d in %.2f s", url, detail, attempt + 1, self.spec.max_retries, delay)
+        spec = self.spec
+        policy = RetryPolicy(int(spec.max_retries), float(spec.backoff_s), float(spec.backoff_max_s),
+                             float(spec.retry_after_max_s))
+
+        def on_retry(error: Retryable, retry: int, delay: float) -> None:
+            log.info("GET %s: %s; retry %d/%d in %.2f s", url, error.detail, retry, spec.max_retries, delay)
             self.stats["retries"] += 1
-            self.stats[f"retry_{reason}"] = self.stats.get(f"retry_{reason}", 0) + 1
-            attempt += 1
-            time.sleep(delay)
+            self.stats[f"retry_{error.kind}"] = self.stats.get(f"retry_{error.kind}", 0) + 1
+
+        try:
+            return call_with_retries(lambda: self._attempt(url), policy, on_retry)
+        except Retryable as error:
+            raise FetchError(url, error.kind, f"{error.detail} (after {error.attempts} attempts)") from None
+
+    def _attempt(self, url: str) -> Response:
+        """One request, in its turn; raises :class:`~vldocir.retry.Retryable` for what a retry may fix."""
+        self._wait_turn(url)
+        self.stats["requests"] += 1
+        try:
+            with self._http.stream("GET", url) as answer:
+                status = answer.status_code
+                if status == 200 or status in MISSING_STATUSES:
+                    body = self._read_body(url, answer)
+                    return Response(url, str(answer.url), status, answer.headers.get("content-type", ""), body)
+                detail = f"HTTP {status} {answer.reason_phrase}"
+                if status != 429 and status < 500:
+                    raise FetchError(url, f"http_{status}", detail)
+                raise Retryable(f"http_{status}", detail, parse_retry_after(answer.headers.get("retry-after")))
+        except httpx.TimeoutException:
+            raise Retryable("timeout", f"no answer within {self.spec.timeout_s:g} s") from None
+        except httpx.TransportError as error:  # connection refused or reset, DNS, protocol errors
+            raise Retryable("connection", f"{type(error).__name__}: {error}") from None
 
     def _read_body(self, url: str, answer: httpx.Response) -> bytes:
         limit = int(self.spec.max_body_bytes)
@@ -334,22 +337,6 @@ class PoliteClient:
                 raise FetchError(url, "too_large", f"body exceeds max_body_bytes={limit}")
             chunks.append(chunk)
         return b"".join(chunks)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: a number of seconds or an HTTP date."""
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 _CHARSET = re.compile(r"charset\s*=\s*[\"']?([A-Za-z0-9._:-]+)", re.I)

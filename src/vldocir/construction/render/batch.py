@@ -19,7 +19,7 @@ from typing import Iterable
 from vldocir.cache import remove_stale_staging
 from vldocir.construction.render.browser import kill_process_tree
 from vldocir.construction.render.config import RenderConfig, RenderError
-from vldocir.construction.render.layout import LAYOUT_FILE
+from vldocir.construction.render.layout import LAYOUT_FILE, LAYOUT_VERSION
 from vldocir.construction.render.renderer import Renderer
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,9 @@ def render_batch(
     documents one at a time, longest HTML file first; with one worker, or when ``renderer`` (an
     open :class:`Renderer`, whose config is then used) is given, they are rendered in this process.
 
-    Resumable: a document whose ``out_dir/<doc_id>/layout.json`` exists is skipped (and staging
-    directories that killed runs left in ``out_dir`` are removed). A document that fails (timeout,
+    Resumable: a document whose ``out_dir/<doc_id>/layout.json`` exists is skipped, unless that file is
+    unreadable or of another layout version (then it is rendered again); staging directories that
+    killed runs left in ``out_dir`` are removed. A document that fails (timeout,
     navigation error, browser crash, a worker process that died, ...) leaves no files, is appended
     to ``out_dir/failures.jsonl`` (one JSON object per line: doc_id, source, html_path, error_type,
     error, elapsed_s, time) and the batch goes on; a crashed or killed browser (or worker) is
@@ -123,10 +124,13 @@ def render_batch(
         layout = out_dir / doc_id / LAYOUT_FILE
         if layout.exists():
             try:
-                report.pages[doc_id] = int(json.loads(layout.read_text())["n_pages"])
+                recorded = json.loads(layout.read_text())
+                if recorded["version"] != LAYOUT_VERSION:
+                    raise ValueError(f"layout version {recorded['version']!r}, not {LAYOUT_VERSION}")
+                report.pages[doc_id] = int(recorded["n_pages"])
                 report.skipped.append(doc_id)
                 continue
-            except (ValueError, KeyError, OSError) as exc:
+            except (ValueError, KeyError, TypeError, OSError) as exc:
                 log.warning("%s: unreadable %s (%s); rendering again", doc_id, layout, exc)
         todo.append((doc_id, source, html_path))
 

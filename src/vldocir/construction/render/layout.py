@@ -2,8 +2,8 @@
 pages, and the ``layout.json`` they are written to; the extraction of the elements from the live
 page (step 3) and their placement on the pages once the cuts are known.
 
-``layout.json`` (``"version": 3``; version 2, without the four records after ``blocked_requests``,
-is still read)::
+``layout.json`` (``"version": 3``; a layout of another version is not read: the batch renders its
+document again, :func:`load_layout` names the file)::
 
     {
       "version": 3, "doc_id": str, "source": str, "html_path": str,
@@ -60,13 +60,13 @@ from typing import Any
 
 import numpy as np
 
+from vldocir.cache import CorruptArtifactError
 from vldocir.construction.paginate import assign_elements
 from vldocir.construction.render.browser import page_script
 from vldocir.construction.render.config import RenderConfig
 
 LAYOUT_FILE = "layout.json"
 LAYOUT_VERSION = 3
-READABLE_LAYOUT_VERSIONS = (2, 3)
 CONTAINER_TYPES = frozenset({"table", "list"})
 ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula")
 
@@ -160,8 +160,9 @@ class RenderedDocument:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], directory: Path) -> "RenderedDocument":
-        if obj.get("version") not in READABLE_LAYOUT_VERSIONS:
-            raise ValueError(f"{directory / LAYOUT_FILE}: unsupported layout version {obj.get('version')!r}")
+        if obj.get("version") != LAYOUT_VERSION:
+            raise CorruptArtifactError(directory / LAYOUT_FILE, f"is layout version {obj.get('version')!r}; this "
+                                       f"code reads version {LAYOUT_VERSION}: render the document again")
         return cls(
             doc_id=obj["doc_id"],
             source=obj["source"],
@@ -174,20 +175,25 @@ class RenderedDocument:
             background=list(obj["background"]),
             pages=[RenderedPage(**p) for p in obj["pages"]],
             elements=[RenderedElement(**e) for e in obj["elements"]],
-            warnings=list(obj.get("warnings", [])),
-            timings=dict(obj.get("timings", {})),
-            blocked_requests=list(obj.get("blocked_requests", [])),
-            cleanup=list(obj.get("cleanup", [])),
-            fit=dict(obj.get("fit", {})),
-            overflow=list(obj.get("overflow", [])),
-            images=dict(obj.get("images", {})),
+            warnings=list(obj["warnings"]),
+            timings=dict(obj["timings"]),
+            blocked_requests=list(obj["blocked_requests"]),
+            cleanup=list(obj["cleanup"]),
+            fit=dict(obj["fit"]),
+            overflow=list(obj["overflow"]),
+            images=dict(obj["images"]),
         )
 
 
 def load_layout(doc_dir: str | Path) -> RenderedDocument:
-    """Read ``doc_dir/layout.json`` back into a :class:`RenderedDocument`."""
+    """Read ``doc_dir/layout.json`` back into a :class:`RenderedDocument`; a file of another layout
+    version, or a damaged one, raises :class:`~vldocir.cache.CorruptArtifactError` naming it."""
     doc_dir = Path(doc_dir)
-    return RenderedDocument.from_json(json.loads((doc_dir / LAYOUT_FILE).read_text()), doc_dir)
+    path = doc_dir / LAYOUT_FILE
+    try:
+        return RenderedDocument.from_json(json.loads(path.read_text()), doc_dir)
+    except (KeyError, TypeError, ValueError) as error:  # (CorruptArtifactError is none of these)
+        raise CorruptArtifactError(path, f"is unreadable ({type(error).__name__}: {error})") from None
 
 
 def extract_elements(page: Any, cfg: RenderConfig) -> tuple[list[dict[str, Any]], np.ndarray, int, list[int],
