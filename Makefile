@@ -73,8 +73,10 @@ mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-min
 clean:  ## remove generated data, caches, logs and results (not the committed ones)
 	rm -rf cache logs results/runs results/cleaning results/audit data/evidence-configs data/vl-docir-mini-full data/vl-docir-mini-generated data/synthetic-*
 
-# Paper tables, figures and the reproduction check: vldocir.apps.report (conf/report.yaml), which reads only the
-# results store of the paths group, as run.py writes it. Hydra overrides go in ARGS, as for `make run`:
+# Paper tables, figures and the reproduction check: vldocir.apps.report (conf/report.yaml), which reads the
+# results store of the paths group (runs as run.py writes them; Table 12 from an audit imported by `make audit
+# ARGS=do=import`) and, for Table 1 and Figs. 5-7, the benchmark itself (where its runs or its conf/dataset entry
+# say; ARGS="benchmark_dir=DIR" to name it). Hydra overrides go in ARGS, as for `make run`:
 #   make tables ARGS="paths.results_dir=/scratch/r"    (or: make tables RESULTS_DIR=/scratch/r)
 #   make check ARGS="quiet=true tolerance=0.1"         ('only=[table13_overall]' for some tables only)
 # BENCHMARK=<name> compares that benchmark's runs (benchmark=<name>; default: the paper's, or the store's

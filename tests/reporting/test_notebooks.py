@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_reporting_fixtures import TEXT_BENCH, REPO_ROOT, mini_results  # noqa: F401
+from report_stores import REPO_ROOT, TEXT_BENCH
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.py"))
 

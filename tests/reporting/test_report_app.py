@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT, evaluate
-from test_reporting_fixtures import TEXT_BENCH, mini_results, text_bench  # noqa: F401
+from report_stores import TEXT_BENCH
 from vldocir.reporting.paper import metric_label
 from vldocir.reporting.report_tasks import compose_report, run
 

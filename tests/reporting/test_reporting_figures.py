@@ -12,16 +12,13 @@ import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
-from test_reporting_fixtures import TEXT_BENCH, MANIFEST, PAPER_DIR, REPO_ROOT, multi_results  # noqa: F401
+from report_stores import MANIFEST, PAPER_DIR, REPO_ROOT, TEXT_BENCH
 from vldocir.reporting.figures import DPI, FIGURES, SIZES, fig2_source_structure, render_figures
 from vldocir.reporting.paper import load_spec
 from vldocir.reporting.report_tasks import TablesOnSweepEnd
 from vldocir.reporting.store_view import ResultsView
 
-FIGURE_NAMES = {
-    "fig2_source_structure", "fig5_domains", "fig6_pages_per_document", "fig8_recallall_by_family",
-    "fig9_domain_crossdoc", "fig10_nctx", "fig11_crossdoc_completeness", "fig12_generators",
-}
+FIGURE_NAMES = set(load_spec(MANIFEST, PAPER_DIR).figures)  # every figure of experiments/paper.yaml
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,7 @@ import sys
 import pandas as pd
 import pytest
 
-from test_reporting_fixtures import (  # noqa: F401
-    IMAGE_SCALE, REPO_ROOT, TEXT_BENCH, chromium_path, evaluate_run, mini_results, rendered_results,
-)
+from report_stores import IMAGE_SCALE, REPO_ROOT, TEXT_BENCH, chromium_path, evaluate_run
 from vldocir.data.benchmark import load_benchmark
 from vldocir.reporting.viewer import ViewerError, load, query_file_name, write_viewer
 from helpers import newest_entry

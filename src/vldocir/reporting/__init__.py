@@ -3,7 +3,9 @@
 - ``paper``: the published numbers (``results/paper/``) and the row -> run manifest
   (``experiments/paper.yaml``).
 - ``store_view``: read-only access to the store's runs, aggregated with the harness's own code.
-- ``report``: ``python -m vldocir.apps.report`` (``make tables``, ``make figures``, ``make check``): one function,
+- ``benchmark_view``: the compared benchmark's own tables (Table 1, Figs. 5-7), found without runs.
+- ``audit``: the query audit (Table 12; ``python -m vldocir.apps.audit``) and the bounding-box census.
+- ``report_tasks``: ``python -m vldocir.apps.report`` (``make tables``, ``make figures``, ``make check``): one function,
   :func:`~vldocir.reporting.report_tasks.run`, over ``conf/report.yaml``; the Hydra callback for the end of a sweep.
 - ``outputs``: what the steps share (``ReportTable``, generated folders).
 - ``tables`` / ``formats`` / ``check``: the tables (Markdown, LaTeX) and the reproduction check.

@@ -29,6 +29,7 @@ import pandas as pd
 
 from vldocir.data.benchmark import Benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.errors import VldocirError
 from vldocir.io import atomic_write_json, atomic_write_text
 from vldocir.reporting.viewer import CSS, PageImages, evidence_figure, load_evidence
 
@@ -41,7 +42,7 @@ SHEET_COLUMNS = ["query_id", "source", "evidence_structure", "domain", "question
 SAMPLE_FILE, SHEET_FILE, REVIEW_DIR = "sample.json", "sheet.csv", "review"
 
 
-class AuditSheetError(ValueError):
+class AuditSheetError(VldocirError, ValueError):
     """The filled review sheet cannot be imported; the message names the file and the rows."""
 
 
@@ -240,8 +241,8 @@ def read_sheet(path: str | Path, sample: Mapping) -> pd.DataFrame:
         problems.append(f"{len(absent)} sampled queries have no row: {', '.join(absent[:10])}{' ...' if len(absent) > 10 else ''}")
     if problems:
         shown = problems[:20]
-        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        raise AuditSheetError(f"{path}: {len(problems)} problem(s)\n  " + "\n  ".join(shown) + more)
+        more = f"; and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise AuditSheetError(f"{path}: {len(problems)} problem(s): " + "; ".join(shown) + more)
     return sheet
 
 

@@ -5,9 +5,11 @@ reproductions. One line per cell:
     DIFF     ...
     MISSING  ...              no run vl-docir/colnomic7b/base (runnable on a GPU node)
 
-then the commands that would make the missing runs, and a summary. The exit status is 1 when a
-cell differs by more than its tolerance (``experiments/paper.yaml``: ``tolerance``, per table or
-overall; ``tolerance=`` overrides), 0 otherwise; missing runs alone do not fail the check.
+then the commands that would make the missing runs, what else the missing cells need (the
+benchmark for Table 1, an imported audit for Table 12, the cleaning stage's files), and a summary.
+The exit status is 1 when a cell differs by more than its tolerance (``experiments/paper.yaml``:
+``tolerance``, per table or overall; ``tolerance=`` overrides), 0 otherwise; missing cells alone do
+not fail the check.
 
     python -m vldocir.apps.report do=[check] [benchmark=NAME] [tolerance=0.05] [quiet=true]    # make check
 """
@@ -90,6 +92,13 @@ def missing_commands(spec, view: ResultsView, names) -> list[str]:
     ]
 
 
+def missing_inputs(spec: PaperSpec, cells: pd.DataFrame) -> list[tuple[str, str]]:
+    """Why the MISSING cells of the tables made from no run are missing (the benchmark, an imported
+    audit, the cleaning stage's files): (table, reason), once each."""
+    missing = cells[(cells["check"] == "MISSING") & cells["table"].map(lambda name: not _refs(spec.tables[name]))]
+    return list(dict.fromkeys(zip(missing["table"], missing["status"])))
+
+
 def print_check(spec: PaperSpec, view: ResultsView, tables: dict[str, ReportTable], tolerance: float | None = None,
                 quiet: bool = False) -> int:
     """Print one line per cell (``quiet``: only those not OK), the commands that would make the
@@ -103,6 +112,11 @@ def print_check(spec: PaperSpec, view: ResultsView, tables: dict[str, ReportTabl
         print(f"\nRuns that would fill the MISSING cells ({len(commands)}):")
         for line in commands:
             print(f"  {line}")
+    inputs = missing_inputs(spec, cells)
+    if inputs:
+        print(f"\nOther inputs the MISSING cells need ({len(inputs)}):")
+        for name, status in inputs:
+            print(f"  {name:<36} {status}")
     counts = Counter(cells["check"])
     print("\nSummary:", ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES), f"of {len(cells)} cells in {len(tables)} tables")
     for name, group in cells.groupby("table", sort=False):

@@ -2,9 +2,10 @@
 
 A figure (or each panel of a multi-panel figure) is drawn from reproduced runs when at least one
 of its runs is in the store, and from the published numbers otherwise; its title says which. The
-benchmark-statistics figures (5, 6) are drawn from the documents table of the benchmark the runs
-were made on (``manifest.json``: dataset.source). Where the paper prints a figure without numbers
-(Figs. 6, 10, 11), the published fallback draws what its text states (ranges, peaks) and says so.
+benchmark-statistics figures (5, 6, 7) are drawn from the documents and queries tables of the
+compared benchmark (:mod:`vldocir.reporting.benchmark_view` finds it), not from runs. Where the
+paper prints a figure without numbers (Figs. 6, 7, 10, 11), the published fallback draws what its
+text states (ranges, peaks, the commonest combinations) and says so.
 
 Every figure has a fixed size (:data:`SIZES`, inches, at :data:`DPI`), so the PNG of each is
 exactly ``SIZES[name] * DPI`` pixels.
@@ -20,7 +21,6 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 
 from vldocir.reporting.outputs import ignore_generated
@@ -34,6 +34,7 @@ SIZES: dict[str, tuple[float, float]] = {
     "fig2_source_structure": (8.0, 4.0),
     "fig5_domains": (8.0, 6.5),
     "fig6_pages_per_document": (9.0, 6.0),
+    "fig7_evidence_types": (10.0, 5.5),
     "fig8_recallall_by_family": (13.0, 4.6),
     "fig9_domain_crossdoc": (8.0, 5.0),
     "fig10_nctx": (7.5, 4.8),
@@ -66,6 +67,10 @@ def _reproduced(view: ResultsView, runs: dict[str, StoredRun]) -> str:
 
 def _published(what: str) -> str:
     return f"published: {what}; no reproduced runs in the store"
+
+
+def _published_without_benchmark(what: str, view: ResultsView) -> str:
+    return f"published: {what}; the benchmark {view.benchmark} is not available here"
 
 
 def _placeholder(ax, text: str) -> None:
@@ -117,25 +122,15 @@ def fig2_source_structure(name: str, entry: dict, spec: PaperSpec, view: Results
     return fig, origin
 
 
-def _documents(view: ResultsView) -> pd.DataFrame | None:
-    root = view.benchmark_dir()
-    if root is None:
-        return None
-    location = root / "documents.parquet"
-    if not location.exists():
-        location = root / "documents"
-    return pq.read_table(location, columns=["doc_id", "source", "domain", "n_pages"]).to_pandas()
-
-
 def fig5_domains(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[Figure, str]:
-    documents = _documents(view)
+    documents = view.bench.documents()
     if documents is not None:
         counts = documents["domain"].value_counts()
         origin = f"reproduced: documents table of {view.benchmark} ({len(documents)} documents)"
     else:
         csv = spec.csv(entry["csv"])
         counts = pd.Series(csv["documents"].to_numpy(), index=csv["domain"])
-        origin = _published(f"results/paper/{entry['csv']}")
+        origin = _published_without_benchmark(f"results/paper/{entry['csv']}", view)
     counts = counts.sort_values(ascending=True)
     fig = _figure(name)
     ax = fig.add_subplot()
@@ -149,7 +144,7 @@ def fig5_domains(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> 
 
 
 def fig6_pages_per_document(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[Figure, str]:
-    documents = _documents(view)
+    documents = view.bench.documents()
     width = int(entry.get("bin_width", 5))
     fig = _figure(name)
     axes = fig.subplots(2, 2).ravel()
@@ -166,7 +161,8 @@ def fig6_pages_per_document(name: str, entry: dict, spec: PaperSpec, view: Resul
             ax.set_xlabel("Pages per document")
             ax.set_ylabel("Probability")
     else:
-        origin = _published("Table 1's N and mean pages, and the ranges the text names (the histograms are not printed as numbers)")
+        origin = _published_without_benchmark("Table 1's N and mean pages, and the ranges the text names "
+                                              "(the histograms are not printed as numbers)", view)
         csv = spec.csv(entry["csv"])
         by_source = {spec.source_id(r["source"]): r for r in csv.to_dict("records") if r["source"] != "Total"}
         for ax, source in zip(axes, spec.sources):
@@ -182,6 +178,82 @@ def fig6_pages_per_document(name: str, entry: dict, spec: PaperSpec, view: Resul
             ax.set_title(f"{spec.source_label(source)} ({docs})", fontsize=9)
             ax.set_xlabel("Pages per document")
             ax.legend(fontsize=7, loc="upper right")
+    _title(fig, entry, origin)
+    return fig, origin
+
+
+def evidence_type_counts(queries: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Fig. 7's numbers from a queries table (``evidence_types``: a list of element types per query).
+
+    Returns the queries per combination of evidence types (index: the sorted types joined by ``+``,
+    the label evaluation gives a query's ``evidence_type``), most common first, and the queries
+    per type whose evidence includes it, most common first (ties by name).
+    """
+    types = queries["evidence_types"].map(lambda t: tuple(sorted(set(t))) if t is not None and len(t) else ("unknown",))
+    combinations = types.map("+".join).value_counts()
+    per_type = types.explode().value_counts()
+
+    def ordered(counts: pd.Series) -> pd.Series:
+        frame = counts.rename("queries").rename_axis("key").reset_index()
+        return frame.sort_values(["queries", "key"], ascending=[False, True]).set_index("key")["queries"].astype(int)
+
+    return ordered(combinations), ordered(per_type)
+
+
+def fig7_evidence_types(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[Figure, str]:
+    """An UpSet plot as the paper draws it: bars of queries per evidence-type combination (log
+    scale) over a dot matrix of the types in each, and beside it the queries per type."""
+    queries = view.bench.queries()
+    shown = int(entry.get("max_combinations", 20))
+    if queries is not None:
+        combinations, per_type = evidence_type_counts(queries)
+        origin = f"reproduced: queries table of {view.bench.name} ({len(queries):,} queries)"
+        if len(combinations) > shown:
+            origin += f"; the {shown} commonest of {len(combinations)} combinations"
+        combinations = combinations.head(shown)
+        types = list(per_type.index)
+    else:
+        combinations = pd.Series(entry["published_combinations"], dtype=int)
+        per_type = None
+        types = list(dict.fromkeys(t for label in combinations.index for t in label.split("+")))
+        origin = _published_without_benchmark("the three commonest combinations its text names; the other bars and "
+                                              "the per-type counts are printed without numbers", view)
+    fig = _figure(name)
+    grid = fig.add_gridspec(2, 2, width_ratios=(1, 4), height_ratios=(3, 2))
+    bars_ax = fig.add_subplot(grid[0, 1])
+    matrix_ax = fig.add_subplot(grid[1, 1], sharex=bars_ax)
+    types_ax = fig.add_subplot(grid[1, 0], sharey=matrix_ax)
+    x = np.arange(len(combinations))
+    bars = bars_ax.bar(x, combinations.to_numpy(), color="#4c72b0")
+    bars_ax.bar_label(bars, labels=[f"{v:,}" for v in combinations.to_numpy()], fontsize=6, rotation=90, padding=2)
+    bars_ax.set_yscale("log")
+    bars_ax.set_ylim(0.8 if combinations.min() < 10 else combinations.min() / 10, combinations.max() * 8)
+    bars_ax.set_ylabel("Queries per combination")
+    bars_ax.tick_params(axis="x", labelbottom=False)
+    y = np.arange(len(types))
+    for i, label in enumerate(combinations.index):
+        members = [types.index(t) for t in label.split("+")]
+        matrix_ax.scatter(np.full(len(y), i), y, color="0.85", s=25, zorder=2)
+        matrix_ax.scatter(np.full(len(members), i), members, color="black", s=25, zorder=3)
+        if len(members) > 1:
+            matrix_ax.plot([i, i], [min(members), max(members)], color="black", linewidth=1.5, zorder=3)
+    matrix_ax.set_xticks(x, [""] * len(x))
+    matrix_ax.set_ylim(len(types) - 0.5, -0.5)
+    matrix_ax.tick_params(axis="y", labelleft=False, length=0)
+    matrix_ax.set_xlabel("Evidence-type combination")
+    if per_type is not None:
+        totals = per_type.reindex(types).to_numpy()
+        types_ax.barh(y, totals, color="#4c72b0")
+        for i, value in enumerate(totals):  # the x axis is inverted: right-aligned text lies beyond the bar's end
+            types_ax.text(value, i, f"{value:,} ", ha="right", va="center", fontsize=6)
+        types_ax.margins(x=0.45)
+    else:
+        types_ax.text(0.5, 0.5, "not printed", ha="center", va="center", fontsize=8, color="0.35",
+                      transform=types_ax.transAxes)
+        types_ax.set_xticks([])
+    types_ax.invert_xaxis()
+    types_ax.set_yticks(y, [spec.element_type_label(t) for t in types], fontsize=8)
+    types_ax.set_xlabel("Queries per type")
     _title(fig, entry, origin)
     return fig, origin
 
@@ -390,6 +462,7 @@ FIGURES: dict[str, Callable[..., tuple[Figure, str]]] = {
     "fig2_source_structure": fig2_source_structure,
     "fig5_domains": fig5_domains,
     "fig6_pages_per_document": fig6_pages_per_document,
+    "fig7_evidence_types": fig7_evidence_types,
     "fig8_recallall_by_family": fig8_recallall_by_family,
     "fig9_domain_crossdoc": fig9_domain_crossdoc,
     "fig10_nctx": fig10_nctx,

@@ -104,8 +104,8 @@ def describe(table, note: str | None = None) -> str:
     runs = table.n_rows_reproduced
     text = (
         f"Each cell: reproduced / published (reproduced - published). Reproduced values are "
-        f"{table.reproduced_from} ({runs} of {len(table.rows)} rows reproduced); *missing* = no run in the "
-        f"results store; – = not printed in the paper."
+        f"{table.reproduced_from} ({runs} of {len(table.rows)} rows reproduced); *missing* = nothing to reproduce "
+        f"it from here (`make check` says what it needs); – = not printed in the paper."
     )
     if MARK_LEGEND.get(table.marks):
         text += f" Marks: {MARK_LEGEND[table.marks]}."

@@ -18,6 +18,7 @@ import pandas as pd
 import yaml
 
 from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.errors import VldocirError
 
 METRIC_LABELS = {"ndcg": "nDCG", "recall": "Recall", "ndcgall": "nDCGAll", "recallall": "RecallAll"}
 
@@ -28,7 +29,7 @@ def metric_label(column: str) -> str:
     return f"{METRIC_LABELS[name]}@{k}" if name in METRIC_LABELS and k else column
 
 
-class PaperSpecError(ValueError):
+class PaperSpecError(VldocirError, ValueError):
     """experiments/paper.yaml and the published CSVs disagree (a row without a mapping, ...)."""
 
 
@@ -136,6 +137,9 @@ class PaperSpec:
 
     def source_label(self, source: str) -> str:
         return self.labels.get("sources", {}).get(source, [source])[0]
+
+    def element_type_label(self, element_type: str) -> str:
+        return self.labels.get("element_types", {}).get(element_type, [element_type])[0]
 
     @property
     def structures(self) -> list[str]:

@@ -4,6 +4,8 @@
 for notebooks, tests and the end of a sweep): the results store is ``paths.results_dir``, the same
 as ``run.py``'s, so ``python run.py paths.results_dir=X`` is reported by
 ``python -m vldocir.apps.report paths.results_dir=X`` (or with ``VLDOCIR_RESULTS_DIR=X`` for both).
+Table 12 reads the audit imported into ``<paths.results_dir>/audit/<benchmark>`` (``audit_dir``), and
+Table 1 and Figs. 5-7 the benchmark itself (``benchmark_dir``, :func:`locate_benchmark`).
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vldocir.config_checks import CONF_DIR
+from vldocir.errors import ConfigError
+from vldocir.reporting.benchmark_view import locate_benchmark
 from vldocir.reporting.check import print_check
 from vldocir.reporting.figures import render_figures
 from vldocir.reporting.other_runs import other_runs_table, print_other_runs, to_markdown as other_runs_markdown
 from vldocir.reporting.outputs import ReportTable
 from vldocir.reporting.paper import load_spec
 from vldocir.reporting.store_view import ResultsView, choose_benchmark
-from vldocir.reporting.tables import build_tables, write_tables
+from vldocir.reporting.tables import AUDIT_REPORT, build_tables, write_tables
 from vldocir.reporting.wandb_report import log_report
 from vldocir.tracking.wandb import WandbTracker
 
@@ -46,16 +50,22 @@ def run(cfg: DictConfig) -> int:
     do = list(cfg.do)
     only = None if cfg.only is None else [cfg.only] if isinstance(cfg.only, str) else list(cfg.only)
     if set(do) - set(STEPS):
-        raise ValueError(f"do={do}: each step is one of {', '.join(STEPS)}")
+        raise ConfigError(f"do={do}: each step is one of {', '.join(STEPS)}")
     results, out, paper_dir = Path(cfg.paths.results_dir), Path(cfg.out_dir), Path(cfg.paper_dir)
     spec = load_spec(Path(cfg.manifest), paper_dir)
     if only is not None and set(only) - set(spec.tables) - set(spec.figures):
-        raise ValueError(f"only: {sorted(set(only) - set(spec.tables) - set(spec.figures))} are neither tables nor figures of {cfg.manifest}")
+        raise ConfigError(f"only: {sorted(set(only) - set(spec.tables) - set(spec.figures))} are neither tables nor figures of {cfg.manifest}")
     benchmark, note = choose_benchmark(results, spec, cfg.benchmark)
-    view = ResultsView(results, benchmark, ks=spec.ks, depth=spec.depth)
+    view = ResultsView(results, benchmark, ks=spec.ks, depth=spec.depth, audit_dir=cfg.audit_dir)
+    paths = OmegaConf.to_container(cfg.paths, resolve=True)
+    view.bench = locate_benchmark(benchmark, view.benchmark_dir(), requested=cfg.benchmark_dir, paths=paths,
+                                  dataset_dir=CONF_DIR / "dataset")
     print(f"Comparing runs of {benchmark} in {results}/runs with the published numbers in {paper_dir}")
     if note:
         print(f"Note: {note}")
+    print(f"Benchmark tables (Table 1, Figs. 5-7): {view.bench.found}")
+    print(f"Imported audit (Table 12): {view.audit_dir / AUDIT_REPORT}"
+          + ("" if (view.audit_dir / AUDIT_REPORT).is_file() else " (none yet)"))
     print(f"Store entries used (ks including {list(spec.ks)}, depth {spec.depth} preferred, then the newest):")
     for line in view.choices():
         print(f"  {line}")

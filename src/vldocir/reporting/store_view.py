@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from vldocir.evaluation.aggregate import balanced_by, evidence_completeness, summarise
+from vldocir.reporting.benchmark_view import BenchmarkView, locate_benchmark
 from vldocir.reporting.paper import PaperSpec, RunRef
 from vldocir.store import MANIFEST_FILE, METRICS_FILE, PER_QUERY_FILE, list_runs, select
 
@@ -55,10 +56,10 @@ class StoredRun:
         return [int(k) for k in self.metrics["ks"]]
 
     def benchmark_dir(self) -> Path | None:
-        """The benchmark directory the run was evaluated on (``manifest.json``: benchmark.root, or
-        dataset.source in entries written before the root was recorded)."""
-        source = (self.manifest.get("benchmark") or {}).get("root") or self.manifest.get("config", {}).get("dataset", {}).get("source")
-        if not source or str(source).startswith("hf://"):
+        """The benchmark directory the run was evaluated on (``manifest.json``: benchmark.root, which
+        every verified entry records)."""
+        source = self.manifest["benchmark"]["root"]
+        if str(source).startswith("hf://"):
             return None
         path = Path(source)
         return path if (path / "benchmark.json").is_file() else None
@@ -121,12 +122,16 @@ class ResultsView:
     The store keeps every variant (depth, ks, parameters); a report shows one per run, chosen by
     :func:`vldocir.store.select`: the entries whose ks include ``ks`` (the paper's), of ``depth``
     where there is one, then the newest. :meth:`choices` says which entry was taken and how many
-    others there were.
+    others there were. Besides runs it knows the benchmark's imported audit (``audit_dir``, Table 12)
+    and its own tables (:attr:`bench`, Table 1 and Figs. 5-7).
     """
 
-    def __init__(self, results_dir: str | Path, benchmark: str, ks: Sequence[int] = (), depth: int | None = None):
+    def __init__(self, results_dir: str | Path, benchmark: str, ks: Sequence[int] = (), depth: int | None = None,
+                 audit_dir: str | Path | None = None):
         self.results_dir = Path(results_dir)
         self.benchmark = benchmark
+        # Where vldocir.apps.audit writes the benchmark's audit (conf/audit.yaml: out_dir), unless told otherwise.
+        self.audit_dir = Path(audit_dir) if audit_dir else self.results_dir / "audit" / benchmark
         self.ks, self.depth = tuple(ks), depth
         self.entries = list_runs(self.results_dir)
         self.index = select(self.entries, ks=ks, depth=depth)
@@ -180,6 +185,12 @@ class ResultsView:
         """The subset of ``refs`` (label -> run) that exists in the store, in the given order."""
         found = {label: self.get(ref) for label, ref in refs.items()}
         return {label: run for label, run in found.items() if run is not None}
+
+    @cached_property
+    def bench(self) -> BenchmarkView:
+        """The compared benchmark's own tables: by default in the directory its runs recorded;
+        :func:`vldocir.reporting.report_tasks.run` sets the one :func:`locate_benchmark` finds."""
+        return locate_benchmark(self.benchmark, self.benchmark_dir())
 
     def benchmark_dir(self) -> Path | None:
         """The directory of the benchmark (from the first run whose manifest points to one)."""

@@ -4,7 +4,8 @@ Each table of ``experiments/paper.yaml`` becomes a :class:`ReportTable`: one cel
 number, holding the published value (``results/paper/<csv>``), the reproduced value where the
 row's run exists in the store (``None`` otherwise: missing, never zero) and the rank groups used to
 mark the best / second / third values as the paper does. A table's ``layout`` names the function
-below that reads its cells; the CSV fixes its rows and columns.
+below that reads its cells; the CSV fixes its rows and columns. Tables 1 and 12 need no run: they
+read the compared benchmark's documents table and its imported audit.
 
 Rendered by ``python -m vldocir.apps.report`` (``make tables``, :func:`vldocir.reporting.report_tasks.run`).
 """
@@ -21,6 +22,7 @@ import pandas as pd
 
 from vldocir.construction.cleaning import false_omission_rate  # one definition, shared with the cleaning stage
 from vldocir.io import atomic_write_text
+from vldocir.reporting.audit import ISSUES, AuditSheetError, wilson_interval
 from vldocir.reporting.formats import to_latex, to_markdown
 from vldocir.reporting.outputs import CELL_COLUMNS, ReportTable, ignore_generated
 from vldocir.reporting.paper import PaperSpec, PaperSpecError, RunRef, metric_label
@@ -198,7 +200,7 @@ def layout_evidence_type(name: str, entry: dict, spec: PaperSpec, view: ResultsV
     return ["Evidence type", "Model"], cells.frame()
 
 
-def _count_table(run: StoredRun | None, by: str) -> pd.DataFrame | None:
+def _query_counts(run: StoredRun | None, by: str) -> pd.DataFrame | None:
     """Queries per value of ``by`` (index) x evidence structure (columns), from a run's rows."""
     if run is None:
         return None
@@ -218,7 +220,7 @@ def layout_query_counts(name: str, entry: dict, spec: PaperSpec, view: ResultsVi
     """Table 2: queries per structure (rows) x source (columns), with totals; from any run."""
     csv = spec.csv(entry["csv"])
     run = view.any_run()
-    counts = _count_table(run, "source")
+    counts = _query_counts(run, "source")
     cells = _Cells(entry, spec, view)
     for record in csv.to_dict("records"):
         label = record["evidence_structure"]
@@ -234,7 +236,7 @@ def layout_domain_counts(name: str, entry: dict, spec: PaperSpec, view: ResultsV
     """Table 11: queries per domain (rows) x structure (columns), with totals; from any run."""
     csv = spec.csv(entry["csv"])
     run = view.any_run()
-    counts = _count_table(run, "domain")
+    counts = _query_counts(run, "domain")
     cells = _Cells(entry, spec, view)
     for record in csv.to_dict("records"):
         domain = None if record["domain"] == "Total" else record["domain"]
@@ -285,6 +287,95 @@ class _ResultFile:
         self.path, self.label = path, path.name
 
 
+def layout_benchmark_sources(name: str, entry: dict, spec: PaperSpec,
+                             view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 1: documents and mean pages per document, per source and in total, from the compared
+    benchmark's documents table (:attr:`ResultsView.bench`), not from runs."""
+    csv = spec.csv(entry["csv"])
+    bench = view.bench
+    documents = bench.documents()
+    cells = _Cells(entry, spec, view)
+    for record in csv.to_dict("records"):
+        label = record["source"]
+        docs = pages = None
+        if documents is not None:
+            rows = documents if label == "Total" else documents[documents["source"] == spec.source_id(label)]
+            docs, pages = len(rows), (float(rows["n_pages"].mean()) if len(rows) else None)
+        source = None if documents is None else bench
+        cells.add((label,), "Docs", record["docs"], docs, source, None, decimals=0, tolerance=0, why=bench.found)
+        cells.add((label,), "Avg. Pages", record["avg_pages"], pages, source, None, why=bench.found)
+    return ["Source"], cells.frame()
+
+
+AUDIT_REPORT = "report.json"  # what `python -m vldocir.apps.audit do=import` writes into its out_dir
+
+
+def _audit_command(view: ResultsView, spec: PaperSpec) -> str:
+    dataset = spec.dataset if view.benchmark == spec.benchmark else view.bench.dataset
+    where = f" dataset={dataset}" if dataset else " dataset=<its conf/dataset entry>"
+    return (f"python -m vldocir.apps.audit{where}, review the sheet it writes, then "
+            f"python -m vldocir.apps.audit{where} do=import")
+
+
+def layout_audit(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+    """Table 12: per source x structure and in total, the audited queries found correct, the issue
+    counts (F, E, U, N), the accuracy and its Wilson interval, reproduced from the imported audit
+    (``<audit_dir>/report.json``). The paper prints the interval for the total only; the published
+    accuracy and interval of every row are computed from its printed counts, as the reproduced ones
+    are from the audit's."""
+    csv = spec.csv(entry["csv"])
+    path = view.audit_dir / AUDIT_REPORT
+    report = _read_audit(path) if path.is_file() else None
+    source = None if report is None else _ResultFile(path)
+    why = f"no imported audit {path} ({_audit_command(view, spec)})"
+    confidence = float(entry.get("confidence", 0.95))
+    level = f"{round(100 * confidence)}%"
+    cells = _Cells(entry, spec, view)
+    strata = {}
+    if report is not None:
+        strata = {(c["source"], c["evidence_structure"]): c for c in report["strata"]}
+        strata[None] = report["overall"]
+    for record in csv.to_dict("records"):
+        total_row = record["source"] == "Total"
+        key = None if total_row else (spec.source_id(record["source"]), spec.structure_id(record["evidence_structure"]))
+        row = ("Total", None) if total_row else (record["source"], record["evidence_structure"])
+        found = strata.get(key)
+        reproduced = {} if found is None else {"correct": found["correct"], "total": found["total"], **found["issues"]}
+        for column in ("correct", "total", *ISSUES):
+            cells.add(row, column.capitalize() if column in ("correct", "total") else column, record[column],
+                      reproduced.get(column), source, None, decimals=0, tolerance=0, why=why)
+        published = _accuracy(record["correct"], record["total"], confidence)
+        ours = _accuracy(reproduced["correct"], reproduced["total"], confidence) if reproduced else (None, None, None)
+        # The paper's decimals (93.25%, 91.3-94.8); OK within half a unit of the last printed digit.
+        for column, pub, rep, decimals in zip(("Accuracy (%)", f"Wilson {level} low", f"Wilson {level} high"),
+                                              published, ours, (2, 1, 1)):
+            cells.add(row, column, pub, rep, source, None, decimals=decimals, tolerance=0.5 * 10 ** -decimals, why=why)
+    return ["Source", "Evidence structure"], cells.frame()
+
+
+def _read_audit(path: Path) -> dict:
+    """The ``accuracy`` section of an imported audit's report (``overall`` and ``strata``, each with
+    ``correct``, ``total`` and ``issues``)."""
+    try:
+        accuracy = json.loads(path.read_text())["accuracy"]
+        cells = [accuracy["overall"], *accuracy["strata"]]
+        if not all({"correct", "total", "issues"} <= set(cell) for cell in cells):
+            raise KeyError("correct, total or issues")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise AuditSheetError(f"{path}: not a report of `python -m vldocir.apps.audit do=import` ({error!r}); "
+                              "import the sheet again") from error
+    return accuracy
+
+
+def _accuracy(correct, total, confidence: float) -> tuple[float | None, float | None, float | None]:
+    """Accuracy and its Wilson interval, in percent (``None`` for an empty stratum)."""
+    correct, total = int(correct), int(total)
+    if total == 0:
+        return None, None, None
+    low, high = wilson_interval(correct, total, confidence)
+    return 100 * correct / total, 100 * low, 100 * high
+
+
 LAYOUTS: dict[str, Callable[..., tuple[list[str], pd.DataFrame]]] = {
     "aggregates": layout_aggregates,
     "settings": layout_settings,
@@ -295,7 +386,20 @@ LAYOUTS: dict[str, Callable[..., tuple[list[str], pd.DataFrame]]] = {
     "query_counts": layout_query_counts,
     "domain_counts": layout_domain_counts,
     "confusion": layout_confusion,
+    "benchmark_sources": layout_benchmark_sources,
+    "audit": layout_audit,
 }
+
+
+def _reproduced_from(layout: str, entry: dict, view: ResultsView) -> str:
+    """For the caption: what a table not made from runs is reproduced from ("" for runs)."""
+    if layout == "confusion":
+        return f"the cleaning stage's `{entry['store']}` files"
+    if layout == "benchmark_sources":
+        return f"the documents table of `{view.bench.name}`"
+    if layout == "audit":
+        return f"the imported audit `{view.audit_dir / AUDIT_REPORT}`"
+    return ""
 
 
 def build_table(name: str, spec: PaperSpec, view: ResultsView) -> ReportTable:
@@ -305,9 +409,9 @@ def build_table(name: str, spec: PaperSpec, view: ResultsView) -> ReportTable:
         raise PaperSpecError(f"table {name}: unknown layout {layout!r} (one of {sorted(LAYOUTS)})")
     index, cells = LAYOUTS[layout](name, entry, spec, view)
     columns = list(dict.fromkeys(cells["column"]))
-    reproduced_from = f"the cleaning stage's `{entry['store']}` files" if layout == "confusion" else ""
     return ReportTable(name=name, title=entry.get("title", name), index=index, columns=columns, cells=cells,
-                       benchmark=view.benchmark, marks=entry.get("marks", "none"), reproduced_from=reproduced_from)
+                       benchmark=view.benchmark, marks=entry.get("marks", "none"),
+                       reproduced_from=_reproduced_from(layout, entry, view))
 
 
 def build_tables(spec: PaperSpec, view: ResultsView, names: list[str] | None = None) -> dict[str, ReportTable]:

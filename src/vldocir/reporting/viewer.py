@@ -36,6 +36,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from vldocir.data.benchmark import table_location
+from vldocir.errors import VldocirError
 from vldocir.store import MANIFEST_FILE, PER_QUERY_FILE, RUN_FILE, Entry, newest_entry_in
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 IMAGE_MAX_WIDTH = 800  # pixels of the copied page images (thumbnails are the same files, scaled by CSS)
 
 
-class ViewerError(ValueError):
+class ViewerError(VldocirError, ValueError):
     """The run directory cannot be viewed (no manifest, benchmark missing or changed, ...)."""
 
 
@@ -100,9 +101,9 @@ def benchmark_root(run_dir: Path, manifest: dict, override: Path | None = None) 
         root = Path(override)
     else:
         # benchmark.root: where the pipeline opened it (also a derived one, e.g. the reduced corpus)
-        source = (manifest.get("benchmark") or {}).get("root") or manifest.get("config", {}).get("dataset", {}).get("source")
+        source = (manifest.get("benchmark") or {}).get("root")
         if not source:
-            raise ViewerError(f"{run_dir / MANIFEST_FILE} names no benchmark root or dataset.source; pass --benchmark-dir")
+            raise ViewerError(f"{run_dir / MANIFEST_FILE} names no benchmark.root; pass --benchmark-dir")
         if str(source).startswith("hf://"):
             raise ViewerError(f"the run was made on {source}; pass its local copy with --benchmark-dir")
         root = Path(source)

@@ -1,9 +1,8 @@
-"""Shared fixtures for the reporting, viewer and notebook tests: real results stores.
+"""Real results stores for the reporting, viewer and notebook tests (their fixtures: conftest.py).
 
 The stores are made by the real pipeline (Hydra compose + ``vldocir.pipeline.evaluate``) on the
 text-only synthetic mini benchmark (``SyntheticSpec(seed=0)``: 24 documents, 376 pages, 288
-queries, generated in seconds) in the session's temp dir, once per session (modules importing
-these fixtures share them through the module-level cache):
+queries, generated in seconds) in the session's temp dir, once per session:
 
 - ``mini_results``: the mini benchmark's run, ``dom_bm25/base`` (what ``python run.py`` makes),
   and nothing else;
@@ -24,9 +23,8 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
+from helpers import REPO_ROOT, evaluate
 
-from helpers import CONFIG_DIR, REPO_ROOT, evaluate
 TEXT_BENCH = "synthetic-text"  # the benchmark name of the text-only mini benchmark (store: results/runs/<name>/...)
 MANIFEST = REPO_ROOT / "experiments" / "paper.yaml"
 PAPER_DIR = REPO_ROOT / "results" / "paper"
@@ -39,18 +37,22 @@ FAKE_RUNS = {  # store directory (paper row ids) -> BM25 parameters that make it
     ("ocr_bm25", "base"): ["retriever.model.k1=1.2", "retriever.model.b=0.9"],
 }
 
-_built: dict[str, Path] = {}
-
 
 def evaluate_run(root: Path, *overrides: str) -> None:
     """``python run.py <overrides>`` with every path under ``root`` (in-process: ``helpers.evaluate``)."""
-    evaluate(f"paths.root_dir={REPO_ROOT}", f"paths.data_dir={root / 'data'}", f"paths.cache_dir={root / 'cache'}",
-             f"paths.results_dir={root / 'results'}", f"paths.log_dir={root / 'logs'}", *overrides)
+    evaluate(
+        f"paths.root_dir={REPO_ROOT}",
+        f"paths.data_dir={root / 'data'}",
+        f"paths.cache_dir={root / 'cache'}",
+        f"paths.results_dir={root / 'results'}",
+        f"paths.log_dir={root / 'logs'}",
+        *overrides,
+    )
 
 
-def _build_stores(base: Path) -> None:
-    if "multi" in _built:
-        return
+def build_stores(base: Path) -> dict[str, Path]:
+    """The text-only mini benchmark under ``base`` and two stores of its runs: ``mini`` (its
+    ``dom_bm25/base`` run alone) and ``multi`` (plus :data:`FAKE_RUNS`); ``bench``: its directory."""
     from vldocir.construction.synthetic import SyntheticSpec, generate
 
     root = base / "reporting-store"
@@ -61,25 +63,7 @@ def _build_stores(base: Path) -> None:
     shutil.copytree(root / "results", mini)
     for (retriever, setting), params in FAKE_RUNS.items():
         evaluate_run(root, *dataset, f"retriever.id={retriever}", f"setting.id={setting}", *params)
-    _built.update(root=root, mini=mini, multi=root / "results", bench=bench.root)
-
-
-@pytest.fixture(scope="session")
-def mini_results(tmp_path_factory) -> Path:
-    _build_stores(tmp_path_factory.getbasetemp())
-    return _built["mini"]
-
-
-@pytest.fixture(scope="session")
-def multi_results(tmp_path_factory) -> Path:
-    _build_stores(tmp_path_factory.getbasetemp())
-    return _built["multi"]
-
-
-@pytest.fixture(scope="session")
-def text_bench(tmp_path_factory) -> Path:
-    _build_stores(tmp_path_factory.getbasetemp())
-    return _built["bench"]
+    return {"mini": mini, "multi": root / "results", "bench": bench.root}
 
 
 def make_rendered_benchmark(source: Path, target: Path):
@@ -114,24 +98,23 @@ def make_rendered_benchmark(source: Path, target: Path):
     return write_benchmark(target, {**tables, "pages": pages}, {"name": "test-rendered", "rendered": True})
 
 
-@pytest.fixture(scope="session")
-def rendered_results(tmp_path_factory) -> Path:
+def build_rendered_store(root: Path) -> Path:
     """A results store with one run (dom_bm25/base) on a small rendered benchmark (a 12-document
-    synthetic benchmark given page images by :func:`make_rendered_benchmark`)."""
-    if "rendered" not in _built:
-        from vldocir.construction.synthetic import SOURCE_DOMAINS, SyntheticSpec, generate
-        from vldocir.data.schema import EVIDENCE_STRUCTURES
+    synthetic benchmark given page images by :func:`make_rendered_benchmark`), under ``root``."""
+    from vldocir.construction.synthetic import SOURCE_DOMAINS, SyntheticSpec, generate
+    from vldocir.data.schema import EVIDENCE_STRUCTURES
 
-        root = tmp_path_factory.getbasetemp() / "rendered-store"
-        spec = SyntheticSpec(
-            name="text-only", seed=3, documents={s: 3 for s in SOURCE_DOMAINS}, pages={s: (6, 9) for s in SOURCE_DOMAINS},
-            queries={s: {e: 2 for e in EVIDENCE_STRUCTURES} for s in SOURCE_DOMAINS},
-        )
-        text_only = generate(spec, root / "text-only")
-        bench = make_rendered_benchmark(text_only.root, root / "data" / "test-rendered")
-        evaluate_run(root, f"dataset.source={bench.root}", "dataset.name=test-rendered", "dataset.build=null")
-        _built["rendered"] = root / "results"
-    return _built["rendered"]
+    spec = SyntheticSpec(
+        name="text-only",
+        seed=3,
+        documents={s: 3 for s in SOURCE_DOMAINS},
+        pages={s: (6, 9) for s in SOURCE_DOMAINS},
+        queries={s: {e: 2 for e in EVIDENCE_STRUCTURES} for s in SOURCE_DOMAINS},
+    )
+    text_only = generate(spec, root / "text-only")
+    bench = make_rendered_benchmark(text_only.root, root / "data" / "test-rendered")
+    evaluate_run(root, f"dataset.source={bench.root}", "dataset.name=test-rendered", "dataset.build=null")
+    return root / "results"
 
 
 def chromium_path() -> str | None:
