@@ -3,17 +3,26 @@
 All reported values are percentages. Structure-balanced Macro averages the per-structure means;
 source and domain Macro first balance structures within each source/domain, then average the
 sources/domains. A structure (or source × structure cell) without queries is listed under
-``empty`` and left out of the average it would have entered; nothing is filled with zeros.
+``empty`` and left out of the average it would have entered; nothing is filled with zeros: on a
+benchmark that lacks structures (most imported ones), Macro is the mean over the structures present
+(``macro_structures``), in the paper's order, and the printed report names the missing ones.
+
+Breakdowns by evidence type and generator, and by language where the queries carry one (ViDoRe
+v2/v3), are structure-balanced like source and domain. ``eval.language=<code>`` evaluates one
+language's queries alone (:func:`language_subset`; every aggregate over those queries).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from vldocir.data.schema import EVIDENCE_STRUCTURES, MULTI_PAGE_STRUCTURES
+from vldocir.errors import ConfigError
+from vldocir.evaluation.codes import LANGUAGE
 from vldocir.evaluation.metrics import metric_columns
 
 STRUCTURE = "evidence_structure"
@@ -62,7 +71,8 @@ def summarise(per_query: pd.DataFrame, ks: Sequence[int]) -> dict:
     structures = _present_structures(per_query)
     by_structure = per_query.groupby(STRUCTURE)[columns].mean() * 100
     by_structure.insert(0, "n_queries", per_query.groupby(STRUCTURE).size())
-    by_structure = by_structure.reindex([s for s in EVIDENCE_STRUCTURES if s in by_structure.index] + sorted(set(by_structure.index) - set(EVIDENCE_STRUCTURES)))
+    others = sorted(set(by_structure.index) - set(EVIDENCE_STRUCTURES))
+    by_structure = by_structure.reindex([s for s in EVIDENCE_STRUCTURES if s in by_structure.index] + others)
 
     source_table, source_empty = balanced_by(per_query, "source", columns)
     domain_table, domain_empty = balanced_by(per_query, "domain", columns)
@@ -83,14 +93,16 @@ def summarise(per_query: pd.DataFrame, ks: Sequence[int]) -> dict:
         "source": _records(source_table),
         "domain": _records(domain_table),
     }
-    for by in ("evidence_type", "generator"):
-        table, _ = balanced_by(per_query, by, columns)
-        breakdowns[by] = _records(table)
+    for by in ("evidence_type", "generator", LANGUAGE):
+        if by in per_query.columns:
+            table, _ = balanced_by(per_query, by, columns)
+            breakdowns[by] = _records(table)
 
     return {
         "ks": sorted(int(k) for k in ks),
         "n_queries": int(len(per_query)),
         "n_queries_missing_from_run": int((~per_query["in_run"]).sum()),
+        "macro_structures": structures,
         "aggregates": {name: {c: _num(v) for c, v in values.items()} for name, values in aggregates.items()},
         "empty": {
             "structures": [s for s in EVIDENCE_STRUCTURES if s not in structures],
@@ -125,3 +137,25 @@ def evidence_completeness(per_query: pd.DataFrame, ks: Sequence[int]) -> dict:
             table.loc["all_multi_page"] = split[["all", "partial", "none"]].mean() * 100
             result[level][f"@{k}"] = _records(table)
     return result
+
+
+LANGUAGE_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
+"""What ``eval.language`` may be: it names a results-store directory (``<benchmark>.lang-<language>``)."""
+
+
+def check_language(languages: pd.Series, language: str) -> None:
+    """``eval.language`` must be one of the benchmark's query languages (``languages``: the queries'
+    language column, null where not stated); raises :class:`ConfigError` naming those present."""
+    present = sorted(set(languages.dropna().astype(str)))
+    if not LANGUAGE_PATTERN.fullmatch(language):
+        raise ConfigError(f"eval.language={language!r} must match [A-Za-z0-9_-]+ (e.g. en, fr, pt-BR)")
+    if language not in present:
+        found = f"its queries' languages are {', '.join(present)}" if present else "its queries state no language"
+        raise ConfigError(f"eval.language={language}: no query of the benchmark is in {language} ({found})")
+
+
+def language_subset(per_query: pd.DataFrame, language: str) -> pd.DataFrame:
+    """The per-query rows of one language (``eval.language``), for :func:`summarise`."""
+    if LANGUAGE not in per_query.columns:
+        raise ConfigError(f"eval.language={language}: the benchmark's queries state no language")
+    return per_query[per_query[LANGUAGE] == language].reset_index(drop=True)

@@ -23,16 +23,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from vldocir.errors import VldocirError
 
-class RunError(ValueError):
+
+class RunError(VldocirError, ValueError):
     """A run that cannot be evaluated against this benchmark."""
 
 
-def _padded(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
-    """Scatter ``values`` (sorted by ``groups``) into an (n_groups, max_count) int32 array padded with -1."""
+def _padded(groups: np.ndarray, values: np.ndarray, n_groups: int, fill=-1, dtype=np.int32) -> np.ndarray:
+    """Scatter ``values`` (sorted by ``groups``) into an (n_groups, max_count) array padded with ``fill``."""
     counts = np.bincount(groups, minlength=n_groups)
     width = max(int(counts.max(initial=0)), 1)
-    out = np.full((n_groups, width), -1, dtype=np.int32)
+    out = np.full((n_groups, width), fill, dtype=dtype)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     slot = np.arange(len(groups)) - np.repeat(starts, counts)
     out[groups, slot] = values
@@ -181,13 +183,31 @@ def _type_labels(column: pd.Series) -> np.ndarray:
     return np.array([_type_label(t) for t in values], dtype=object)
 
 
+GRADE = "grade"
+"""The qrels' relevance grade (optional; 1 where the column is absent or null)."""
+LANGUAGE = "language"
+"""The queries' language (optional): kept as a query attribute when the queries carry it."""
+UNKNOWN = "unknown"
+"""The label of a missing query attribute (a query without a language, without evidence types)."""
+
+
+def qrel_grades(qrels: pd.DataFrame) -> np.ndarray | None:
+    """The qrels' grades as float64 (null: 1), or ``None`` when the qrels carry no ``grade`` column."""
+    if GRADE not in qrels.columns:
+        return None
+    grades = pd.to_numeric(qrels[GRADE], errors="raise")
+    return grades.astype("float64").fillna(1.0).to_numpy(dtype=np.float64)
+
+
 def evidence_fields(queries: pd.DataFrame, qrels: pd.DataFrame, pages: pd.DataFrame) -> tuple[dict, dict]:
     """The fields of :class:`~vldocir.evaluation.metrics.EvidenceIndex` from the benchmark tables,
     and the Arrow views of its ids (``{"query_ids"|"page_ids": (Index, Arrow strings or None)}``).
 
     Pages are numbered in page_id order, queries in the benchmark's order, documents in order of
-    first appearance among the sorted pages (as ``pd.factorize``). Raises :class:`RunError` if the
-    qrels name queries or pages that the tables lack.
+    first appearance among the sorted pages (as ``pd.factorize``). Qrels of grade <= 0 are left out
+    (not evidence); ``evidence_grades`` is ``None`` unless some evidence grade differs from 1.
+    Raises :class:`RunError` if the qrels name queries or pages that the tables lack, or leave a
+    query without evidence.
     """
     query_ids = pd.Index(_index_values(queries["query_id"]))
     page_strings = _string_values(pages["page_id"])
@@ -214,9 +234,22 @@ def evidence_fields(queries: pd.DataFrame, qrels: pd.DataFrame, pages: pd.DataFr
     pcode = _get_indexer(page_ids, arrow_ids["page_ids"][1], qrels["page_id"])
     if (qcode < 0).any() or (pcode < 0).any():
         raise RunError("qrels name queries or pages that the benchmark does not have")
+    grade = qrel_grades(qrels)
+    if grade is not None:  # a qrel of grade <= 0 is judged not relevant: not evidence
+        evidence = grade > 0
+        qcode, pcode, grade = qcode[evidence], pcode[evidence], grade[evidence]
+    without = np.flatnonzero(np.bincount(qcode, minlength=len(query_ids)) == 0)
+    if len(without):
+        raise RunError(
+            f"{len(without)} queries have no evidence page (no qrel with grade > 0), e.g. "
+            f"{', '.join(map(str, query_ids[without[:5]]))}: such queries cannot be scored; leave them out"
+        )
     by_query = np.argsort(qcode, kind="stable")
     qcode, pcode = qcode[by_query], pcode[by_query]
     evidence_pages = _padded(qcode, pcode.astype(np.int32), len(query_ids))
+    evidence_grades = None
+    if grade is not None and (grade[by_query] != 1).any():
+        evidence_grades = _padded(qcode, grade[by_query], len(query_ids), fill=0.0, dtype=np.float64)
     page_doc = doc_codes.astype(np.int32)
     pair_doc = page_doc[pcode]
     if len(pair_doc) and pair_doc.min() >= 0:
@@ -238,10 +271,13 @@ def evidence_fields(queries: pd.DataFrame, qrels: pd.DataFrame, pages: pd.DataFr
             "evidence_type": _type_labels(queries["evidence_types"]),
         }
     )
+    if LANGUAGE in queries.columns and queries[LANGUAGE].notna().any():  # (no languages: no column, as before)
+        attributes[LANGUAGE] = _frame_values(queries[LANGUAGE].astype(object).where(queries[LANGUAGE].notna(), UNKNOWN))
     fields = {
         "query_ids": query_ids,
         "page_ids": page_ids,
         "evidence_pages": evidence_pages,
+        "evidence_grades": evidence_grades,
         "evidence_docs": evidence_docs,
         "page_doc": page_doc,
         "queries": attributes,

@@ -6,7 +6,9 @@ import pandas as pd
 
 from vldocir.evaluation.metrics import metric_columns
 
-HEADLINE_AGGREGATES = {"macro": "Macro", "micro": "Micro", "source_macro": "Source Macro", "domain_macro": "Domain Macro"}
+HEADLINE_AGGREGATES = {
+    "macro": "Macro", "micro": "Micro", "source_macro": "Source Macro", "domain_macro": "Domain Macro",
+}
 
 
 def headline_table(metrics: dict) -> pd.DataFrame:
@@ -29,16 +31,28 @@ def format_report(metrics: dict, run_dir, reused: bool) -> str:
     ks = metrics["ks"]
     per_structure = structure_table(metrics)[["n_queries", *[f"recallall@{k}" for k in ks]]]
     per_structure = per_structure.astype({"n_queries": int})
+    missing = metrics["n_queries_missing_from_run"]
+    language = metrics.get("language")
     lines = [
         "",
         f"Headline metrics (percent), {metrics['n_queries']} queries"
-        + (f", {metrics['n_queries_missing_from_run']} absent from the run (scored 0)" if metrics["n_queries_missing_from_run"] else ""),
+        + (f" in language {language}" if language else "")
+        + (f", {missing} absent from the run (scored 0)" if missing else ""),
         head.to_string(float_format=lambda v: f"{v:6.2f}"),
         "",
         "RecallAll@k by evidence structure",
         per_structure.to_string(float_format=lambda v: f"{v:6.2f}"),
     ]
-    if metrics["empty"]["structures"]:
-        lines.append(f"No queries for: {', '.join(metrics['empty']['structures'])} (left out of Macro)")
+    empty = metrics["empty"]["structures"]
+    if empty:
+        present = metrics.get("macro_structures") or list(per_structure.index)
+        lines.append(f"No queries for: {', '.join(empty)}; Macro is the mean over the {len(present)} "
+                     f"structure(s) present ({', '.join(present)})")
+    by_language = metrics["breakdowns"].get("language")
+    if by_language and len(by_language) > 1:
+        table = pd.DataFrame.from_dict(by_language, orient="index")[["n_queries", *[f"recallall@{k}" for k in ks]]]
+        table.index.name = "language"
+        lines += ["", "RecallAll@k by language (structure-balanced)",
+                  table.astype({"n_queries": int}).to_string(float_format=lambda v: f"{v:6.2f}")]
     lines += ["", f"Run directory: {run_dir}" + ("  (run reused from the store)" if reused else ""), ""]
     return "\n".join(lines)

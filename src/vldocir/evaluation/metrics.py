@@ -3,10 +3,17 @@
 Notation of the paper (§4.1, App. B.2): E(q) the evidence pages of query q, R_k(q) its top-k pages.
 
 - Recall@k(q)    = |E(q) ∩ R_k(q)| / |E(q)|
-- nDCG@k(q)      = DCG@k / IDCG@k with binary gains and 1/log2(rank+1) discounts,
-                   IDCG@k summing the first min(|E(q)|, k) discounts
+- nDCG@k(q)      = DCG@k / IDCG@k with gain g(p) and 1/log2(rank+1) discounts,
+                   IDCG@k summing the min(|E(q)|, k) largest gains times the first discounts
 - RecallAll@k(q) = 1[E(q) ⊆ R_k(q)]
 - nDCGAll@k(q)   = RecallAll@k(q) · nDCG@k(q)
+
+Graded relevance. The qrels may carry a ``grade`` (ViDoRe v2/v3, BEIR; absent or null: 1, so a
+benchmark without grades is binary and evaluates as before, bit for bit). E(q) is the set of pages
+with grade > 0: Recall, RecallAll and nDCGAll count every such page as evidence, whatever its grade;
+a qrel of grade 0 (judged not relevant) is not evidence. nDCG uses the grade as the gain,
+g(p) = grade (trec_eval's ``ndcg_cut``, not 2^grade - 1), so it equals trec_eval's ``ndcg_cut_k``
+with graded qrels (``tests/evaluation/test_graded.py`` checks it against pytrec_eval).
 
 Ranks are derived here, never trusted from the run: pages are ordered by score (descending), ties
 broken by page_id (ascending), so two runs with the same scores evaluate identically. A query
@@ -28,7 +35,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from vldocir.evaluation.codes import RunError, RunIds, all_distinct, evidence_fields, unique_string_values
+from vldocir.evaluation.codes import (
+    GRADE,
+    LANGUAGE,
+    RunError,
+    RunIds,
+    all_distinct,
+    evidence_fields,
+    unique_string_values,
+)
 
 __all__ = ["METRICS", "RUN_COLUMNS", "EvidenceIndex", "RunError", "metric_columns", "per_query_metrics", "rank_run"]
 
@@ -40,6 +55,9 @@ INDEX_COLUMNS = {
     "pages": ("page_id", "doc_id"),
 }
 """The columns an :class:`EvidenceIndex` is made of, per table (in ``from_tables``' argument order)."""
+
+OPTIONAL_INDEX_COLUMNS = {"queries": (LANGUAGE,), "qrels": (GRADE,)}
+"""Columns read too (their defaults where a table lacks them): the query's language, the qrel's grade."""
 
 RUN_COLUMNS = ("query_id", "page_id", "score")
 """The columns of a run that the metrics read (they rank rows themselves: a stored ``rank`` is not needed)."""
@@ -58,9 +76,12 @@ class EvidenceIndex:
         query_ids: (Q,) benchmark query ids, in benchmark order; query code = position.
         page_ids: (P,) page ids sorted ascending; page code = position.
         evidence_pages: (Q, E) int32 page codes of each query's evidence, padded with -1.
+        evidence_grades: (Q, E) float64 grades (gains) of those pages, padded with 0; ``None`` when
+            every evidence grade is 1 (binary relevance).
         evidence_docs: (Q, D) int32 document codes of each query's evidence documents, padded with -1.
         page_doc: (P,) int32 document code of each page.
-        queries: query attributes (structure, source, domain, generator, evidence_type), index = query code.
+        queries: query attributes (structure, source, domain, generator, evidence_type, and language
+            where the queries have one), index = query code.
     """
 
     query_ids: pd.Index
@@ -69,12 +90,17 @@ class EvidenceIndex:
     evidence_docs: np.ndarray
     page_doc: np.ndarray
     queries: pd.DataFrame
+    evidence_grades: np.ndarray | None = None
 
     @classmethod
     def from_benchmark(cls, bench) -> "EvidenceIndex":
-        """From a :class:`~vldocir.data.benchmark.Benchmark`, reading only :data:`INDEX_COLUMNS` (not
-        the query texts and answers, nor the qrels' element ids: half the time at paper scale)."""
-        return cls.from_tables(*(bench.arrow(name, columns).to_pandas() for name, columns in INDEX_COLUMNS.items()))
+        """From a :class:`~vldocir.data.benchmark.Benchmark`, reading only :data:`INDEX_COLUMNS` and
+        :data:`OPTIONAL_INDEX_COLUMNS` (their defaults where a table lacks them), not the query texts
+        and answers, nor the qrels' element ids: half the time at paper scale."""
+        return cls.from_tables(*(
+            bench.arrow(name, (*columns, *OPTIONAL_INDEX_COLUMNS.get(name, ()))).to_pandas()
+            for name, columns in INDEX_COLUMNS.items()
+        ))
 
     @classmethod
     def from_tables(cls, queries: pd.DataFrame, qrels: pd.DataFrame, pages: pd.DataFrame) -> "EvidenceIndex":
@@ -102,6 +128,21 @@ class EvidenceIndex:
     @cached_property
     def n_evidence_docs(self) -> np.ndarray:
         return (self.evidence_docs >= 0).sum(axis=1)
+
+    def ideal_dcg(self, depth: int) -> np.ndarray:
+        """(Q, depth) float64: IDCG@k of each query for k = 1..depth (column k - 1).
+
+        Binary: the sum of the first min(|E|, k) discounts. Graded: each query's grades sorted
+        descending times the discounts, summed (the padding's zero gains add nothing).
+        """
+        discounts = 1.0 / np.log2(np.arange(2, depth + 2))
+        ideal_cumulative = np.cumsum(discounts)
+        if self.evidence_grades is None:
+            return ideal_cumulative[np.minimum(self.n_evidence[:, None], np.arange(1, depth + 1)) - 1]
+        gains = -np.sort(-self.evidence_grades, axis=1)[:, :depth]
+        width = gains.shape[1]
+        cumulative = np.cumsum(gains * discounts[:width], axis=1)
+        return cumulative[:, np.minimum(np.arange(depth), width - 1)]
 
 
 def rank_run(run: pa.Table, index: EvidenceIndex, depth: int | None = None):
@@ -192,10 +233,16 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
     # column of the padded evidence, then count per k over those few rows (kept in row order, so
     # the sums are the same as over all rows).
     relevant = np.zeros(len(qcode), dtype=bool)
+    grades = index.evidence_grades
+    gain = None if grades is None else np.zeros(len(qcode), dtype=np.float64)
     for slot in range(index.evidence_pages.shape[1]):
-        relevant |= index.evidence_pages[:, slot][qcode] == pcode
+        match = index.evidence_pages[:, slot][qcode] == pcode
+        relevant |= match
+        if gain is not None:
+            gain[match] = grades[:, slot][qcode[match]]
     hit_rows = np.flatnonzero(relevant)
     hit_query, hit_rank = qcode[hit_rows], rank[hit_rows]
+    hit_gain = None if gain is None else gain[hit_rows]
     row_doc = index.page_doc[pcode]
     doc_hits = []  # per evidence-document slot: (query, rank) of the rows on that document
     for slot in range(index.evidence_docs.shape[1]):
@@ -205,6 +252,7 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
     n_ev = index.n_evidence
     discounts = 1.0 / np.log2(np.arange(2, ks[-1] + 2))
     ideal_cumulative = np.cumsum(discounts)
+    graded_ideal = None if grades is None else index.ideal_dcg(ks[-1])
     out = index.queries.copy()
     out["n_evidence_pages"] = n_ev
     out["n_evidence_docs"] = index.n_evidence_docs
@@ -213,8 +261,9 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
     for k in ks:
         top = hit_rank < k
         found = np.bincount(hit_query[top], minlength=n_queries)
-        dcg = np.bincount(hit_query[top], weights=discounts[hit_rank[top]], minlength=n_queries)
-        idcg = ideal_cumulative[np.minimum(n_ev, k) - 1]
+        weights = discounts[hit_rank[top]] if hit_gain is None else discounts[hit_rank[top]] * hit_gain[top]
+        dcg = np.bincount(hit_query[top], weights=weights, minlength=n_queries)
+        idcg = ideal_cumulative[np.minimum(n_ev, k) - 1] if graded_ideal is None else graded_ideal[:, k - 1]
         ndcg = dcg / idcg
         complete = (found == n_ev).astype(np.float64)
         docs_found = np.zeros(n_queries, dtype=np.int64)

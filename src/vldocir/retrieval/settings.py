@@ -7,6 +7,10 @@ first (computed once, filed as an entry of its own, reused by every setting and 
 names it) and records the inputs' run keys in the manifest. A setting with no inputs works on the
 job's retriever directly (:class:`Base`; query splitting).
 
+:class:`DocumentScope` is the search scope ``document`` (MMDocIR's protocol: pages ranked within
+the query's own document) as an operator over a deeper input run; every other setting searches the
+whole corpus (scope ``corpus``), so both protocols are entries of their own on the same benchmark.
+
 Adding a setting is one class here (or in its own module) and one ``conf/setting/<name>.yaml``.
 Document-context scoring (``setting=ctx``) is not a setting class: it is an option of the
 embedding retriever's search (``retriever.model.context``, set by ``conf/setting/ctx.yaml``).
@@ -14,17 +18,23 @@ embedding retriever's search (``retriever.model.context``, set by ``conf/setting
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import Benchmark
+from vldocir.data.runs import run_from_rows
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.fusion import reciprocal_rank_fusion, round_robin
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,12 +63,13 @@ class RunSpec:
             overrides = value.get("overrides") or ()
             if isinstance(overrides, str):
                 overrides = (overrides,)
-            return cls(setting=str(value["setting"]), retriever=None if value.get("retriever") is None else str(value["retriever"]),
-                       overrides=tuple(str(o) for o in overrides))
+            retriever = None if value.get("retriever") is None else str(value["retriever"])
+            return cls(setting=str(value["setting"]), retriever=retriever, overrides=tuple(str(o) for o in overrides))
         raise ValueError(f"an input run is a setting name, 'retriever:setting' or a mapping, got {value!r}")
 
     def label(self) -> str:
-        return (f"{self.retriever}:" if self.retriever else "") + self.setting + "".join(f" {o}" for o in self.overrides)
+        prefix = f"{self.retriever}:" if self.retriever else ""
+        return prefix + self.setting + "".join(f" {o}" for o in self.overrides)
 
 
 def parse_inputs(inputs: Any, least: int = 1) -> tuple[RunSpec, ...]:
@@ -153,3 +164,128 @@ class ReciprocalRankFusion(Setting):
 
     def make_run(self, job: RunJob) -> pa.Table:
         return reciprocal_rank_fusion(job.inputs, job.depth, self.k, query_ids=list(job.queries))
+
+
+class DocumentScope(Setting):
+    """Search scope ``document``: each query's pages ranked within its own document(s), the
+    documents of its evidence pages (grade > 0; MMDocIR asks each question about one document),
+    instead of the whole corpus.
+
+    An operator over one input run (``input``: a setting of this job's retriever, or
+    ``retriever:setting``), computed ``input_depth`` pages deep as a run of its own: its rows on the
+    query's documents, in the input's order (score, then page_id), cut at the job's depth.
+
+    Exactness: the input holds the corpus's top ``input_depth`` pages, so the pages of a document
+    that it holds are exactly that document's top pages, in order (up to ties at the input's last
+    score). Where the input was cut at ``input_depth`` before it held every page of a query's
+    documents, that query is ranked exactly down to the pages held: its metrics at k are exact
+    while k <= that number. (A query with fewer input rows than ``input_depth`` was not cut: the
+    retriever ranks no other page, e.g. BM25's pages without a query term.) ``per_query.parquet``
+    gives the counts per query (``scope_pages``, ``scope_pages_ranked``), the manifest
+    (``retrieval.doc_scope``) the number of queries cut; ``input_depth`` >= the corpus's page count
+    never cuts one.
+    """
+
+    uses_retriever = False
+
+    def __init__(self, input: Any = "base", input_depth: int = 1000):
+        if isinstance(input_depth, bool) or not isinstance(input_depth, int) or input_depth < 1:
+            raise ValueError(f"input_depth must be an integer >= 1, got {input_depth!r}")
+        spec = RunSpec.parse(input)
+        self.input_depth = input_depth
+        self.run = RunSpec(spec.setting, spec.retriever, (*spec.overrides, f"depth={input_depth}"))
+
+    def inputs(self) -> tuple[RunSpec, ...]:
+        return (self.run,)
+
+    def cache_params(self) -> dict[str, Any]:
+        return {"setting": "doc_scope", "scope": "evidence_documents"}  # (the input's key holds its depth)
+
+    def make_run(self, job: RunJob) -> pa.Table:
+        run, stats, flags = scope_to_documents(job.inputs[0], job.bench, job.depth, list(job.queries),
+                                               self.input_depth)
+        job.stats["doc_scope"] = stats
+        job.query_flags.update(flags)
+        if stats["queries_cut"]:
+            log.warning(
+                "doc_scope: the input run (depth %d) was cut before it held every page of the documents of "
+                "%d of %d queries (it holds at least %d of their pages each): their metrics are exact at k up to "
+                "that; raise setting.input_depth to hold them whole", self.input_depth, stats["queries_cut"],
+                stats["queries"], stats["fewest_pages_ranked_when_cut"],
+            )
+        return run
+
+
+def scope_to_documents(
+    run: pa.Table, bench: Benchmark, depth: int, query_ids: Sequence[str], input_depth: int | None = None
+) -> tuple[pa.Table, dict[str, Any], dict[str, dict[str, Any]]]:
+    """The rows of ``run`` on pages of each query's evidence documents, ranked and cut at ``depth``.
+
+    ``input_depth``: the depth ``run`` was cut at (``None``: a query with fewer rows than its
+    documents' pages counts as cut). Returns the run, stats (``queries``, ``queries_cut``,
+    ``fewest_pages_ranked_when_cut``, ``rows_in``, ``rows_kept``) and per-query flags
+    ``scope_pages`` (pages of the query's documents) and ``scope_pages_ranked`` (those in ``run``).
+    """
+    pages = bench.arrow("pages", ["page_id", "doc_id"])
+    qrels = bench.arrow("qrels", ["query_id", "doc_id", "grade"])
+    qrels = qrels.filter(pc.greater(pc.fill_null(qrels.column("grade"), 1), 0))  # evidence: grade > 0
+    docs = pc.unique(pages.column("doc_id"))
+    n_docs = len(docs)
+    queries = pa.array(list(query_ids), pa.string())
+    page_doc = _codes(pages.column("doc_id"), docs)
+    # Each query's scope documents, as an (n_queries, width) table of document codes padded with -1.
+    pair_query, pair_doc = _codes(qrels.column("query_id"), queries), _codes(qrels.column("doc_id"), docs)
+    known = (pair_query >= 0) & (pair_doc >= 0)
+    scope_keys = np.unique(pair_query[known] * n_docs + pair_doc[known])
+    pair_query, pair_doc = scope_keys // n_docs, scope_keys % n_docs
+    counts = np.bincount(pair_query, minlength=len(queries))
+    scope_docs = np.full((len(queries), max(int(counts.max(initial=0)), 1)), -1, dtype=np.int64)
+    scope_docs[pair_query, np.arange(len(pair_query)) - np.repeat(np.cumsum(counts) - counts, counts)] = pair_doc
+    row_query = _codes(run.column("query_id"), queries)
+    row_page = _codes(run.column("page_id"), pages.column("page_id").combine_chunks())
+    if (row_query < 0).any() or (row_page < 0).any():
+        raise ValueError("doc_scope: the input run names queries or pages that the benchmark does not have")
+    row_doc = page_doc[row_page]
+    inside = np.zeros(len(row_doc), dtype=bool)
+    for slot in range(scope_docs.shape[1]):
+        inside |= scope_docs[:, slot][row_query] == row_doc
+    kept = run.filter(pa.array(inside))
+    rows = pa.table({"query_id": kept.column("query_id").cast(pa.string()),
+                     "page_id": kept.column("page_id").cast(pa.string()), "score": kept.column("score")})
+    scoped, conversion = run_from_rows(rows, list(query_ids), depth)
+
+    doc_pages = np.bincount(page_doc, minlength=n_docs)
+    scope_pages = np.bincount(scope_keys // n_docs, weights=doc_pages[scope_keys % n_docs], minlength=len(queries))
+    ranked = np.bincount(row_query[inside], minlength=len(queries))
+    cut = ranked < scope_pages
+    if input_depth is not None:
+        cut &= np.bincount(row_query, minlength=len(queries)) >= input_depth
+    stats = {
+        "queries": len(query_ids),
+        "queries_cut": int(cut.sum()),
+        "fewest_pages_ranked_when_cut": int(ranked[cut].min()) if cut.any() else None,
+        "rows_in": conversion["rows_in"],
+        "rows_kept": conversion["rows_kept"],
+    }
+    flags = {
+        "scope_pages": dict(zip(query_ids, scope_pages.astype(np.int64).tolist())),
+        "scope_pages_ranked": dict(zip(query_ids, ranked.tolist())),
+    }
+    return scoped, stats, flags
+
+
+def _codes(values: pa.ChunkedArray | pa.Array, value_set: pa.Array) -> np.ndarray:
+    """(n,) int64 position of each value in ``value_set`` (distinct strings), -1 where absent. A
+    dictionary-encoded column (a run read from the store) is looked up one dictionary at a time."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    out = []
+    for chunk in chunks:
+        if pa.types.is_dictionary(chunk.type):
+            lookup = pc.index_in(chunk.dictionary.cast(pa.string()), value_set=value_set).fill_null(-1).to_numpy()
+            codes = lookup.astype(np.int64)[chunk.indices.to_numpy(zero_copy_only=False)]
+            if chunk.null_count:
+                codes[chunk.is_null().to_numpy(zero_copy_only=False)] = -1
+            out.append(codes)
+        else:
+            out.append(pc.index_in(chunk, value_set=value_set).fill_null(-1).to_numpy().astype(np.int64))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
