@@ -4,19 +4,22 @@
     python run.py retriever=colqwen25 setting=ctx n_ctx=256
     python run.py -m retriever=dom_bm25,ocr_bm25 hydra/launcher=submitit_local
     python run.py -m hydra/launcher=slurm_h100 --cfg hydra   # check a sweep's launcher, launch nothing
-    python run.py -m stage=encode retriever=colqwen25 encode.num_tasks=8 'encode.task=range(8)' hydra/launcher=slurm_h100
+    python run.py -m stage=encode retriever=colqwen25 encode.num_tasks=8 'encode.task=range(8)' \
+        hydra/launcher=slurm_h100
+
+A bad override, a malformed benchmark, a full disk: one line on stderr (``run error: ...``), status 2
+(vldocir.apps.app).
 """
 
-import sys
-
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from vldocir.apps.app import hydra_app
+from vldocir.launch import multirun_cfg_argv
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+
+@hydra_app("run", config_name="config", argv=multirun_cfg_argv)
 def main(cfg: DictConfig) -> float:
-    from vldocir.config_checks import ConfigError
     from vldocir.pipeline import optimized_value, run_stage
 
     tracker = instantiate(cfg.logger)
@@ -24,17 +27,10 @@ def main(cfg: DictConfig) -> float:
     try:
         metrics = run_stage(cfg, tracker)
         failed = False
-    except ConfigError as error:  # a bad override: one line, no traceback, before any work
-        print(f"config error: {error}", file=sys.stderr)
-        sys.exit(2)
     finally:
         tracker.finish(failed=failed)
     return optimized_value(cfg, metrics)
 
 
 if __name__ == "__main__":
-    from vldocir.launch import multirun_cfg_argv, refuse_secret_overrides
-
-    refuse_secret_overrides(sys.argv)  # before Hydra writes the command line anywhere
-    sys.argv = multirun_cfg_argv(sys.argv)
     main()

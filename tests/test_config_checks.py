@@ -83,7 +83,7 @@ def test_command_line_refuses_a_bad_override_in_one_line(isolated_paths):
     done = run_py("depth=5")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "config error: eval.ks=[3, 5, 10] asks for k=10 but depth=5 keeps only 5 pages per query; raise depth or lower k"
+        "run error: eval.ks=[3, 5, 10] asks for k=10 but depth=5 keeps only 5 pages per query; raise depth or lower k"
     ]
     assert not (isolated_paths / "results").exists()
 

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from vldocir.io import atomic_write_json
+from vldocir.errors import VldocirError
+from vldocir.io import atomic_write_json, naming_path
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ STAGING_MAX_AGE_S = 24 * 3600
 an artifact or a shard takes that long: encoding happens before the staging directory exists)."""
 
 
-class CorruptArtifactError(RuntimeError):
+class CorruptArtifactError(VldocirError, RuntimeError):
     """A stored artifact (or one shard of it) is damaged: ``path`` names it, ``reason`` says how."""
 
     def __init__(self, path: Path | str, reason: str):
@@ -189,7 +190,8 @@ class ArtifactCache:
         staging = staging_path(final)
         staging.mkdir()
         try:
-            yield staging
+            with naming_path(final):  # a full disk names the artifact, not a nameless write
+                yield staging
             self._publish(staging, kind, key, description)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -225,7 +227,8 @@ class ArtifactCache:
             if partial.exists() and self.policy != "resume":
                 shutil.rmtree(partial)
             partial.mkdir(exist_ok=True)
-            yield partial
+            with naming_path(final):
+                yield partial
             self._publish(partial, kind, key, description)
 
     def _publish(self, staging: Path, kind: str, key: str, description: dict) -> None:

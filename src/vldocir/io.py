@@ -1,9 +1,17 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+A write that fails without naming its file (a full disk: ``OSError(28, 'No space left on device')``
+from a flush, numpy's ``60053 requested and 2016 written``) is re-raised as :class:`WriteError`,
+which names the file and the free space on its filesystem (:func:`naming_path`).
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +19,89 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from vldocir.errors import VldocirError
+
+SPACE_ERRORS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file too large"}
+"""The write errors that a size or space limit causes, and how a message says each."""
+SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+"""numpy's report of a write the kernel cut short (``ndarray.tofile``, ``np.save``): no errno, no file."""
+
+
+def free_space(path: str | Path) -> str:
+    """``'2.0 MB free on /x'``: the space left to unprivileged writers on the filesystem holding
+    ``path`` (its nearest existing ancestor), and that filesystem's mount point."""
+    probe = Path(os.path.abspath(path))
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return f"free space on {probe} unknown"
+    mount = probe
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    return f"{_size(free)} free on {mount}"
+
+
+def _size(n: int) -> str:
+    if n < 1000:
+        return f"{n} bytes"
+    for unit in ("kB", "MB", "GB", "TB"):
+        n /= 1000
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line for an ``OSError``: what failed and the path; for a size or space limit, the free
+    space of that path's filesystem too."""
+    if isinstance(error, WriteError):
+        return str(error)
+    detail = " ".join(str(error.strerror or error).split())
+    if error.filename is None:
+        return detail
+    if error.errno in SPACE_ERRORS:  # a copy (shutil) names its source, then the file it writes
+        written = error.filename2 if error.filename2 is not None else error.filename
+        return f"{SPACE_ERRORS[error.errno]} writing {written} ({free_space(written)})"
+    where = f"{error.filename}" + (f" -> {error.filename2}" if error.filename2 is not None else "")
+    return f"{detail}: {where}"
+
+
+class WriteError(VldocirError, OSError):
+    """A write of ``filename`` that failed, e.g. on a full disk; ``errno`` is the original's (None
+    for a short write that reported none). Still an ``OSError``: callers that catch those keep
+    working."""
+
+    def __init__(self, path: str | Path, code: int | None, detail: str):
+        super().__init__(code, detail, str(path))
+        if code in SPACE_ERRORS:
+            self.message = f"{SPACE_ERRORS[code]} writing {path} ({free_space(path)})"
+        else:  # a short write reports no errno: it is almost always the disk or a size limit, say the space
+            self.message = f"cannot write {path}: {detail} ({free_space(path)})"
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):  # raised in a worker process, re-raised in the parent (pickled)
+        return type(self), (self.filename, self.errno, self.strerror)
+
+
+@contextmanager
+def naming_path(path: str | Path) -> Iterator[None]:
+    """Re-raise a failed write of the block that names no file (a full disk, a quota, a size limit,
+    a short write) as a :class:`WriteError` naming ``path`` (the file or staging directory the block
+    writes). Any other ``OSError`` passes unchanged: one naming its file, a network error, ..."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as error:
+        detail = " ".join(str(error.strerror or error).split())
+        if error.filename is not None or not (error.errno in SPACE_ERRORS or SHORT_WRITE.search(detail)):
+            raise
+        raise WriteError(path, error.errno, detail) from error
 
 
 @contextmanager
@@ -26,7 +117,8 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     os.umask(umask)
     os.chmod(tmp_path, 0o666 & ~umask)
     try:
-        yield tmp_path
+        with naming_path(target):
+            yield tmp_path
         os.replace(tmp_path, target)
     finally:
         tmp_path.unlink(missing_ok=True)

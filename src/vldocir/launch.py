@@ -1,9 +1,10 @@
-"""Command-line guards and Hydra hooks for ``run.py`` and ``vldocir.apps.build``.
+"""Command-line guards and Hydra hooks for the apps (``run.py`` and ``vldocir.apps.*``).
 
 Secrets: Hydra writes the command line verbatim (``.hydra/overrides.yaml``, ``multirun.yaml``, the
 job directory name, submitit's pickles) before any of our code runs, so a secret passed as an
-override cannot be redacted afterwards. :func:`refuse_secret_overrides` stops the entry point
-before Hydra starts; secrets come from the environment only.
+override cannot be redacted afterwards. :func:`refuse_secret_overrides` stops the app before
+Hydra starts (every app calls it through :func:`vldocir.apps.app.hydra_app`); secrets come from
+the environment only.
 
 Multiruns (``python run.py -m ...``):
 

@@ -111,7 +111,7 @@ def test_run_py_refuses_a_floating_revision_offline_in_one_line(subset_dir, isol
     done = run_py("retriever=colpali13", f"dataset.source={subset_dir}", *FLOATING,
                   env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(isolated_paths / "hf-cache")})
     assert done.returncode == 2, done.stderr[-2000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("config error:")]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("run error:")]
     assert len(errors) == 1 and "vidore/colpali-v1.3" in errors[0] and "local_path" in errors[0]
 
 

@@ -482,7 +482,7 @@ def test_run_py_and_the_export_command(stored, tmp_path):
     results = tmp_path / "results"
     done = run_py("retriever=run_file", *paths(tmp_path))
     assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stderr.strip().splitlines()[-1].startswith("config error: retriever.path is not set")
+    assert done.stderr.strip().splitlines()[-1].startswith("run error: retriever.path is not set")
 
     done = run_py("retriever=run_file", f"retriever.path={stored['trec']}", "retriever.id=mysystem", *paths(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -9,8 +9,11 @@
 | ``cleaning_ablations`` | the query-cleaning ablations (Tables 6-10) | ``make cleaning-ablations`` |
 | ``report`` | tables, figures and the reproduction check from the results store | ``make tables``, ``make check`` |
 | ``audit`` | the query audit (Table 12) and the bounding-box census | ``make audit`` |
+| ``import_benchmark`` | import another benchmark (ViDoRe, MMLongBench-Doc, MMDocIR, LongDocURL, BEIR) | |
 
-Every app composes its config from the repository's ``conf/`` (``CONFIG_DIR``).
+Every app, ``run.py`` included, is a task under one wrapper (:func:`vldocir.apps.app.hydra_app`): the
+secret guard, its config composed from the repository's ``conf/`` (``CONFIG_DIR``), and what the user
+can fix as one stderr line ``<app> error: ...`` with exit status 2.
 """
 
 from pathlib import Path

@@ -10,33 +10,25 @@ your own HTML documents listed in a document index (construction/ingest.py).
         queries.llm.base_url=http://gpu-node:8000/v1  # generate with a served VLM
 """
 
-import sys
-
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from vldocir.apps import CONFIG_DIR
+from vldocir.apps.app import hydra_app
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="build")
+@hydra_app("build", config_name="build")
 def main(cfg: DictConfig) -> None:
     from vldocir.construction.build_generated import build_rendered_benchmark
-
     from vldocir.construction.ingest import build_from_html
-    from vldocir.errors import ConfigError
 
     queries = instantiate(cfg.queries) if cfg.queries.get("_target_") else None  # queries=templates: none
     common = dict(render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr))
-    try:
-        if cfg.input:  # your own HTML documents, listed in a document index
-            bench = build_from_html(cfg.input, cfg.out_dir, cfg.paths.cache_dir, cfg.spec.name, queries,
-                                    near_max_gap=cfg.spec.near_max_gap, **common)
-        else:  # generated HTML (the mini benchmark and its kind)
-            bench = build_rendered_benchmark(instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir, queries=queries, **common)
-    except ConfigError as error:
-        print(f"build error: {error}", file=sys.stderr)
-        sys.exit(2)
+    if cfg.input:  # your own HTML and PDF documents, listed in a document index
+        bench = build_from_html(cfg.input, cfg.out_dir, cfg.paths.cache_dir, cfg.spec.name, queries,
+                                near_max_gap=cfg.spec.near_max_gap, pdf=instantiate(cfg.pdf), **common)
+    else:  # generated HTML (the mini benchmark and its kind)
+        bench = build_rendered_benchmark(instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir, queries=queries,
+                                         **common)
     if queries is not None:
         from vldocir.construction.query_stage import summary
 
@@ -45,7 +37,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from vldocir.launch import refuse_secret_overrides
-
-    refuse_secret_overrides(sys.argv)  # before Hydra writes the command line anywhere
     main()

@@ -9,13 +9,12 @@ results store (``paths.results_dir``, the same as run.py's).
 
 import sys
 
-import hydra
 from omegaconf import DictConfig
 
-from vldocir.apps import CONFIG_DIR
+from vldocir.apps.app import hydra_app
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="report")
+@hydra_app("report", config_name="report")
 def main(cfg: DictConfig) -> None:
     from vldocir.reporting.report_tasks import run
 
@@ -25,7 +24,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from vldocir.launch import refuse_secret_overrides
-
-    refuse_secret_overrides(sys.argv)  # before Hydra writes the command line anywhere
     main()

@@ -8,30 +8,21 @@ Its own entry, not a vldocir.apps.build step: vldocir.apps.build renders HTML wi
 while this stage only reads a built benchmark's tables (and is rerun with other budgets or seeds).
 """
 
-import sys
-
-import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from vldocir.apps import CONFIG_DIR
+from vldocir.apps.app import hydra_app
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="sample_evidence")
+@hydra_app("sample_evidence", config_name="sample_evidence")
 def main(cfg: DictConfig) -> None:
-    from vldocir.construction.evidence_configs import EvidenceSamplingError, run_evidence_sampling
-    try:
-        configs, counts, out_dir = run_evidence_sampling(cfg.benchmark, instantiate(cfg.sampling),
-                                                         instantiate(cfg.encoder), cfg.out_dir)
-    except EvidenceSamplingError as error:
-        print(f"evidence sampling error: {error}", file=sys.stderr)
-        sys.exit(2)
+    from vldocir.construction.evidence_configs import run_evidence_sampling
+
+    configs, counts, out_dir = run_evidence_sampling(cfg.benchmark, instantiate(cfg.sampling),
+                                                     instantiate(cfg.encoder), cfg.out_dir)
     print(counts.to_string())
     print(f"wrote {len(configs)} evidence configurations to {out_dir}/configs.parquet")
 
 
 if __name__ == "__main__":
-    from vldocir.launch import refuse_secret_overrides
-
-    refuse_secret_overrides(sys.argv)  # before Hydra writes the command line anywhere
     main()

@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from vldocir.errors import ConfigError
+from vldocir.errors import ConfigError, VldocirError
 from vldocir.io import atomic_write_json, file_digest
 from vldocir.llm import ChatClient, ChatResult
 
@@ -70,7 +70,7 @@ _THINK = re.compile(r"<think>.*?(</think>|\Z)", re.S | re.I)
 _FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.S)
 
 
-class LabelledSetError(ValueError):
+class LabelledSetError(VldocirError, ValueError):
     """The labelled set cannot be read; the message names the file and the row."""
 
 

@@ -41,6 +41,7 @@ import pandas as pd
 
 from vldocir.construction.grounding import NEAR_MAX_GAP, page_id, pair_structure
 from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.errors import VldocirError
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ DEFAULT_TYPE_WEIGHTS = {"image": 3.0, "figure": 3.0, "chart": 3.0, "table": 2.5,
                         "caption": 1.0, "text": 1.0, "headline": 0.5, "table_row": 0.0}
 
 
-class EvidenceSamplingError(ValueError):
+class EvidenceSamplingError(VldocirError, ValueError):
     """The benchmark cannot be sampled (no elements, no page text, unknown text column)."""
 
 

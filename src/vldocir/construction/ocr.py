@@ -17,6 +17,7 @@ from typing import Sequence
 
 from tqdm.auto import tqdm
 
+from vldocir.errors import MissingDependencyError
 from vldocir.io import atomic_write_text
 
 INSTALL_HINT = "install Tesseract: apt-get install tesseract-ocr (or set ocr.tesseract_cmd to its binary)"
@@ -37,10 +38,10 @@ def _tesseract(config: OcrConfig):
     try:
         import pytesseract
     except ImportError as error:
-        raise ImportError(f"OCR needs pytesseract: uv sync (or pip install pytesseract); and {INSTALL_HINT}") from error
+        raise MissingDependencyError(f"OCR needs pytesseract: uv sync (or pip install pytesseract); and {INSTALL_HINT}") from error
     command = config.tesseract_cmd or shutil.which("tesseract")
     if not command:
-        raise RuntimeError(f"Tesseract was not found on PATH: {INSTALL_HINT}")
+        raise MissingDependencyError(f"Tesseract was not found on PATH: {INSTALL_HINT}")
     pytesseract.pytesseract.tesseract_cmd = command
     return pytesseract
 

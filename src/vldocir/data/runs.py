@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from vldocir.data.schema import RUN_SCHEMA
+from vldocir.errors import VldocirError
 from vldocir.io import atomic_path, atomic_write_parquet
 
 
@@ -269,7 +270,7 @@ TREC_COLUMNS = ("query_id", "q0", "page_id", "rank", "score", "tag")
 _WHITESPACE = b" \t\n\r\x0b\x0c"  # what bytes.split() splits on: the separators of a TREC line
 
 
-class TrecRunError(ValueError):
+class TrecRunError(VldocirError, ValueError):
     """A TREC run file that cannot be read; the message names the file and the line."""
 
 

@@ -17,9 +17,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from vldocir.data.schema import TABLES, TableSpec
+from vldocir.errors import VldocirError
 
 
-class BenchmarkError(ValueError):
+class BenchmarkError(VldocirError, ValueError):
     """A benchmark that cannot be used: names the table, the offending row and the broken rule."""
 
     def __init__(self, table: str, row: str | None, rule: str):
@@ -87,9 +88,8 @@ def _table_name(location: Path) -> str:
 def _unreadable(table: str, file: Path, error: Exception) -> BenchmarkError:
     """The error for a file pyarrow cannot read (truncated, overwritten, not Parquet at all)."""
     detail = " ".join(str(error).split())  # pyarrow messages can span lines; errors here are one line
-    return BenchmarkError(
-        table, None, f"cannot read {file}: not a valid Parquet file (truncated or corrupt?): {type(error).__name__}: {detail}"
-    )
+    return BenchmarkError(table, None, f"cannot read {file}: not a valid Parquet file (truncated or corrupt?): "
+                                       f"{type(error).__name__}: {detail}")
 
 
 # What pyarrow raises on a damaged file: ArrowInvalid for a bad footer or page header, OSError for
@@ -118,13 +118,19 @@ def _culprit(location: Path, columns: list[str] | None) -> Path:
 
 def read_schema(location: Path) -> pa.Schema:
     """The table's schema from its first file; every shard's footer is read, so a truncated shard
-    fails here, at load, naming its file."""
+    fails here, at load, naming its file, and so does a shard that lacks a column of the first
+    (pyarrow would fill it with nulls)."""
     name, schemas = _table_name(location), []
-    for file in table_files(location):
+    files = table_files(location)
+    for file in files:
         try:
             schemas.append(pq.read_schema(file))
         except _READ_ERRORS as error:
             raise _unreadable(name, file, error) from error
+    for file, schema in zip(files[1:], schemas[1:]):
+        missing = [column for column in schemas[0].names if column not in schema.names]
+        if missing:
+            raise BenchmarkError(name, None, f"{file} lacks the column(s) {missing} that {files[0]} has")
     return schemas[0]
 
 
@@ -146,7 +152,55 @@ def read_table(location: Path, columns: Iterable[str] | None = None) -> pa.Table
     for i, column in enumerate(table.column_names):
         idx = spec.schema.get_field_index(column)
         fields.append(spec.schema.field(idx) if idx >= 0 else table.schema.field(i))
-    return table.cast(pa.schema(fields))
+    try:
+        return table.cast(pa.schema(fields))
+    except _CAST_ERRORS:
+        raise _uncastable(location, table, fields) from None
+
+
+# What a cast raises for a value the canonical type cannot hold (an int64 beyond int32, a list of
+# three numbers for a four-number box).
+_CAST_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
+
+
+def _uncastable(location: Path, table: pa.Table, fields: list[pa.Field]) -> BenchmarkError:
+    """The error naming the first column and row whose value the canonical type cannot hold."""
+    name = _table_name(location)
+    for field in fields:
+        column = table.column(field.name)
+        if column.type.equals(field.type):
+            continue
+        try:
+            column.cast(field.type)
+            continue
+        except _CAST_ERRORS as error:
+            detail = " ".join(str(error).split())
+        # The first row that fails: casts of growing prefixes fail from that row on (log2(n) casts).
+        low, high = 0, len(column) - 1
+        while low < high:
+            middle = (low + high) // 2
+            try:
+                column.slice(0, middle + 1).cast(field.type)
+                low = middle + 1
+            except _CAST_ERRORS:
+                high = middle
+        value = column[low].as_py()
+        return BenchmarkError(name, _row_label(location, table, low),
+                              f"column '{field.name}' holds {value!r}, which does not fit {field.type} ({detail})")
+    raise AssertionError(f"{name}: the cast failed but no column fails on its own")  # pragma: no cover
+
+
+def _row_label(location: Path, table: pa.Table, row: int) -> str:
+    """A row named by its key columns, as validation names rows (read from the file when the caller
+    read other columns), e.g. ``doc_id=d1, element_id=e7``."""
+    key = TABLES[_table_name(location)].key
+    if not set(key) <= set(table.column_names):
+        try:
+            table = pq.read_table(location, columns=list(key))
+        except _READ_ERRORS:
+            return f"row {row}"
+    values = [table.column(k)[row].as_py() for k in key]
+    return str(values[0]) if len(key) == 1 else ", ".join(f"{k}={v}" for k, v in zip(key, values))
 
 
 def read_image_refs(location: Path) -> pa.Table:

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, content_key
 from vldocir.data.benchmark import Benchmark
 from vldocir.data.runs import run_from_indices
+from vldocir.errors import VldocirError
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.context import DocumentContext
 from vldocir.retrieval.hierarchical import HierarchicalSearch
@@ -55,7 +56,7 @@ BAD_PAGE_POLICIES = ("fail", "skip")
 VERIFY_LEVELS = ("full", "cheap")
 
 
-class DamagedStoreError(RuntimeError):
+class DamagedStoreError(VldocirError, RuntimeError):
     """A cached artifact turned out damaged during the search; it has been dropped, a rerun rebuilds it."""
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from vldocir.errors import ConfigError
+from vldocir.errors import ConfigError, VldocirError
 from vldocir.llm import ChatClient
 from vldocir.retrieval.fusion import ordered_run, ranked_lists, round_robin_lists
 from vldocir.retrieval.settings import RunJob, Setting
@@ -48,7 +48,7 @@ _THINK = re.compile(r"<think>.*?(</think>|\Z)", re.S | re.I)  # a reasoning mode
 _FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.S)
 
 
-class QuerySplitError(RuntimeError):
+class QuerySplitError(VldocirError, RuntimeError):
     """Too many queries could not be split (see ``max_failed_fraction``)."""
 
 

@@ -32,10 +32,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from vldocir.errors import VldocirError
 from vldocir.retrieval.vectors import RaggedVectors, resolve_device
 
 
-class NonFiniteVectorsError(ValueError):
+class NonFiniteVectorsError(VldocirError, ValueError):
     """Stored vectors hold NaN or Inf; ``source`` names where they were read from."""
 
     def __init__(self, source: str, first_index: int):

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from vldocir.errors import MissingDependencyError
 from vldocir.manifest import install_log_redaction, redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class WandbTracker:
         try:
             import wandb
         except ImportError as error:
-            raise ImportError("logger=wandb needs the wandb package: uv sync (or pip install wandb)") from error
+            raise MissingDependencyError("logger=wandb needs the wandb package: uv sync (or pip install wandb)") from error
         if self.dir:
             os.makedirs(self.dir, exist_ok=True)
         # wandb records the command line (sys.argv) with the run: hide secret-looking overrides from it.

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from vldocir.errors import ConfigError
+from vldocir.errors import ConfigError, VldocirError
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value) or (isinstance(value, str) and not value.strip())
 
 
-class IndexFileError(ValueError):
+class IndexFileError(VldocirError, ValueError):
     """A damaged or inconsistent index (a duplicate id, a missing column); names the file."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from vldocir.construction.render.config import RenderConfig, RenderError
+from vldocir.errors import VldocirError
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ SYSTEM_CHROMIUM_PATHS: tuple[str, ...] = ("/usr/bin/chromium",)
 SYSTEM_CHROMIUM_NAMES: tuple[str, ...] = ("chromium", "chromium-browser", "google-chrome")
 
 
-class ChromiumNotFoundError(RuntimeError):
+class ChromiumNotFoundError(VldocirError, RuntimeError):
     """No Chromium executable was found; the message names what was tried."""
 
 

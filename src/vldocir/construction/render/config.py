@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vldocir.construction.render.rules import DEFAULT_CLUTTER_SELECTORS, DEFAULT_PAGE_RULES
+from vldocir.errors import VldocirError
 
 
 def _default_clutter() -> dict[str, list[str]]:
@@ -151,7 +152,7 @@ class RenderConfig:
         return asdict(self)
 
 
-class RenderError(RuntimeError):
+class RenderError(VldocirError, RuntimeError):
     """A document could not be rendered."""
 
 

@@ -1,0 +1,119 @@
+"""The one wrapper of every Hydra app (``run.py`` and ``python -m vldocir.apps.<name>``).
+
+::
+
+    @hydra_app("build", config_name="build")
+    def main(cfg: DictConfig) -> None:
+        ...
+
+    if __name__ == "__main__":
+        main()
+
+``main()`` then:
+
+1. refuses a secret passed on the command line, before Hydra writes ``argv`` anywhere
+   (:func:`vldocir.launch.refuse_secret_overrides`), and lets ``argv`` be rewritten (run.py's
+   :func:`vldocir.launch.multirun_cfg_argv`);
+2. composes the config from the repository's ``conf/`` through ``hydra.main`` and runs the task,
+   whose return value Hydra keeps (run.py's swept metric);
+3. prints what the user can fix as one stderr line, ``<app> error: <what and where>``, and exits
+   with status 2: every :class:`~vldocir.errors.VldocirError`, every ``OSError`` (the path it
+   names and, for a full disk, a quota or a size limit, the free space there), and a config
+   node's parameter check that fails under ``hydra.utils.instantiate`` (named by its key);
+   ``Ctrl-C`` is one line and status 130. Anything else is a bug and keeps its traceback.
+
+A task that holds a resource (run.py's tracker) closes it in its own ``finally``, which runs
+before the line is printed.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from vldocir.apps import CONFIG_DIR
+from vldocir.errors import VldocirError
+
+ERROR_STATUS = 2
+"""The exit status of a run that stopped on something the user can fix (as for a usage error)."""
+INTERRUPTED_STATUS = 130
+"""The exit status of a run stopped by Ctrl-C (128 + SIGINT, what shells report)."""
+
+Task = Callable[[Any], Any]
+
+
+def error_line(app: str, error: BaseException) -> str | None:
+    """The one line ``app`` prints for ``error``, or None when ``error`` is a bug (keep its traceback)."""
+    from hydra.errors import InstantiationException
+
+    from vldocir.io import describe_os_error
+
+    if isinstance(error, InstantiationException):  # raised by a constructor that hydra.utils.instantiate called
+        cause = error.__cause__
+        if isinstance(cause, (ValueError, TypeError)) and not isinstance(cause, VldocirError):
+            # A parameter check (or an unknown parameter) of the node: a config value, as pipeline judges it.
+            key = next(
+                (line.removeprefix("full_key: ") for line in str(error).splitlines() if line.startswith("full_key: ")),
+                None,
+            )
+            return f"{app} error: {key + ': ' if key else ''}{' '.join(str(cause).split())}"
+        if isinstance(cause, (VldocirError, OSError)):
+            error = cause
+    if isinstance(error, VldocirError):
+        message = str(error)
+    elif isinstance(error, OSError):
+        message = describe_os_error(error)
+    else:
+        return None
+    message = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    return f"{app} error: {message or type(error).__name__}"
+
+
+@contextmanager
+def one_line_errors(app: str) -> Iterator[None]:
+    """Turn what the user can fix into one stderr line and exit status 2 (see the module docstring)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"{app}: interrupted", file=sys.stderr)
+        raise SystemExit(INTERRUPTED_STATUS) from None
+    except Exception as error:
+        line = error_line(app, error)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        raise SystemExit(ERROR_STATUS) from None
+
+
+def hydra_app(
+    app: str, config_name: str, argv: Callable[[list[str]], list[str]] | None = None
+) -> Callable[[Task], Callable[[], Any]]:
+    """Make ``task(cfg)`` the app ``app`` composing ``conf/<config_name>.yaml`` (see the module docstring).
+
+    ``argv``: a rewrite of ``sys.argv`` applied after the secret guard, before Hydra parses it.
+    """
+
+    def decorate(task: Task) -> Callable[[], Any]:
+        import hydra
+
+        @functools.wraps(task)  # (Hydra names the job and its log file after the wrapped task's file)
+        def job(cfg):
+            with one_line_errors(app):
+                return task(cfg)
+
+        composed = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=config_name)(job)
+
+        @functools.wraps(task)
+        def main() -> Any:
+            from vldocir.launch import refuse_secret_overrides
+
+            refuse_secret_overrides(sys.argv)  # before Hydra writes the command line anywhere
+            if argv is not None:
+                sys.argv = argv(sys.argv)
+            return composed()
+
+        return main
+
+    return decorate
