@@ -182,7 +182,7 @@ def build_tables(scale: float, seed: int) -> tuple[dict[str, pa.Table], dict]:
     queries = pa.table(
         {
             "query_id": query_id,
-            "text": pa.array(np.full(n_queries, "", dtype=object), pa.string()),
+            "text": pc.binary_join_element_wise(pa.scalar("query "), query_id, ""),  # blank text is refused
             "answer": pa.array(np.full(n_queries, "", dtype=object), pa.string()),
             "evidence_structure": pa.array(q_structure, pa.string()),
             "source": pa.array(np.asarray(sources, dtype=object)[q_source_code], pa.string()),

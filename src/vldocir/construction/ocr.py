@@ -17,8 +17,12 @@ from typing import Sequence
 
 from tqdm.auto import tqdm
 
-from vldocir.errors import MissingDependencyError
+from vldocir.errors import MissingDependencyError, VldocirError
 from vldocir.io import atomic_write_text
+
+
+class OcrError(VldocirError, RuntimeError):
+    """Tesseract failed on some page images; the message lists the first of them with the reason."""
 
 INSTALL_HINT = "install Tesseract: apt-get install tesseract-ocr (or set ocr.tesseract_cmd to its binary)"
 
@@ -91,5 +95,6 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig = OcrCo
             bar.update()
     if failures:
         listed = "; ".join(f"{p}: {e}" for p, e in failures[:5])
-        raise RuntimeError(f"OCR failed for {len(failures)} page image(s): {listed}")
+        raise OcrError(f"OCR failed for {len(failures)} page image(s) (the others are cached; a rerun retries "
+                       f"these): {listed}")
     return results  # type: ignore[return-value]

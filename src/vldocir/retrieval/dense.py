@@ -60,6 +60,10 @@ class DamagedStoreError(VldocirError, RuntimeError):
     """A cached artifact turned out damaged during the search; it has been dropped, a rerun rebuilds it."""
 
 
+class IncompleteStoreError(VldocirError, RuntimeError):
+    """The page store lacks shards that another job (a stage=encode task) was to write."""
+
+
 def _gpu_seconds(device: str, seconds: float) -> float:
     return round(seconds, 3) if resolve_device(device).type == "cuda" else 0.0
 
@@ -188,7 +192,9 @@ class EmbeddingRetriever(Retriever):
         store = self.encode_pages(bench, cache)
         if not store.complete:
             missing = store.missing_shards()
-            raise RuntimeError(f"{store.directory}: shards {missing[:10]}{'...' if len(missing) > 10 else ''} are missing")
+            listed = f"{missing[:10]}{'...' if len(missing) > 10 else ''}"
+            raise IncompleteStoreError(f"{store.directory}: shards {listed} are not encoded yet (stage=encode tasks "
+                                       "still running or failed; rerun them, or run without stage=encode)")
         bad = store.bad_pages()
         if bad:
             if self.on_bad_page == "fail":
