@@ -1,8 +1,18 @@
-"""The evaluation pipeline: benchmark → run (cached) → per-query metrics → results store.
+"""One job of ``run.py``: benchmark → run (cached) → per-query metrics → results store.
 
-``run.py`` composes the config and calls :func:`evaluate`. Each stage is skipped when its artifact
-exists under the same key: re-running a command re-evaluates the stored run (cheap) and searches
-nothing.
+``run.py`` composes the config and calls :func:`run_stage`, which checks the whole config first
+(:func:`vldocir.config_checks.check_config`) and runs ``stage=evaluate`` (:func:`evaluate`) or
+``stage=encode`` (:func:`encode`: one task of a job array filling the page-embedding store).
+
+:func:`evaluate` first checks the job's setting and retriever and, recursively, every input run
+they name (:func:`check_inputs`, through :func:`plan_job`), then opens the benchmark (building a
+synthetic or reduced one on first use) and resolves the job's run through :class:`RunResolver`: the
+setting's input runs first, each composed as a job of its own, resolved the same way and filed as an
+entry of its own; then the run itself, reused from the store when an entry holds its content key
+and verifies, else computed by the setting from its inputs. It evaluates the run at ``eval.ks`` and
+publishes the entry with its manifest (config, versions, timings, cache events). Every expensive
+step is skipped when its artifact exists under the same key: re-running a command re-evaluates the
+stored run and searches nothing.
 """
 
 from __future__ import annotations
@@ -27,11 +37,12 @@ from vldocir.cache import ArtifactCache, content_key
 from vldocir.config_checks import ConfigError, check_config, optimized_metric
 from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.data.reduced import open_dataset
-from vldocir.evaluation.aggregate import summarise
+from vldocir.evaluation.aggregate import check_language, language_subset, summarise
 from vldocir.evaluation.console import format_report, structure_table
 from vldocir.evaluation.metrics import RUN_COLUMNS, EvidenceIndex, per_query_metrics
 from vldocir.io import atomic_write_json
-from vldocir.retrieval.settings import RunJob
+from vldocir.retrieval.base import Retriever
+from vldocir.retrieval.settings import RunJob, Setting
 from vldocir.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
@@ -44,9 +55,14 @@ def open_benchmark(dataset: DictConfig, cache_dir: str | Path) -> Benchmark:
 
 
 def _open_source(dataset: DictConfig) -> Benchmark:
-    """Load ``dataset.source``; build it first from ``dataset.build`` if it does not exist yet."""
+    """Load ``dataset.source``; build it first from ``dataset.build``, or import it with
+    ``dataset.importer`` (vldocir.importers), if it does not exist yet."""
     source = str(dataset.source)
     local = not source.startswith("hf://")
+    if local and dataset.get("importer") is not None:
+        from vldocir.importers.base import open_imported
+
+        return open_imported(instantiate(dataset.importer, _convert_="all"), source, name=dataset.name)
     if local and dataset.get("build") is not None:
         from vldocir.construction.synthetic import generate
 
@@ -198,10 +214,10 @@ class ResolvedRun:
 class RunResolver:
     """Resolves a job's run, and first the input runs its setting names, through the results store.
 
-    Each input is composed as the job ``python run.py <job overrides> retriever=.. setting=..``
-    (:func:`vldocir.launch.input_overrides`), resolved the same way (recursively), evaluated at the
-    job's ``eval.ks`` and filed as an entry of its own; within one job an input named twice is
-    resolved once. Every resolution is a ``run`` cache event (hit or miss) in the manifest.
+    Each input is composed as its own job (:func:`plan_job`), resolved the same way (recursively),
+    evaluated at the job's ``eval.ks`` and filed as an entry of its own; within one job an input
+    named twice is resolved once. Every resolution is a ``run`` cache event (hit or miss) in the
+    manifest.
     """
 
     def __init__(self, bench: Benchmark, cache: ArtifactCache, ks: list[int]):
@@ -216,24 +232,14 @@ class RunResolver:
         return self._index
 
     def resolve(self, cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ()) -> ResolvedRun:
-        from vldocir.launch import compose_job, input_overrides
-
-        label = f"{cfg.retriever.id}/{cfg.setting.id}"
-        if label in chain:
-            raise ConfigError(f"setting inputs form a cycle: {' -> '.join((*chain, label))}")
-        setting, retriever = instantiate_setting(cfg), instantiate_retriever(cfg)
+        job = plan_job(cfg, overrides, chain)
+        label, setting, retriever = job.label, job.setting, job.retriever
         depth = int(cfg.depth)
         inputs, input_runs = [], []
-        for spec in setting.inputs():
-            sub_overrides = input_overrides(overrides, spec)
-            sub_cfg = compose_job(sub_overrides)
-            check_config(sub_cfg, sub_overrides)
-            if OmegaConf.to_container(sub_cfg.dataset, resolve=True) != OmegaConf.to_container(cfg.dataset, resolve=True):
-                raise ConfigError(f"input run {spec.label()} of {label} is on another dataset ({sub_cfg.dataset.name}); "
-                                  "a setting combines runs of one benchmark")
-            resolved = self.resolve_and_file(sub_cfg, sub_overrides, (*chain, label))
+        for sub in job.inputs:
+            resolved = self.resolve_and_file(sub.cfg, sub.overrides, (*chain, label))
             input_runs.append(resolved)
-            inputs.append({"input": spec.label(), "retriever": sub_cfg.retriever.id, "setting": sub_cfg.setting.id,
+            inputs.append({"input": sub.label, "retriever": sub.cfg.retriever.id, "setting": sub.cfg.setting.id,
                            "run_key": resolved.key, "entry": str(resolved.entry) if resolved.entry else None,
                            "reused": resolved.reused is not None})
         parts = {"benchmark": self.bench.fingerprint, "retriever": retriever.cache_params() if setting.uses_retriever else None,
@@ -293,16 +299,39 @@ class RunResolver:
         return resolved
 
 
-def check_inputs(cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ()) -> None:
-    """Instantiate the setting and retriever of the job and, recursively, compose and check every
-    input run, so that a bad input fails in a second, as a :class:`ConfigError` naming it."""
+@dataclass
+class InputJob:
+    """An input run of a setting, composed as its own job and checked."""
+
+    label: str                 # as the setting names it (RunSpec.label)
+    cfg: DictConfig
+    overrides: list[str]
+
+
+@dataclass
+class JobPlan:
+    """A job's setting and retriever, instantiated, and its input runs, composed and checked."""
+
+    label: str                 # <retriever id>/<setting id>
+    setting: Setting
+    retriever: Retriever
+    inputs: list[InputJob]
+
+
+def plan_job(cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ()) -> JobPlan:
+    """Instantiate the job's setting and retriever and compose and check each input run it names,
+    as the job ``python run.py <job overrides> retriever=.. setting=..``
+    (:func:`vldocir.launch.input_overrides`). ``chain``: the jobs this one is an input of. A cycle,
+    an input that does not compose or fails its checks, or one on another dataset is a
+    :class:`ConfigError` naming the input."""
     from vldocir.launch import compose_job, input_overrides
 
     label = f"{cfg.retriever.id}/{cfg.setting.id}"
     if label in chain:
         raise ConfigError(f"setting inputs form a cycle: {' -> '.join((*chain, label))}")
-    setting = instantiate_setting(cfg)
-    instantiate_retriever(cfg)
+    setting, retriever = instantiate_setting(cfg), instantiate_retriever(cfg)
+    dataset = OmegaConf.to_container(cfg.dataset, resolve=True)
+    inputs = []
     for spec in setting.inputs():
         sub_overrides = input_overrides(overrides, spec)
         try:
@@ -311,9 +340,24 @@ def check_inputs(cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] =
             raise ConfigError(f"input run {spec.label()!r} of {label}: {str(error).splitlines()[0]}") from error
         try:
             check_config(sub_cfg, sub_overrides)
-            check_inputs(sub_cfg, sub_overrides, (*chain, label))
         except ConfigError as error:
             raise ConfigError(f"input run {spec.label()!r} of {label}: {error}") from error
+        if OmegaConf.to_container(sub_cfg.dataset, resolve=True) != dataset:
+            raise ConfigError(f"input run {spec.label()!r} of {label} is on another dataset ({sub_cfg.dataset.name}); "
+                              "a setting combines runs of one benchmark")
+        inputs.append(InputJob(spec.label(), sub_cfg, sub_overrides))
+    return JobPlan(label, setting, retriever, inputs)
+
+
+def check_inputs(cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ()) -> None:
+    """:func:`plan_job` for the job and, recursively, for every input run, so that a bad input
+    fails in a second, before any work, as a :class:`ConfigError` naming it."""
+    job = plan_job(cfg, overrides, chain)
+    for sub in job.inputs:
+        try:
+            check_inputs(sub.cfg, sub.overrides, (*chain, job.label))
+        except ConfigError as error:
+            raise ConfigError(f"input run {sub.label!r} of {job.label}: {error}") from error
 
 
 def _run_sections(resolved: ResolvedRun, depth: int, ks: list[int], fingerprint: str) -> dict[str, Any]:
@@ -363,6 +407,10 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     bench = open_benchmark(cfg.dataset, cfg.paths.cache_dir)
     timings["load_benchmark_s"] = time.perf_counter() - tick
     timings.update(bench.load_timings)  # validate_s, fingerprint_s and whether each came from the memo
+    language = OmegaConf.select(cfg, "eval.language")
+    if language is not None:  # before any search: a mistyped language costs a second
+        language = str(language)
+        check_language(bench.arrow("queries", ["language"]).column(0).to_pandas(), language)
 
     ks, depth = [int(k) for k in cfg.eval.ks], int(cfg.depth)
     manifest["benchmark"] = {**bench.summary(), "root": str(bench.root)}
@@ -379,8 +427,21 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
 
     manifest["cache"] = cache.events
     manifest["timings"] = _rounded(timings)
-    entry = store.publish(resolved.setting_dir, store.entry_name(depth, ks, resolved.key), run=None if resolved.reused else resolved.run,
-                          reused=resolved.reused, per_query=per_query, metrics=metrics, manifest=manifest)
+    setting_dir, name, reused = resolved.setting_dir, store.entry_name(depth, ks, resolved.key), resolved.reused
+    if language is not None:
+        # The run is filed with its evaluation over all queries as usual (any later job reuses it),
+        # and this language's evaluation beside it, under the benchmark '<name>.lang-<language>'.
+        whole = store.publish(setting_dir, name, run=None if reused else resolved.run, reused=reused,
+                              per_query=per_query, metrics=metrics, manifest={**manifest})
+        per_query = language_subset(per_query, language)
+        metrics = {"language": language, **summarise(per_query, ks)}
+        setting_dir = store.setting_directory(cfg.paths.results_dir, f"{bench.name}.lang-{language}",
+                                              cfg.retriever.id, cfg.setting.id)
+        manifest["store"] = {**manifest["store"], "language": language,
+                             "eval_key": content_key({"run": resolved.key, "ks": ks, "language": language})}
+        reused = store.Entry(whole)
+    entry = store.publish(setting_dir, name, run=None if reused else resolved.run,
+                          reused=reused, per_query=per_query, metrics=metrics, manifest=manifest)
     _write_job_manifest(manifest, entry)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
     print(format_report(metrics, entry, resolved.reused is not None), flush=True)

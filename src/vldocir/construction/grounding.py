@@ -51,3 +51,28 @@ def resolve_element_pages(elements: pd.DataFrame, doc_id: str, element_ids: Sequ
     if missing:
         raise KeyError(f"document {doc_id} has no element(s) {', '.join(missing)}")
     return {e: int(doc[e]) for e in element_ids}
+
+
+def evidence_structures(evidence: pd.DataFrame, near_max_gap: int = NEAR_MAX_GAP) -> pd.Series:
+    """The evidence structure of each query from its evidence pages, the rule of every query path:
+
+    - pages in two or more documents: ``cross_doc``;
+    - two or more pages of one document: :func:`pair_structure` of the distance between its first
+      and last evidence page (``doc_adjacent`` / ``doc_near`` / ``doc_far``);
+    - one page: ``page_multi`` when two or more evidence elements lie on it, else ``page_single``.
+
+    ``evidence``: one row per (query, evidence page) with ``query_id``, ``doc_id``, ``page_number``
+    (the page's position in its document, as the source numbers its pages: distances are measured
+    on it) and optionally ``n_elements`` (evidence elements on that page; absent: 1). Returns a
+    Series of structure names indexed by ``query_id`` (sorted).
+    """
+    frame = evidence.assign(n_elements=evidence["n_elements"] if "n_elements" in evidence else 1)
+    grouped = frame.groupby("query_id", sort=True)
+    stats = grouped.agg(n_docs=("doc_id", "nunique"), n_pages=("page_number", "size"),
+                        first=("page_number", "min"), last=("page_number", "max"), n_elements=("n_elements", "max"))
+    structure = pd.Series("page_single", index=stats.index, dtype=object, name="evidence_structure")
+    structure[(stats["n_pages"] == 1) & (stats["n_elements"] >= 2)] = "page_multi"
+    within = (stats["n_docs"] == 1) & (stats["n_pages"] >= 2)
+    structure[within] = [pair_structure(int(gap), near_max_gap) for gap in (stats["last"] - stats["first"])[within]]
+    structure[stats["n_docs"] >= 2] = "cross_doc"
+    return structure

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from vldocir.data.fingerprint import BenchmarkFiles, compute_fingerprint
-from vldocir.data.schema import TABLES
+from vldocir.data.schema import DECLARED_SOURCES_KEY, TABLES
 from vldocir.data.tables import (
     BenchmarkError, check_schema, read_image_refs, read_schema, read_table, sort_canonically, table_location,
 )
@@ -56,7 +56,22 @@ class Benchmark:
         return compute_fingerprint(self.root)
 
     def arrow(self, name: str, columns: Iterable[str] | None = None) -> pa.Table:
-        return read_table(table_location(self.root, name), columns)
+        """Table ``name`` (the columns of its files, or ``columns``). An optional column
+        (:class:`~vldocir.data.schema.OptionalColumn`) asked for by name but absent from the files
+        comes back filled with its default."""
+        location = table_location(self.root, name)
+        if columns is None:
+            return read_table(location)
+        columns = list(columns)
+        absent = [c for c in columns if TABLES[name].optional_column(c) and c not in read_schema(location).names]
+        present = [c for c in columns if c not in absent]
+        table = read_table(location, present or list(TABLES[name].key[:1]))  # (a key column: the row count)
+        table = table.select(present)
+        for column in absent:
+            spec = TABLES[name].optional_column(column)
+            filled = pa.array([spec.default] * table.num_rows, spec.field.type)
+            table = table.add_column(columns.index(column), spec.field, filled)
+        return table
 
     def image_refs(self) -> pa.Table:
         """Per page: ``page_id``, image ``path`` and ``has_bytes`` (see :func:`read_image_refs`)."""
@@ -136,7 +151,7 @@ def load_benchmark(
         raise BenchmarkError(INFO_FILE, None, f"{info_path} not found: not a benchmark directory")
     try:
         info = json.loads(info_path.read_text())
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:  # (JSON is UTF-8)
         raise BenchmarkError(INFO_FILE, None, f"invalid JSON: {error}") from error
     check_info(info)
     for spec in TABLES.values():
@@ -147,11 +162,13 @@ def load_benchmark(
     tick = time.perf_counter()
     files = BenchmarkFiles(root)
     passed = None
-    from_memo = memo and files.validated(rules_digest())
+    # The declared sources are rules of their own (benchmark.json is no table file the memo watches).
+    rules = rules_digest() + (f":{json.dumps(info[DECLARED_SOURCES_KEY])}" if DECLARED_SOURCES_KEY in info else "")
+    from_memo = memo and files.validated(rules)
     if not from_memo:
         started_ns = time.time_ns()
         validate_tables(bench, BenchmarkError)
-        passed = (rules_digest(), started_ns) if memo else None
+        passed = (rules, started_ns) if memo else None
     validate_s = time.perf_counter() - tick
     # After validation: the fingerprint opens the image paths that validation vouched for.
     tick = time.perf_counter()
@@ -174,6 +191,11 @@ def check_info(info) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _AsIs:
+    field: pa.Field
+
+
 def write_benchmark(root: str | Path, tables: Mapping[str, pd.DataFrame | pa.Table], info: Mapping) -> Benchmark:
     """Write the five tables (cast to the canonical schema, sorted by key) and ``benchmark.json``.
 
@@ -191,7 +213,9 @@ def write_benchmark(root: str | Path, tables: Mapping[str, pd.DataFrame | pa.Tab
             raise BenchmarkError(name, None, f"required columns missing: {missing}")
         extra = [c for c in table.column_names if c not in spec.schema.names]
         table = table.select([*spec.schema.names, *extra])
-        table = table.cast(pa.schema([*spec.schema, *[table.schema.field(c) for c in extra]]))
+        # Optional columns (qrels grade, queries language) are written in their declared type when given.
+        extra_fields = [(spec.optional_column(c) or _AsIs(table.schema.field(c))).field for c in extra]
+        table = table.cast(pa.schema([*spec.schema, *extra_fields]))
         atomic_write_parquet(sort_canonically(spec, table), root / spec.file_name)
         counts[name] = table.num_rows
     full_info = {**dict(info), "counts": counts, "fingerprint": compute_fingerprint(root)}

@@ -1,12 +1,20 @@
 """The benchmark's tables: their columns, Arrow types and key columns (DESIGN.md §2).
 
 A benchmark is a directory holding one Parquet file per table plus ``benchmark.json``. Columns
-listed here are required; a table may carry extra columns, which are kept and ignored.
+listed in a table's schema are required; its optional columns (:class:`OptionalColumn`: qrels
+``grade``, queries ``language``) may be absent, and a reader that asks for one then gets its default
+(:meth:`vldocir.data.benchmark.Benchmark.arrow`); the fingerprint covers the columns the files
+hold. A table may carry further columns, which are kept and ignored.
+
+Units: ``pages.width``/``height`` are pixels of the stored page image; a page without an image
+(text-only benchmarks) gives the pixels of the layout it was cut from (2000x4000 for rendered HTML)
+or null where there is none (BEIR's passages). ``elements.bbox`` is in those same page pixels.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -22,6 +30,11 @@ EVIDENCE_STRUCTURES: tuple[str, ...] = (
 
 SOURCES: tuple[str, ...] = ("wikipedia", "arxiv", "pubmed", "sec")
 """The document sources of the paper: each has its renderer clean-up rules and query prompts."""
+
+DECLARED_SOURCES_KEY = "sources"
+"""The ``benchmark.json`` key listing the document sources a benchmark declares (imported benchmarks
+declare their own, e.g. ``["vidore_v3_hr"]``); documents and queries must name one of them. A
+benchmark that declares none is held to :data:`SOURCES`."""
 
 SINGLE_PAGE_STRUCTURES = frozenset({"page_single", "page_multi"})
 """Evidence on exactly one page (Page-Multi means several elements of that one page)."""
@@ -41,6 +54,15 @@ BBOX_TYPE = pa.list_(pa.float32(), 4)
 
 
 @dataclass(frozen=True)
+class OptionalColumn:
+    """A column a table may lack: readers that ask for it get ``default`` in every row."""
+
+    field: pa.Field
+    default: Any
+    doc: str = ""
+
+
+@dataclass(frozen=True)
 class TableSpec:
     name: str
     schema: pa.Schema
@@ -50,6 +72,11 @@ class TableSpec:
     """Further columns that every row must fill (key columns must be filled and non-empty too)."""
     may_be_empty: bool = False
     """Whether the table may have no rows at all."""
+    optional: tuple[OptionalColumn, ...] = ()
+    """Columns that may be absent (see the module docstring); present, they must have this type."""
+
+    def optional_column(self, name: str) -> OptionalColumn | None:
+        return next((c for c in self.optional if c.field.name == name), None)
 
     @property
     def file_name(self) -> str:
@@ -123,6 +150,10 @@ TABLES: dict[str, TableSpec] = {
             ),
             key=("query_id",),
             not_null=("evidence_structure",),  # (text has its own rule: not null, not blank)
+            optional=(
+                OptionalColumn(pa.field("language", pa.string()), None,
+                               "the query's language (BCP 47 / ISO 639-1, e.g. 'en', 'fr'); null: not stated"),
+            ),
         ),
         TableSpec(
             "qrels",
@@ -136,6 +167,11 @@ TABLES: dict[str, TableSpec] = {
             ),
             key=("query_id", "page_id"),
             not_null=("doc_id",),
+            optional=(
+                OptionalColumn(pa.field("grade", pa.int32()), 1,
+                               "graded relevance (trec_eval's gain for nDCG); every qrel with grade > 0 is "
+                               "evidence for RecallAll/nDCGAll; absent: 1 (binary benchmarks)"),
+            ),
         ),
     )
 }

@@ -24,9 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vldocir.data.schema import (
+    DECLARED_SOURCES_KEY,
     EVIDENCE_STRUCTURES,
     MULTI_PAGE_STRUCTURES,
     SINGLE_PAGE_STRUCTURES,
+    SOURCES,
     TABLES,
     WITHIN_DOC_STRUCTURES,
 )
@@ -78,11 +80,11 @@ def rules_digest() -> str:
 def validate_tables(bench: "Benchmark", error: Error) -> None:
     """Raise ``error(table, row, rule)`` for the first rule the benchmark breaks."""
     frames = {
-        "documents": bench.arrow("documents", ["doc_id", "n_pages"]).to_pandas(),
+        "documents": bench.arrow("documents", ["doc_id", "n_pages", "source"]).to_pandas(),
         "pages": bench.arrow("pages", ["page_id", "doc_id", "page_index"]).to_pandas(),
         "elements": bench.arrow("elements", ["doc_id", "element_id", "page_index"]).to_pandas(),
-        "queries": bench.arrow("queries", ["query_id", "evidence_structure", "text"]).to_pandas(),
-        "qrels": bench.arrow("qrels", ["query_id", "page_id", "doc_id", "element_ids"]).to_pandas(),
+        "queries": bench.arrow("queries", ["query_id", "evidence_structure", "text", "source"]).to_pandas(),
+        "qrels": bench.arrow("qrels", ["query_id", "page_id", "doc_id", "element_ids", "grade"]).to_pandas(),
     }
 
     def check(table: str, bad: pd.Series | np.ndarray, rule: str | Callable[[int], str],
@@ -134,7 +136,8 @@ def validate_tables(bench: "Benchmark", error: Error) -> None:
     check("documents", counted != docs["n_pages"].to_numpy(), "n_pages differs from the number of pages in 'pages'")
     _check_images(bench, check)
 
-    check("elements", ~_isin(elements["doc_id"], docs["doc_id"]), "element refers to a document missing from 'documents'")
+    check("elements", ~_isin(elements["doc_id"], docs["doc_id"]),
+          "element refers to a document missing from 'documents'")
     element_n_pages = elements["doc_id"].map(n_pages_of).astype("float64")
     check(
         "elements",
@@ -150,10 +153,16 @@ def validate_tables(bench: "Benchmark", error: Error) -> None:
     # Retrievers tokenise and encode every query: a missing text would crash one of them late.
     blank = queries["text"].isna() | (queries["text"].astype("string").str.strip() == "")
     check("queries", blank, "query text is null, empty or whitespace only")
+    _check_sources(bench.info, docs, queries, check, error)
     check("qrels", ~_isin(qrels["query_id"], queries["query_id"]), "qrel refers to a query missing from 'queries'")
     check("qrels", ~_isin(qrels["page_id"], pages["page_id"]), "qrel refers to a page missing from 'pages'")
     page_doc = pages.set_index("page_id")["doc_id"]
     check("qrels", qrels["doc_id"] != qrels["page_id"].map(page_doc), "qrel doc_id differs from its page's doc_id")
+
+    if not pd.api.types.is_integer_dtype(qrels["grade"]):
+        raise error("qrels", None, f"column 'grade' has type {qrels['grade'].dtype}, expected integers")
+    check("qrels", qrels["grade"] < 0, "grade is negative (0: not relevant, > 0: evidence, larger is more relevant)")
+    qrels = qrels[qrels["grade"] > 0]  # (a grade-0 qrel is not evidence: it shapes no structure)
 
     page_index = pages.set_index("page_id")["page_index"]
     grouped = qrels.assign(page_index=qrels["page_id"].map(page_index).astype("float64")).groupby("query_id")
@@ -195,7 +204,8 @@ def validate_tables(bench: "Benchmark", error: Error) -> None:
         per_query,
     )
 
-    cited = qrels[["query_id", "page_id", "doc_id", "element_ids"]].explode("element_ids").dropna(subset=["element_ids"])
+    cited = qrels[["query_id", "page_id", "doc_id", "element_ids"]].explode("element_ids")
+    cited = cited.dropna(subset=["element_ids"])
     if len(cited):
         known = pd.MultiIndex.from_frame(elements[["doc_id", "element_id"]])
         wanted = pd.MultiIndex.from_arrays([cited["doc_id"], cited["element_ids"]])
@@ -217,6 +227,20 @@ def validate_tables(bench: "Benchmark", error: Error) -> None:
             )
 
 
+def _check_sources(info: dict, docs: pd.DataFrame, queries: pd.DataFrame, check: Callable, error: Error) -> None:
+    """Documents and queries name a source the benchmark declares (``benchmark.json`` ``sources``;
+    none declared: the paper's four). A null source is not checked."""
+    declared = info.get(DECLARED_SOURCES_KEY, list(SOURCES))
+    if not isinstance(declared, list) or not declared or not all(isinstance(s, str) and s for s in declared):
+        raise error("benchmark.json", None, f"'{DECLARED_SOURCES_KEY}' must be a non-empty list of source names")
+    allowed = pd.Series(declared, dtype=docs["source"].dtype if len(docs) else None)
+    for table, frame in (("documents", docs), ("queries", queries)):
+        source = frame["source"]
+        unknown = source.notna().to_numpy() & ~_isin(source, allowed.astype(source.dtype))
+        check(table, unknown, lambda i, frame=frame: f"source {frame['source'].iloc[i]!r} is not one the benchmark "
+              f"declares ({', '.join(declared)}; benchmark.json '{DECLARED_SOURCES_KEY}')")
+
+
 # ----------------------------------------------------------------------------------------------
 # Page images
 # ----------------------------------------------------------------------------------------------
@@ -225,7 +249,8 @@ _WINDOWS_ABSOLUTE = re.compile(r"^([A-Za-z]:|[\\/])")
 
 IMAGE_PATH_RULES = {
     "absolute": "is absolute: image paths must be relative to the benchmark directory",
-    "outside": "resolves outside the benchmark directory (through '..' or a symbolic link): image paths must stay inside it",
+    "outside": "resolves outside the benchmark directory (through '..' or a symbolic link): "
+               "image paths must stay inside it",
     "missing": "does not exist: an image path must name a file inside the benchmark directory",
     "not_file": "is not a regular file: an image path must name a file inside the benchmark directory",
     "invalid": "is not a usable file path",

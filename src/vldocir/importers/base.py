@@ -1,0 +1,522 @@
+"""The importer interface: foreign data in, a benchmark of this project's five tables out.
+
+An importer is a small dataclass of its options (``source``: a local path or ``hf://<org>/<name>``,
+``revision``, then its own, e.g. ``split`` or ``languages``) whose :meth:`Importer.read` turns the
+source into an :class:`ImportedData`: pandas tables *close to* the benchmark schema
+(:mod:`vldocir.data.schema`), plus what it dropped and why. :func:`write_imported` does the rest,
+the same way for every format:
+
+- ``pages`` (a DataFrame, or an iterable of DataFrame / Arrow chunks consumed once, so that a corpus
+  of 26,000 page images never sits in memory): ``page_id``, ``doc_id``, optionally ``page_number``
+  (the page's position in its document as the source numbers it, 0- or 1-based alike: distances
+  between evidence pages are measured on it; absent: order of appearance in the document), ``image`` (encoded
+  bytes, or a ``datasets.Image`` struct ``{bytes, path}``) or ``image_file`` (a file to copy), and
+  ``dom_text`` (the source's text layer or provided text: a PDF's text layer, ViDoRe v3's markdown,
+  a BEIR passage), ``ocr_text``, ``width``/``height`` (read from the image when absent). Images are
+  written as files under ``images/`` (the bytes as given: no re-encoding); ``page_index`` is
+  renumbered densely within each document (``page_number`` stays as a column).
+- ``documents`` (optional): ``doc_id``, ``source``, ``domain``, ``title``, ``url``, ``license``;
+  documents named by pages but missing here get :attr:`ImportedData.source`; ``n_pages`` is counted.
+- ``queries``: ``query_id``, ``text``, ``answer``, and optionally ``source``, ``domain``
+  (absent: those of the query's first evidence document), ``generator``, ``language``,
+  ``evidence_types``; further columns (``query_types``, ...) are kept.
+- ``qrels``: ``query_id``, ``page_id``, optionally ``grade`` (default 1), ``element_ids`` and
+  ``n_elements`` (evidence elements on that page: two or more on a query's one page make it
+  ``page_multi``); further columns are kept.
+- ``elements`` (optional): ``page_id``, ``element_id``, ``bbox``, ``element_type``.
+
+``queries`` and ``qrels`` may also be callables returning the DataFrame, called once the pages have
+streamed by (formats whose queries come row by row with their page images, ViDoRe v1's QA form).
+
+:func:`write_imported` then, counting every row it leaves out by table and reason (``dropped``):
+drops pages with a repeated id or a repeated page number in their document, pages without an
+image in a corpus that has images, and qrels with grade <= 0 (not evidence) or of unknown queries;
+collapses repeated (query, page) qrels (largest grade); drops the queries whose text is blank,
+that have no evidence left, or one of whose evidence pages is not in the corpus (their evidence
+would be incomplete); labels each query's evidence structure with the shared rule
+(:func:`vldocir.construction.grounding.evidence_structures`); and writes the tables with
+:func:`vldocir.data.benchmark.write_benchmark` and a ``benchmark.json`` holding ``imported_from``
+(format, source, revision, licence), the declared ``sources`` and ``built_by`` (the importer's spec,
+``near_max_gap``, counts kept, dropped per table and reason, the distribution per structure and per
+language, the documents without a text layer, how document ids were found, notes).
+
+Importers count what only they can see with :meth:`ImportedData.drop` (``unanswerable``,
+``evidence_page_outside_document`` for a page 0 in a 1-indexed list or past the document's end,
+``language_not_selected``, ...). :func:`import_benchmark` runs an importer into a directory (staged,
+renamed into place) and :func:`open_imported` is the pipeline's first-use import, cached and refused
+when the config's importer spec differs from the one recorded.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import io
+import json
+import logging
+import os
+import shutil
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from vldocir.construction.grounding import NEAR_MAX_GAP, evidence_structures
+from vldocir.data.benchmark import INFO_FILE, Benchmark, load_benchmark, write_benchmark
+from vldocir.data.schema import DECLARED_SOURCES_KEY, EVIDENCE_STRUCTURES, IMAGE_TYPE
+from vldocir.errors import ConfigError, VldocirError
+
+log = logging.getLogger(__name__)
+
+HUB_PREFIX = "hf://"
+IMPORT_VERSION = 1
+"""Bumped whenever what :func:`write_imported` writes for the same input changes."""
+IMAGES_PER_FOLDER = 1000
+
+
+class ImporterError(VldocirError, ValueError):
+    """A source an importer cannot read; the message names the dataset or file and what is wrong."""
+
+
+def fetch(source: str, revision: str | None = None, allow_patterns: list[str] | None = None) -> Path:
+    """A local folder holding ``source``: the folder itself, or for ``hf://<org>/<name>`` the hub
+    snapshot (``huggingface_hub.snapshot_download``, as a user would fetch it; offline with
+    ``HF_HUB_OFFLINE=1`` it is read from the hub cache)."""
+    text = str(source)
+    if text.startswith(HUB_PREFIX):
+        from huggingface_hub import snapshot_download
+
+        repo_id = text[len(HUB_PREFIX) :]
+        try:
+            return Path(
+                snapshot_download(
+                    repo_id=repo_id, repo_type="dataset", revision=revision, allow_patterns=allow_patterns
+                )
+            )
+        except Exception as error:  # offline, gated, missing: say which dataset and how to fix it
+            detail = " ".join(str(error).split())
+            raise ImporterError(
+                f"could not fetch dataset '{repo_id}' (revision {revision or 'main'}) from the Hugging Face hub: "
+                f"{detail}. Download it once with network access, or point the importer's source at a local copy"
+            ) from error
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise ImporterError(f"import source {path} does not exist")
+    return path
+
+
+@dataclass
+class ImportedData:
+    """Foreign data as tables close to the benchmark schema (see the module docstring)."""
+
+    pages: pd.DataFrame | pa.Table | Iterable[pd.DataFrame | pa.Table]
+    queries: pd.DataFrame | Callable[[], pd.DataFrame]
+    qrels: pd.DataFrame | Callable[[], pd.DataFrame]
+    source: str
+    """The source label of documents and queries that name none (e.g. ``vidore_v3_hr``)."""
+    documents: pd.DataFrame | None = None
+    elements: pd.DataFrame | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    """``format``, ``source``, ``revision``, ``license`` and anything else worth recording."""
+    document_ids: str = "from the source"
+    """How documents were identified, said in benchmark.json and the summary: ``from the source``,
+    ``derived from <what>``, or :data:`NO_DOCUMENT_IDS` (each page its own document)."""
+    notes: list[str] = field(default_factory=list)
+    dropped: dict[str, Counter] = field(default_factory=dict)
+
+    def drop(self, table: str, reason: str, n: int = 1) -> None:
+        """Count ``n`` rows of ``table`` left out for ``reason``."""
+        if n:
+            self.dropped.setdefault(table, Counter())[reason] += int(n)
+
+
+NO_DOCUMENT_IDS = "none in the source: each page is its own document, so a multi-page query is cross_doc"
+
+
+@dataclass
+class Importer(abc.ABC):
+    """One format's importer: its options as dataclass fields, :meth:`read` the data."""
+
+    source: str
+    revision: str | None = None
+    near_max_gap: int = NEAR_MAX_GAP
+    """Largest page distance of a doc_near pair (:func:`~vldocir.construction.grounding.pair_structure`)."""
+
+    format: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def read(self) -> ImportedData:
+        """The source's data as :class:`ImportedData`."""
+
+    def spec(self) -> dict[str, Any]:
+        """What determines the import, recorded in benchmark.json and compared on reuse."""
+        cls = type(self)
+        return {"_target_": f"{cls.__module__}.{cls.__qualname__}", **dataclasses.asdict(self)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------------------------
+
+
+def _chunks(pages) -> Iterator[pd.DataFrame]:
+    if isinstance(pages, (pd.DataFrame, pa.Table, pa.RecordBatch)):
+        pages = [pages]
+    for chunk in pages:
+        yield chunk.to_pandas() if isinstance(chunk, (pa.Table, pa.RecordBatch)) else chunk
+
+
+def _image_bytes(value) -> bytes | None:
+    if isinstance(value, dict):
+        value = value.get("bytes")
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    return bytes(value) if len(value) else None
+
+
+_EXTENSIONS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp", "GIF": "gif", "TIFF": "tif", "BMP": "bmp"}
+
+
+class _PageWriter:
+    """Writes page images to files as chunks stream by. Keeps per page only its ids, numbers, image
+    path and size (Python lists) and its texts and extra columns (Arrow, per chunk): no image bytes."""
+
+    META = ("page_id", "doc_id", "page_number", "path", "width", "height")
+
+    def __init__(self, root: Path, data: ImportedData):
+        self.root, self.data = root, data
+        self.meta: dict[str, list] = {c: [] for c in self.META}
+        self.rest: list[pa.Table] = []  # dom_text, ocr_text and extra columns of the kept rows, per chunk
+        self.seen: set[str] = set()
+        self.numbers: dict[str, set[int]] = {}
+        self.next_number: Counter = Counter()
+        self.n_images = 0
+
+    def write(self, chunk: pd.DataFrame) -> None:
+        from PIL import Image, UnidentifiedImageError
+
+        has = set(chunk.columns)
+        kept = []
+        for position, row in enumerate(chunk.to_dict("records")):
+            page_id, doc_id = str(row["page_id"]), str(row["doc_id"])
+            if page_id in self.seen:
+                self.data.drop("pages", "duplicate_page_id")
+                continue
+            number = row.get("page_number") if "page_number" in has else None
+            number = self.next_number[doc_id] if number is None or pd.isna(number) else int(number)
+            self.next_number[doc_id] = max(self.next_number[doc_id], number + 1)
+            if number in self.numbers.setdefault(doc_id, set()):
+                self.data.drop("pages", "duplicate_page_number")
+                continue
+            image = _image_bytes(row.get("image")) if "image" in has else None
+            if image is None and "image_file" in has and row.get("image_file"):
+                image = Path(row["image_file"]).read_bytes()
+            path, width, height = None, _int(row.get("width")), _int(row.get("height"))
+            if image is not None:
+                try:
+                    with Image.open(io.BytesIO(image)) as opened:  # (reads the header only)
+                        width, height, kind = opened.width, opened.height, opened.format
+                except (UnidentifiedImageError, OSError):
+                    self.data.drop("pages", "unreadable_image")
+                    continue
+                folder, extension = self.n_images // IMAGES_PER_FOLDER, _EXTENSIONS.get(kind, "img")
+                path = f"images/{folder:04d}/{self.n_images:07d}.{extension}"
+                target = self.root / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(image)
+                self.n_images += 1
+            self.seen.add(page_id)
+            self.numbers[doc_id].add(number)
+            for column, value in zip(self.META, (page_id, doc_id, number, path, width, height)):
+                self.meta[column].append(value)
+            kept.append(position)
+        extra = [c for c in chunk.columns if c not in _PAGE_INPUT_COLUMNS]
+        columns = pa.Table.from_pandas(chunk.iloc[kept][extra].reset_index(drop=True), preserve_index=False)
+        arrays, names = (list(columns.columns), list(columns.column_names)) if extra else ([], [])
+        for column in ("dom_text", "ocr_text"):
+            values = [_text(v) for v in chunk[column].iloc[kept]] if column in has else [None] * len(kept)
+            arrays.append(pa.array(values, pa.string()))
+            names.append(column)
+        self.rest.append(pa.Table.from_arrays(arrays, names=names))
+
+    def tables(self) -> tuple[pd.DataFrame, pa.Table]:
+        """The kept pages' small fields (pandas) and their texts and extra columns (Arrow), row-aligned."""
+        meta = pd.DataFrame(self.meta)
+        rest = (
+            pa.concat_tables(self.rest, promote_options="permissive")
+            if self.rest
+            else pa.table({"dom_text": pa.array([], pa.string()), "ocr_text": pa.array([], pa.string())})
+        )
+        self.meta, self.rest = {}, []
+        with_image = meta["path"].notna().to_numpy()
+        if with_image.any() and not with_image.all():
+            self.data.drop("pages", "missing_image", int((~with_image).sum()))
+            meta, rest = meta[with_image].reset_index(drop=True), rest.filter(pa.array(with_image))
+        return meta, rest
+
+
+_PAGE_INPUT_COLUMNS = {
+    "page_id",
+    "doc_id",
+    "page_number",
+    "page_index",
+    "image",
+    "image_file",
+    "width",
+    "height",
+    "dom_text",
+    "ocr_text",
+}
+
+
+def _int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def _text(value) -> str | None:
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return None
+    return str(value)
+
+
+def _keep(frame: pd.DataFrame, mask, data: ImportedData, table: str, reason: str) -> pd.DataFrame:
+    """``frame[mask]``, counting the rows left out."""
+    mask = np.asarray(mask, dtype=bool)
+    data.drop(table, reason, int((~mask).sum()))
+    return frame[mask]
+
+
+def _qrels(data: ImportedData, query_ids: pd.Series) -> pd.DataFrame:
+    qrels = data.qrels.copy()
+    qrels["query_id"] = qrels["query_id"].astype(str)
+    qrels["page_id"] = qrels["page_id"].astype(str)
+    qrels["grade"] = qrels["grade"].fillna(1).astype("int64") if "grade" in qrels else 1
+    if "element_ids" not in qrels:
+        qrels["element_ids"] = None
+    qrels = _keep(qrels, qrels["grade"] > 0, data, "qrels", "not_relevant")
+    qrels = _keep(qrels, qrels["query_id"].isin(query_ids), data, "qrels", "unknown_query")
+    if qrels.duplicated(["query_id", "page_id"]).any():  # repeated page numbers collapse
+        n_before = len(qrels)
+        qrels = qrels.sort_values("grade", ascending=False, kind="stable")
+        merged = qrels.groupby(["query_id", "page_id"], sort=False)["element_ids"].agg(_union)
+        qrels = qrels.drop_duplicates(["query_id", "page_id"]).drop(columns="element_ids")
+        qrels = qrels.join(merged, on=["query_id", "page_id"])
+        data.drop("qrels", "duplicate", n_before - len(qrels))
+    return qrels
+
+
+def _union(values) -> list[str] | None:
+    ids = [e for v in values if v is not None and not (isinstance(v, float)) for e in v]
+    return sorted(set(ids)) if ids else None
+
+
+def write_imported(
+    data: ImportedData,
+    out_dir: str | Path,
+    *,
+    name: str,
+    near_max_gap: int = NEAR_MAX_GAP,
+    importer: dict[str, Any] | None = None,
+    version: str | None = None,
+) -> Benchmark:
+    """Write ``data`` as benchmark ``name`` into ``out_dir`` (see the module docstring)."""
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    writer = _PageWriter(root, data)
+    for chunk in _chunks(data.pages):
+        writer.write(chunk)
+    pages, page_texts = writer.tables()
+    without_text = _documents_without_text(pages, page_texts)
+    pages["page_index"] = pages.groupby("doc_id")["page_number"].rank(method="first").astype("int32") - 1
+
+    documents = data.documents.copy() if data.documents is not None else pd.DataFrame({"doc_id": []})
+    documents["doc_id"] = documents["doc_id"].astype(str)
+    documents = documents.drop_duplicates("doc_id")
+    known = set(documents["doc_id"])
+    missing = sorted(set(pages["doc_id"]) - known)
+    documents = pd.concat([documents, pd.DataFrame({"doc_id": missing})], ignore_index=True)
+    documents = _keep(documents, documents["doc_id"].isin(pages["doc_id"]), data, "documents", "no_pages")
+    for column in ("source", "domain", "title", "url", "license"):
+        documents[column] = documents[column] if column in documents else None
+    documents["source"] = documents["source"].fillna(data.source)
+    documents["n_pages"] = documents["doc_id"].map(pages.groupby("doc_id").size()).astype("int32")
+
+    if callable(data.queries):
+        data.queries = data.queries()
+    if callable(data.qrels):
+        data.qrels = data.qrels()
+    queries = data.queries.copy()
+    queries["query_id"] = queries["query_id"].astype(str)
+    queries = _keep(queries, ~queries.duplicated("query_id"), data, "queries", "duplicate_query_id")
+    blank = queries["text"].isna() | (queries["text"].astype("string").str.strip() == "")
+    queries = _keep(queries, ~blank.to_numpy(), data, "queries", "blank_text")
+    qrels = _qrels(data, queries["query_id"])
+
+    page_doc = pages.set_index("page_id")["doc_id"]
+    outside = qrels.loc[~qrels["page_id"].isin(page_doc.index), "query_id"].unique()
+    queries = _keep(queries, ~queries["query_id"].isin(outside), data, "queries", "evidence_not_in_corpus")
+    queries = _keep(queries, queries["query_id"].isin(qrels["query_id"]), data, "queries", "no_evidence")
+    qrels = qrels[qrels["query_id"].isin(queries["query_id"])].copy()
+    qrels["doc_id"] = qrels["page_id"].map(page_doc)
+    qrels["page_number"] = qrels["page_id"].map(pages.set_index("page_id")["page_number"])
+    if "n_elements" not in qrels:
+        qrels["n_elements"] = qrels["element_ids"].map(lambda ids: len(ids) if ids is not None else 1)
+    structures = evidence_structures(qrels, near_max_gap)
+    queries["evidence_structure"] = queries["query_id"].map(structures)
+
+    doc_info = documents.set_index("doc_id")
+    first = qrels.sort_values(["query_id", "page_number"]).drop_duplicates("query_id")
+    first_doc = first.set_index("query_id")["doc_id"]
+    for column in ("source", "domain"):
+        inherited = queries["query_id"].map(first_doc).map(doc_info[column])
+        queries[column] = queries[column].fillna(inherited) if column in queries else inherited
+    for column in ("answer", "generator", "language"):
+        queries[column] = queries[column] if column in queries else None
+    if "evidence_types" not in queries:
+        queries["evidence_types"] = [[] for _ in range(len(queries))]
+
+    elements = _elements(data, pages)
+    qrels = qrels.drop(columns=["page_number"]).rename(columns={"n_elements": "n_evidence_elements"})
+    images = pa.array([{"bytes": None, "path": p} if p is not None else None for p in pages["path"]], IMAGE_TYPE)
+    pages_table = pa.Table.from_pandas(pages.drop(columns="path"), preserve_index=False).append_column("image", images)
+    for column in page_texts.column_names:
+        pages_table = pages_table.append_column(column, page_texts.column(column))
+    del page_texts
+
+    sources = sorted(set(documents["source"].dropna()) | set(queries["source"].dropna()))
+    built_by = {
+        "importer": importer,
+        "import_version": IMPORT_VERSION,
+        "near_max_gap": near_max_gap,
+        "document_ids": data.document_ids,
+        "kept": {"documents": len(documents), "pages": len(pages), "queries": len(queries), "qrels": len(qrels)},
+        "dropped": {table: dict(sorted(counts.items())) for table, counts in sorted(data.dropped.items())},
+        "structures": {s: int((queries["evidence_structure"] == s).sum()) for s in EVIDENCE_STRUCTURES},
+        "languages": {str(k): int(v) for k, v in queries["language"].value_counts().sort_index().items()},
+        "grades": {str(k): int(v) for k, v in qrels["grade"].value_counts().sort_index().items()},
+        "documents_without_text": {"count": len(without_text), "doc_ids": without_text[:20]},
+        "notes": list(data.notes),
+    }
+    info = {
+        "name": name,
+        "version": version or str(data.info.get("revision") or "unversioned"),
+        DECLARED_SOURCES_KEY: sources,
+        "rendered": bool(pages_table.column("image").null_count < len(pages)) if len(pages) else False,
+        "imported_from": {k: data.info.get(k) for k in ("format", "source", "revision", "license")}
+        | {k: v for k, v in data.info.items() if k not in ("format", "source", "revision", "license")},
+        "built_by": built_by,
+    }
+    tables = {"documents": documents, "pages": pages_table, "elements": elements, "queries": queries, "qrels": qrels}
+    return write_benchmark(root, tables, info)
+
+
+def _elements(data: ImportedData, pages: pd.DataFrame) -> pd.DataFrame:
+    columns = ["doc_id", "element_id", "page_index", "bbox", "element_type"]
+    if data.elements is None or not len(data.elements):
+        return pd.DataFrame({c: pd.Series([], dtype=object) for c in columns}).astype({"page_index": "int32"})
+    elements = data.elements.copy()
+    elements["page_id"] = elements["page_id"].astype(str)
+    located = pages.set_index("page_id")[["doc_id", "page_index"]]
+    elements = _keep(elements, elements["page_id"].isin(located.index), data, "elements", "page_not_in_corpus")
+    elements = elements.join(located, on="page_id")
+    return elements[columns + [c for c in elements.columns if c not in columns and c != "page_id"]]
+
+
+def _documents_without_text(pages: pd.DataFrame, texts: pa.Table) -> list[str]:
+    """Documents none of whose pages has text (image-only slide decks, scans): said, not hidden."""
+    import pyarrow.compute as pc
+
+    length = pc.utf8_length(pc.utf8_trim_whitespace(pc.fill_null(texts.column("dom_text"), "")))
+    has_text = pd.Series(np.asarray(pc.greater(length, 0), dtype=bool), index=pages.index)
+    per_doc = has_text.groupby(pages["doc_id"]).any()
+    return sorted(per_doc.index[~per_doc])
+
+
+# ----------------------------------------------------------------------------------------------
+# Running an importer; the pipeline's first-use import
+# ----------------------------------------------------------------------------------------------
+
+
+def import_benchmark(importer: Importer, dest: str | Path, *, name: str, replace: bool = False) -> Benchmark:
+    """Run ``importer`` into ``dest``: written in a staging directory beside it and renamed into
+    place, so an interrupted import leaves no half benchmark, only its staging directory
+    (``.<name>.importing-*``, removed when the import fails in process). Two jobs importing at once
+    both import; the first rename wins and the other job uses its result. ``replace``: an earlier
+    import in ``dest`` is replaced (moved aside, then deleted once the new one is in place)."""
+    dest = Path(dest)
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / INFO_FILE).is_file():
+        raise ConfigError(f"{dest} exists and is not a benchmark: the import would replace it; empty or move it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = dest.parent / f".{dest.name}.importing-{uuid.uuid4().hex[:8]}"
+    old = dest.parent / f".{dest.name}.replaced-{uuid.uuid4().hex[:8]}"
+    try:
+        data = importer.read()
+        write_imported(data, staging, name=name, near_max_gap=importer.near_max_gap, importer=importer.spec())
+        if dest.is_dir() and not any(dest.iterdir()):
+            dest.rmdir()
+        if replace and (dest / INFO_FILE).is_file():
+            os.replace(dest, old)
+        try:
+            os.replace(staging, dest)
+        except OSError:
+            if not (dest / INFO_FILE).is_file():
+                raise
+            log.info("%s was imported by another job meanwhile; using it", dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return load_benchmark(dest)
+
+
+def recorded_importer(dest: Path) -> dict | None:
+    try:
+        return json.loads((dest / INFO_FILE).read_text()).get("built_by", {}).get("importer")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def open_imported(importer: Importer, dest: str | Path, *, name: str) -> Benchmark:
+    """The imported benchmark in ``dest``: imported on first use, reused afterwards. One imported
+    by another importer spec is refused (a ``dataset.importer.*`` override never silently reuses
+    what an earlier spec wrote there)."""
+    dest = Path(dest)
+    if not (dest / INFO_FILE).is_file():
+        log.info("importing %s into %s (first use)", name, dest)
+        return import_benchmark(importer, dest, name=name)
+    recorded, wanted = recorded_importer(dest), json.loads(json.dumps(importer.spec()))
+    if recorded is not None and recorded != wanted:
+        differing = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+        raise ConfigError(
+            f"benchmark {dest} was imported with another dataset.importer spec (differs in: {', '.join(differing)}); "
+            "delete that directory to import it again, or give this spec its own dataset.name"
+        )
+    return load_benchmark(dest)
+
+
+def summary(bench: Benchmark) -> str:
+    """What an import kept and dropped, per structure and language: printed by the import app."""
+    built = bench.info.get("built_by", {})
+    kept = built.get("kept", {})
+    lines = [
+        f"imported {bench.name} ({bench.info.get('imported_from', {}).get('source')}) into {bench.root}",
+        f"  kept: {', '.join(f'{v} {k}' for k, v in kept.items())}",
+        "  per structure: " + ", ".join(f"{s} {n}" for s, n in built.get("structures", {}).items()),
+    ]
+    empty = [s for s, n in built.get("structures", {}).items() if not n]
+    if empty:
+        lines.append(f"  structures without queries (Macro averages the others): {', '.join(empty)}")
+    if built.get("languages"):
+        lines.append("  per language: " + ", ".join(f"{k} {v}" for k, v in built["languages"].items()))
+    for table, counts in built.get("dropped", {}).items():
+        lines.append(f"  dropped {table}: " + ", ".join(f"{n} {reason}" for reason, n in counts.items()))
+    lines.append(f"  document ids: {built.get('document_ids')}")
+    without = built.get("documents_without_text", {})
+    if without.get("count"):
+        lines.append(f"  documents without a text layer: {without['count']} (e.g. {', '.join(without['doc_ids'][:5])})")
+    lines += [f"  note: {note}" for note in built.get("notes", [])]
+    return "\n".join(lines)

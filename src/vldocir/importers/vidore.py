@@ -1,0 +1,324 @@
+"""ViDoRe benchmarks (v1, v2, v3) from their hub layout: Parquet shards read row group by row group.
+
+Two forms, read from the datasets' own cards and mteb's loaders:
+
+- **v1, QA form** (:class:`ViDoReQAImporter`; e.g. ``vidore/docvqa_test_subsampled``): one
+  ``data/<split>-*.parquet`` table, one row per query with its page image: ``questionId``,
+  ``query``, ``image``, ``docId``, ``image_filename``, ``page``, ``answer`` (often null: these are
+  retrieval queries, not unanswerable ones), ``source``. A page is identified by its
+  ``image_filename``; rows naming a page already seen share it. Documents: ``docId`` where given,
+  else derived from the file name; one evidence page per query.
+- **BEIR form** (:class:`ViDoReImporter`): the configs ``corpus``, ``queries``, ``qrels`` (and v3's
+  ``documents_metadata``) as ``<config>/<split>-*.parquet``. v1 ``_beir`` and v2 use hyphens
+  (``corpus-id``, ``query-id``), v3 underscores (``corpus_id``, ``doc_id``, ``markdown``,
+  ``page_number_in_doc``; queries with ``language``, ``query_types``, ``content_type``,
+  ``answer``, ``query_generator``; qrels with a graded ``score``, ``content_type`` and
+  ``bounding_boxes`` ``[{annotator, x1, y1, x2, y2}]``). Column names are read either way.
+
+Documents: v3's ``doc_id``; else a ``doc-id`` / ``doc_id`` column; else derived from
+``image_filename`` (``<document>_page_<n>.png`` and the like); else none (v1 ``_beir``): each page
+is then its own document, multi-page queries are ``cross_doc``, and benchmark.json and the summary
+say so. Page text: v3's ``markdown`` is the page's ``dom_text`` (the dataset's own text of the
+page); v1/v2 carry none. Graded scores are kept (``qrels.grade``), score 0 is not evidence.
+A single evidence page is ``page_multi`` when its boxes show two or more elements (the most boxes
+one annotator drew on it) or its ``content_type`` lists two or more kinds. Queries keep
+``language`` (as the dataset spells it, e.g. ``english``) and their other attributes;
+``languages: [..]`` keeps only those (the rest counted as ``language_not_selected``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from vldocir.importers.base import NO_DOCUMENT_IDS, ImportedData, Importer, ImporterError, fetch
+
+BATCH_ROWS = 64
+"""Corpus rows read at a time: a few dozen page images in memory, whatever the corpus size."""
+
+_PAGE_IN_NAME = re.compile(r"^(?P<doc>.+?)[_\-. ]*(?:page|pg|p)[_\-. ]*(?P<page>\d+)$", re.IGNORECASE)
+
+
+def split_files(root: Path, config: str | None, split: str) -> list[Path]:
+    """The Parquet shards of one config and split in a hub dataset's layout."""
+    base = root / config if config else root / "data"
+    found = sorted(base.glob(f"{split}-*.parquet")) or sorted((base / split).glob("*.parquet"))
+    if not found and config:
+        found = sorted((root / "data").glob(f"{config}/{split}-*.parquet"))
+    if not found:
+        where = f"config '{config}'" if config else "the default config"
+        raise ImporterError(
+            f"{root}: no Parquet files for {where}, split '{split}' "
+            f"(looked for {base.relative_to(root)}/{split}-*.parquet)"
+        )
+    return found
+
+
+def _normalized(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.rename(columns={c: c.replace("-", "_") for c in frame.columns})
+
+
+def _read(files: list[Path], columns: list[str] | None = None) -> pd.DataFrame:
+    frames = [_normalized(pq.read_table(f).to_pandas()) for f in files]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return frame[[c for c in columns if c in frame]] if columns else frame
+
+
+def _batches(files: list[Path], wanted: set[str]) -> Iterator[pd.DataFrame]:
+    """Row batches of the shards, only the ``wanted`` columns (hyphen or underscore spelling)."""
+    for file in files:
+        parquet = pq.ParquetFile(file)
+        columns = [c for c in parquet.schema_arrow.names if c.replace("-", "_") in wanted]
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+            yield _normalized(batch.to_pandas())
+
+
+def document_from_filename(name: str) -> tuple[str, int | None] | None:
+    """``(document, page number)`` from a page image's file name such as ``report_page_12.png``,
+    ``doc-p3.jpg`` or ``x.pdf_page_3``; None when the name shows no page number."""
+    stem = Path(str(name)).name
+    stem = re.sub(r"\.(png|jpe?g|webp|tiff?|bmp|gif)$", "", stem, flags=re.IGNORECASE)
+    match = _PAGE_IN_NAME.match(stem)
+    if not match:
+        return None
+    return match.group("doc"), int(match.group("page"))
+
+
+def _number(value) -> int | None:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    found = re.search(r"\d+", str(value))
+    return int(found.group()) if found else None
+
+
+def _box_elements(boxes) -> int:
+    """Elements a qrel's boxes show: the most boxes any one annotator drew on the page."""
+    if boxes is None or not len(boxes):
+        return 0
+    per_annotator: dict = {}
+    for box in boxes:
+        annotator = box.get("annotator") if isinstance(box, dict) else None
+        per_annotator[annotator] = per_annotator.get(annotator, 0) + 1
+    return max(per_annotator.values())
+
+
+def _distinct(values) -> list[str]:
+    return sorted({str(v) for v in values}) if values is not None and len(values) else []
+
+
+def _name_of(source: str) -> str:
+    return str(source).rstrip("/").split("/")[-1]
+
+
+@dataclass
+class ViDoReImporter(Importer):
+    """ViDoRe v1 ``_beir``, v2 and v3 (the ``corpus`` / ``queries`` / ``qrels`` configs)."""
+
+    split: str = "test"
+    languages: list[str] | None = None
+    """Keep only queries in these languages (as the dataset spells them); None: all."""
+    source_name: str | None = None
+    """The documents' and queries' source label (default: the dataset's name)."""
+    license: str | None = None
+
+    format = "vidore"
+
+    def read(self) -> ImportedData:
+        root = fetch(self.source, self.revision)
+        corpus_files = split_files(root, "corpus", self.split)
+        corpus_columns = set(_normalized(pd.DataFrame(columns=pq.read_schema(corpus_files[0]).names)).columns)
+        name = self.source_name or _name_of(self.source)
+        queries = _read(split_files(root, "queries", self.split))
+        qrels = _read(split_files(root, "qrels", self.split))
+        for frame, table, needed in (
+            (queries, "queries", ("query_id", "query")),
+            (qrels, "qrels", ("query_id", "corpus_id", "score")),
+        ):
+            missing = [c for c in needed if c not in frame]
+            if missing:
+                raise ImporterError(f"{root}: the '{table}' config lacks the column(s) {missing}")
+        if "corpus_id" not in corpus_columns or "image" not in corpus_columns:
+            raise ImporterError(f"{root}: the 'corpus' config needs 'corpus-id'/'corpus_id' and 'image' columns")
+        if "doc_id" in corpus_columns:
+            document_ids = "from the source (doc_id)"
+        elif "image_filename" in corpus_columns:
+            document_ids = (
+                "derived from image_filename (<document>_page_<n>); pages whose name shows none are their own"
+            )
+        else:
+            document_ids = NO_DOCUMENT_IDS
+        data = ImportedData(
+            pages=self._pages(corpus_files, corpus_columns),
+            queries=pd.DataFrame(),
+            qrels=pd.DataFrame(),
+            source=name,
+            documents=self._documents(root),
+            document_ids=document_ids,
+            info={
+                "format": "vidore_v3" if "markdown" in corpus_columns else "vidore_beir",
+                "source": str(self.source),
+                "revision": self.revision,
+                "license": self.license,
+                "split": self.split,
+            },
+        )
+        if "markdown" not in corpus_columns:
+            data.notes.append(
+                "the source has no page text: dom_text and ocr_text are empty (text retrievers need an OCR pass first)"
+            )
+        data.queries = self._queries(queries, data)
+        data.qrels = self._qrels(qrels)
+        return data
+
+    def _pages(self, files: list[Path], columns: set[str]) -> Iterator[pd.DataFrame]:
+        wanted = {"corpus_id", "image", "doc_id", "markdown", "page_number_in_doc", "image_filename"}
+        for batch in _batches(files, wanted):
+            page_id = batch["corpus_id"].astype(str)
+            if "doc_id" in batch:
+                doc_id = batch["doc_id"].astype(str)
+                number = batch["page_number_in_doc"] if "page_number_in_doc" in batch else None
+            elif "image_filename" in batch:
+                parsed = [document_from_filename(n) for n in batch["image_filename"]]
+                doc_id = pd.Series([p[0] if p else f"page-{i}" for p, i in zip(parsed, page_id)])
+                number = pd.Series([p[1] if p else 0 for p in parsed])
+            else:
+                doc_id, number = page_id, 0  # each page its own document
+            chunk = pd.DataFrame({"page_id": page_id, "doc_id": doc_id, "image": batch["image"]})
+            chunk["page_number"] = number
+            chunk["dom_text"] = batch["markdown"] if "markdown" in batch else None
+            if "image_filename" in batch:
+                chunk["image_filename"] = batch["image_filename"]
+            yield chunk
+
+    def _documents(self, root: Path) -> pd.DataFrame | None:
+        try:
+            files = split_files(root, "documents_metadata", self.split)
+        except ImporterError:
+            return None
+        meta = _read(files)
+        if "doc_id" not in meta:
+            return None
+        return pd.DataFrame(
+            {
+                "doc_id": meta["doc_id"].astype(str),
+                "title": meta.get("file_name"),
+                "url": meta.get("url"),
+                "license": meta.get("license"),
+                "domain": meta.get("doc_type"),
+            }
+        )
+
+    def _queries(self, queries: pd.DataFrame, data: ImportedData) -> pd.DataFrame:
+        out = pd.DataFrame({"query_id": queries["query_id"].astype(str), "text": queries["query"]})
+        out["answer"] = queries["answer"] if "answer" in queries else None
+        out["language"] = queries["language"] if "language" in queries else None
+        out["generator"] = queries["query_generator"] if "query_generator" in queries else None
+        if "content_type" in queries:
+            out["evidence_types"] = queries["content_type"].map(_distinct)
+        for column in ("query_types", "query_format", "source_type"):
+            if column in queries:
+                out[column] = queries[column].map(lambda v: list(v) if isinstance(v, np.ndarray) else v)
+        if self.languages is not None:
+            keep = out["language"].isin(list(self.languages))
+            data.drop("queries", "language_not_selected", int((~keep).sum()))
+            out = out[keep]
+        return out
+
+    def _qrels(self, qrels: pd.DataFrame) -> pd.DataFrame:
+        out = pd.DataFrame(
+            {
+                "query_id": qrels["query_id"].astype(str),
+                "page_id": qrels["corpus_id"].astype(str),
+                "grade": pd.to_numeric(qrels["score"]).round().astype("int64"),
+            }
+        )
+        boxes = qrels["bounding_boxes"].map(_box_elements) if "bounding_boxes" in qrels else 0
+        kinds = qrels["content_type"].map(lambda v: len(_distinct(v))) if "content_type" in qrels else 0
+        out["n_elements"] = np.maximum(np.maximum(boxes, kinds), 1)
+        return out
+
+
+@dataclass
+class ViDoReQAImporter(Importer):
+    """ViDoRe v1 in its QA form: one row per query with its page image (``data/<split>-*.parquet``)."""
+
+    split: str = "test"
+    source_name: str | None = None
+    license: str | None = None
+
+    format = "vidore_v1_qa"
+
+    def read(self) -> ImportedData:
+        root = fetch(self.source, self.revision)
+        files = split_files(root, None, self.split)
+        columns = set(_normalized(pd.DataFrame(columns=pq.read_schema(files[0]).names)).columns)
+        needed = {"query", "image", "image_filename"}
+        if not needed <= columns:
+            raise ImporterError(f"{root}: the QA form needs the columns {sorted(needed)}; found {sorted(columns)}")
+        name = self.source_name or _name_of(self.source)
+        data = ImportedData(
+            pages=iter(()),
+            queries=pd.DataFrame(),
+            qrels=pd.DataFrame(),
+            source=name,
+            document_ids="from the source (docId)" if "docId" in columns else "derived from image_filename",
+            info={
+                "format": self.format,
+                "source": str(self.source),
+                "revision": self.revision,
+                "license": self.license,
+                "split": self.split,
+            },
+            notes=["the source has no page text: dom_text and ocr_text are empty (text retrievers need an OCR pass)"],
+        )
+        rows: list[dict] = []
+        data.pages = self._pages(files, rows, data)
+        # The queries come with the pages: their tables are made once the pages have streamed by.
+        frame = lambda: pd.DataFrame(rows, columns=["query_id", "text", "answer", "page_id", "source_label"])  # noqa: E731
+        data.queries = lambda: frame().drop(columns=["page_id", "source_label"]).assign(language=None, generator=None)
+        data.qrels = lambda: frame()[["query_id", "page_id"]].assign(grade=1)
+        return data
+
+    def _pages(self, files: list[Path], rows: list[dict], data: ImportedData) -> Iterator[pd.DataFrame]:
+        seen: set[str] = set()
+        wanted = {"questionId", "query", "image", "docId", "image_filename", "page", "answer", "source"}
+        shared = 0
+        for batch in _batches(files, wanted):
+            pages = []
+            for i, row in enumerate(batch.to_dict("records")):
+                page_id = str(row["image_filename"])
+                query_id = str(row["questionId"]) if row.get("questionId") is not None else f"q{len(rows)}"
+                rows.append(
+                    {
+                        "query_id": query_id,
+                        "text": row["query"],
+                        "answer": row.get("answer"),
+                        "page_id": page_id,
+                        "source_label": row.get("source"),
+                    }
+                )
+                if page_id in seen:
+                    shared += 1
+                    continue
+                seen.add(page_id)
+                parsed = document_from_filename(page_id)
+                doc_id = str(row["docId"]) if row.get("docId") is not None else (parsed[0] if parsed else page_id)
+                number = _number(row.get("page"))
+                pages.append(
+                    {
+                        "page_id": page_id,
+                        "doc_id": doc_id,
+                        "image": row["image"],
+                        "page_number": number if number is not None else (parsed[1] if parsed else None),
+                    }
+                )
+            if pages:
+                yield pd.DataFrame(pages)
+        if shared:
+            data.notes.append(f"{shared} query rows share their page image with an earlier row (one page each)")
