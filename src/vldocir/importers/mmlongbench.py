@@ -1,0 +1,163 @@
+"""MMLongBench-Doc (Ma et al., 2024): long PDFs and questions over them, imported through the PDF renderer.
+
+The source (``hf://yubo2333/MMLongBench-Doc`` or a local copy of the GitHub repository's ``data/``) holds:
+
+- the questions: ``samples.json`` (GitHub: ``data/samples.json``; a JSON list) or the hub's
+  ``data/train-*.parquet``, one record per question with ``doc_id`` (the PDF's file name, ``.pdf``
+  included), ``doc_type`` (the domain), ``question``, ``answer``, ``evidence_pages`` (a **string**
+  such as ``"[19, 20]"``, **1-indexed**), ``evidence_sources`` (a string too: ``"['Chart', 'Table']"``)
+  and ``answer_format`` (``"None"``: the question is unanswerable);
+- the PDFs: ``documents/<doc_id>`` (GitHub: ``data/documents/``).
+
+What the import makes of them: every page of every PDF a question names is a page of the corpus
+(:mod:`vldocir.construction.pdf`: an image at ``pdf.width``, the text layer as ``dom_text``, OCR);
+``doc_id`` is the file name less ``.pdf``; page ids are ``<doc_id>-p<page, 0-based, 3 digits>``.
+Left out and counted by reason: unanswerable questions (``unanswerable``), those with no evidence
+page (``"[]"`` of an answerable question: ``no_evidence``), an evidence page 0 or past the PDF's end
+(:data:`~vldocir.importers.long_documents.BEFORE_FIRST_PAGE`, ``PAST_DOCUMENT_END``), an
+unreadable list, and the questions of a PDF that is missing or damaged (``pdf_unavailable``; the
+PDF is named in the notes). A page number given twice counts once (``qrels: repeated_page_number``).
+A question with one evidence page and two or more evidence sources (a chart and a table) shows at
+least two elements on it: ``page_multi``; otherwise its structure follows from its pages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pandas as pd
+
+from vldocir.construction.grounding import page_id
+from vldocir.importers.base import ImportedData, ImporterError, fetch
+from vldocir.importers.long_documents import (
+    UNPARSEABLE_PAGES,
+    LongDocumentImporter,
+    answer_text,
+    evidence_pages,
+    evidence_types,
+    find_file,
+    parse_list,
+    pdf_notes,
+)
+
+SAMPLE_FILES = ("samples.json", "data/samples.json", "data/train-*.parquet", "*.parquet")
+DOCUMENT_FOLDERS = ("documents", "data/documents")
+COLUMNS = ("doc_id", "doc_type", "question", "answer", "evidence_pages", "evidence_sources", "answer_format")
+
+
+def read_samples(path: Path) -> pd.DataFrame:
+    """The question records of ``samples.json`` or the hub's Parquet, all columns as the file has them."""
+    try:
+        samples = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_json(path, dtype=False)
+    except (ValueError, OSError) as error:
+        raise ImporterError(f"{path}: not a readable MMLongBench-Doc questions file ({error})") from error
+    missing = [c for c in COLUMNS if c not in samples.columns]
+    if missing:
+        raise ImporterError(f"{path}: the questions lack the column(s) {', '.join(missing)}")
+    return samples
+
+
+@dataclass
+class MMLongBenchDoc(LongDocumentImporter):
+    """MMLongBench-Doc (module doc)."""
+
+    samples: str | None = None
+    """The questions file, relative to the source; None: the first of :data:`SAMPLE_FILES` found."""
+    documents: str | None = None
+    """The folder of PDFs, relative to the source; None: the first of :data:`DOCUMENT_FOLDERS` found."""
+    license: str = "CC BY-NC 4.0 (data, research use only; code Apache-2.0), per the GitHub README"
+
+    format: ClassVar[str] = "mmlongbench_doc"
+    SOURCE: ClassVar[str] = "mmlongbench_doc"
+
+    def read(self) -> ImportedData:
+        root = fetch(self.source, self.revision)
+        samples_path = find_file(root, [self.samples] if self.samples else SAMPLE_FILES, "questions file")
+        samples = read_samples(samples_path)
+        folders = [self.documents] if self.documents else DOCUMENT_FOLDERS
+        pdf_dir = next((root / f for f in folders if (root / f).is_dir()), root / folders[0])
+        names = list(dict.fromkeys(str(name) for name in samples["doc_id"]))
+        doc_ids = {name: name.removesuffix(".pdf") for name in names}
+        pages, report = self.rasterize([(doc_ids[name], pdf_dir / name) for name in names])
+        n_pages = {doc_id: doc.n_pages for doc_id, doc in report.documents.items()}
+
+        data = ImportedData(
+            pages=pages, queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, notes=pdf_notes(report)
+        )
+        queries, qrels = [], []
+        for number, row in enumerate(samples.to_dict("records")):
+            query_id, doc_id = f"q{number:05d}", doc_ids[str(row["doc_id"])]
+            if str(row["answer_format"]).strip() == "None":
+                data.drop("queries", "unanswerable")
+                continue
+            if doc_id not in n_pages:
+                data.drop("queries", "pdf_unavailable")
+                continue
+            try:
+                numbers = parse_list(row["evidence_pages"], f"question {number} evidence_pages")
+            except ValueError:
+                data.drop("queries", UNPARSEABLE_PAGES)
+                continue
+            evidence = evidence_pages(numbers, n_pages[doc_id], first=1)
+            if evidence.problem:
+                data.drop("queries", evidence.problem)
+                continue
+            data.drop("qrels", "repeated_page_number", evidence.repeated)
+            try:
+                labels = parse_list(row["evidence_sources"], f"question {number} evidence_sources")
+            except ValueError:
+                labels = []
+            n_elements = len({str(label) for label in labels}) if len(evidence.pages) == 1 else 1
+            qrels += [(query_id, page_id(doc_id, p), 1, max(n_elements, 1)) for p in evidence.pages]
+            queries.append(
+                {
+                    "query_id": query_id,
+                    "text": row["question"],
+                    "answer": answer_text(row["answer"]),
+                    "domain": row["doc_type"],
+                    "language": "en",
+                    "evidence_types": evidence_types(labels),
+                    "answer_format": row["answer_format"],
+                    "evidence_sources": str(row["evidence_sources"]),
+                }
+            )
+        data.queries = pd.DataFrame(
+            queries,
+            columns=[
+                "query_id",
+                "text",
+                "answer",
+                "domain",
+                "language",
+                "evidence_types",
+                "answer_format",
+                "evidence_sources",
+            ],
+        )
+        data.qrels = pd.DataFrame(qrels, columns=["query_id", "page_id", "grade", "n_elements"])
+        domains = samples.drop_duplicates("doc_id").set_index("doc_id")["doc_type"]
+        data.documents = pd.DataFrame(
+            [
+                {
+                    "doc_id": doc_ids[name],
+                    "source": self.SOURCE,
+                    "domain": domains[name],
+                    "title": name,
+                    "license": self.license,
+                }
+                for name in names
+                if doc_ids[name] in n_pages
+            ]
+        )
+        data.info = {
+            "format": self.format,
+            "source": self.source,
+            "revision": self.revision,
+            "license": self.license,
+            "questions_file": str(samples_path.relative_to(root)),
+            "questions_in_file": len(samples),
+            "pdf": {**report.summary(), "settings": self.pdf.page_settings()},
+        }
+        return data
