@@ -27,6 +27,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from IPython.display import display
 
 from vldocir.reporting.report_tasks import compose_report
 from vldocir.reporting.store_view import ResultsView
@@ -68,8 +69,15 @@ for ax, label in zip(axes[0], runs):
         bottom = pd.Series(0.0, index=sources)
         for split in ("all", "partial", "none"):
             values = part[(split, level)]
-            ax.bar([x + 0.4 * i for x in range(len(sources))], values, 0.38, bottom=bottom, color=colors[split],
-                   hatch=".." if level == "document" else None, label=f"{split} ({level})" if label == list(runs)[0] else None)
+            ax.bar(
+                [x + 0.4 * i for x in range(len(sources))],
+                values,
+                0.38,
+                bottom=bottom,
+                color=colors[split],
+                hatch=".." if level == "document" else None,
+                label=f"{split} ({level})" if label == list(runs)[0] else None,
+            )
             bottom += values
     ax.set_xticks([x + 0.2 for x in range(len(sources))], sources)
     ax.set_title(f"{label}: Cross-Doc at {K} (pages solid, documents dotted)", fontsize=9)
@@ -84,19 +92,22 @@ plt.show()
 # An unsolved query whose evidence documents are all in the top k lost a *page* (the right
 # document, the wrong page); one with a document missing lost a *document*.
 
+
 # %%
 def failure_kinds(run) -> pd.Series:
     frame = run.per_query
     cross = frame[frame["evidence_structure"] == "cross_doc"]
     unsolved = cross[cross[f"recallall@{K}"] < 1]
     docs_complete = unsolved[f"docs_found@{K}"] == unsolved["n_evidence_docs"]
-    return pd.Series({
-        "cross_doc queries": len(cross),
-        "unsolved": len(unsolved),
-        "page miss (all documents found)": int(docs_complete.sum()),
-        "document miss": int((~docs_complete & (unsolved[f"docs_found@{K}"] > 0)).sum()),
-        "no evidence document found": int((unsolved[f"docs_found@{K}"] == 0).sum()),
-    })
+    return pd.Series(
+        {
+            "cross_doc queries": len(cross),
+            "unsolved": len(unsolved),
+            "page miss (all documents found)": int(docs_complete.sum()),
+            "document miss": int((~docs_complete & (unsolved[f"docs_found@{K}"] > 0)).sum()),
+            "no evidence document found": int((unsolved[f"docs_found@{K}"] == 0).sum()),
+        }
+    )
 
 
 kinds = pd.DataFrame({label: failure_kinds(run) for label, run in runs.items()}).T
@@ -135,4 +146,8 @@ for label, run in runs.items():
     cross = run.per_query[(run.per_query["evidence_structure"] == "cross_doc") & (run.per_query[f"recallall@{K}"] < 1)]
     worst = cross.sort_values([f"recall@{K}", "query_id"]).head(10)
     print(f"{label} ({run.path}):")
-    display(worst[["query_id", "source", "domain", "n_evidence_pages", f"pages_found@{K}", f"docs_found@{K}", f"recall@{K}"]])  # noqa: F821
+    display(
+        worst[
+            ["query_id", "source", "domain", "n_evidence_pages", f"pages_found@{K}", f"docs_found@{K}", f"recall@{K}"]
+        ]
+    )  # noqa: F821

@@ -50,6 +50,7 @@ print(f"{len(runs)} run(s) of {BENCHMARK} in {RESULTS}: {', '.join(runs)}; k = {
 #
 # One row per run; the structures in the paper's order. Macro is the mean of the six columns.
 
+
 # %%
 def by_structure(metric: str) -> pd.DataFrame:
     rows = {}
@@ -87,8 +88,10 @@ single_page = ["page_single", "page_multi"]
 for label in runs:
     row = recall_all.loc[label]
     drop = row[single_page].mean() - row["cross_doc"]
-    print(f"{label}: single-page RecallAll@{K} {row[single_page].mean():.1f}, Cross-Doc {row['cross_doc']:.1f} "
-          f"(drop {drop:.1f} points); Recall@{K} - RecallAll@{K} on Cross-Doc: {gap.loc[label, 'cross_doc']:.1f}")
+    print(
+        f"{label}: single-page RecallAll@{K} {row[single_page].mean():.1f}, Cross-Doc {row['cross_doc']:.1f} "
+        f"(drop {drop:.1f} points); Recall@{K} - RecallAll@{K} on Cross-Doc: {gap.loc[label, 'cross_doc']:.1f}"
+    )
 
 # %% [markdown]
 # ## RecallAll@k as k grows, per structure
@@ -116,7 +119,11 @@ plt.show()
 # %%
 for label, run in runs.items():
     cells = run.metrics["breakdowns"]["source_structure"]
-    grid = pd.DataFrame({source: {s: (cells[source].get(s) or {}).get(f"recallall@{K}") for s in EVIDENCE_STRUCTURES}
-                         for source in cells}).T[list(EVIDENCE_STRUCTURES)]
+    grid = pd.DataFrame(
+        {
+            source: {s: (cells[source].get(s) or {}).get(f"recallall@{K}") for s in EVIDENCE_STRUCTURES}
+            for source in cells
+        }
+    ).T[list(EVIDENCE_STRUCTURES)]
     print(label)
     display(grid.astype(float).round(1))  # noqa: F821 (IPython)

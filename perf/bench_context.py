@@ -15,8 +15,9 @@ into an empty cache:
 3. N documents, ``workers=--workers`` (default 2): the speed-up over 1., measured in the same run.
 
 It prints, per build, seconds, seconds per document, CPU seconds (workers included), the
-output's size, and peak RSS (the process's own, and the largest worker's); then PASS when the peak RSS at 2N is within 10% of
-that at N (the build's memory does not grow with the corpus), FAIL otherwise (exit 1).
+output's size, and peak RSS (the process's own, and the largest worker's); then PASS when the
+peak RSS at 2N is within 10% of that at N (the build's memory does not grow with the corpus),
+FAIL otherwise (exit 1).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ def worker_store(args) -> dict:
     from vldocir.retrieval.embeddings import finish_if_complete, open_page_store, write_ragged
 
     page_ids, tokens = _layout(args, args.docs)
-    store = open_page_store(ArtifactCache(Path(args.tmp) / f"store-{args.docs}"), "synthetic", {}, page_ids,
-                            args.shard_size, "float16")
+    store = open_page_store(
+        ArtifactCache(Path(args.tmp) / f"store-{args.docs}"), "synthetic", {}, page_ids, args.shard_size, "float16"
+    )
     for shard in range(store.n_shards):
         start, stop = store.shard_range(shard)
         items = []
@@ -89,7 +91,9 @@ def worker_build(args) -> dict:
 
     root = Path(args.tmp) / f"store-{args.docs}"
     spec = json.loads((root / "page-embeddings" / "synthetic" / "store.json").read_text())
-    store = PageEmbeddingStore(root / "page-embeddings" / "synthetic", spec["n_pages"], spec["shard_size"], spec["dtype"])
+    store = PageEmbeddingStore(
+        root / "page-embeddings" / "synthetic", spec["n_pages"], spec["shard_size"], spec["dtype"]
+    )
     docs = [page_id.split("-p")[0] for page_id in store.page_ids()]
     doc_ids = list(dict.fromkeys(docs))
     position = {doc: i for i, doc in enumerate(doc_ids)}
@@ -99,15 +103,24 @@ def worker_build(args) -> dict:
     stats: dict = {}
     cpu_before = _cpu_s()
     tick = time.perf_counter()
-    built = document_context_vectors(store, doc_ids, page_doc, cache, args.n_ctx, 20, 0, workers=args.workers,
-                                     progress=False, stats=stats)
+    built = document_context_vectors(
+        store, doc_ids, page_doc, cache, args.n_ctx, 20, 0, workers=args.workers, progress=False, stats=stats
+    )
     seconds = time.perf_counter() - tick
     cpu = _cpu_s() - cpu_before
     output = Path(built.vectors.source, "vectors.npy").stat().st_size
-    return {"docs": len(doc_ids), "workers": stats["doc_context"]["workers"], "seconds": seconds,
-            "s_per_doc": seconds / len(doc_ids), "cpu_s": cpu, "output_mb": output / 2**20, "peak_rss_mb": _rss_mb(),
-            "rss_before_build_mb": rss_before, "worker_peak_rss_mb": _rss_mb(resource.RUSAGE_CHILDREN),
-            "stats": stats["doc_context"]}
+    return {
+        "docs": len(doc_ids),
+        "workers": stats["doc_context"]["workers"],
+        "seconds": seconds,
+        "s_per_doc": seconds / len(doc_ids),
+        "cpu_s": cpu,
+        "output_mb": output / 2**20,
+        "peak_rss_mb": _rss_mb(),
+        "rss_before_build_mb": rss_before,
+        "worker_peak_rss_mb": _rss_mb(resource.RUSAGE_CHILDREN),
+        "stats": stats["doc_context"],
+    }
 
 
 WORKERS = {"store": worker_store, "build": worker_build}
@@ -135,7 +148,9 @@ def main() -> None:
     parser.add_argument("--n-ctx", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=2, help="workers of the parallel build (run 3.)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"), help="where the temporary stores are written")
+    parser.add_argument(
+        "--tmp", default=os.environ.get("TMPDIR", "/tmp"), help="where the temporary stores are written"
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -143,32 +158,51 @@ def main() -> None:
         print(json.dumps(WORKERS[args.worker](args)))
         return
 
-    print(f"documents of ~{args.pages} pages x ~{args.tokens} tokens x {args.dim} dims (fp16), shards of "
-          f"{args.shard_size} pages, n_ctx={args.n_ctx}; {_load()}", flush=True)
+    print(
+        f"documents of ~{args.pages} pages x ~{args.tokens} tokens x {args.dim} dims (fp16), shards of "
+        f"{args.shard_size} pages, n_ctx={args.n_ctx}; {_load()}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         args.tmp = tmp
         for docs in (args.docs, 2 * args.docs):
             store = run_worker(args, "store", docs)
-            print(f"store of {docs} documents: {store['pages']} pages, {store['tokens']} tokens, {store['shards']} shards",
-                  flush=True)
+            print(
+                f"store of {docs} documents: {store['pages']} pages, {store['tokens']} tokens, "
+                f"{store['shards']} shards",
+                flush=True,
+            )
         results = {"load_before": _load()}
-        for name, docs, workers in (("n", args.docs, 1), ("2n", 2 * args.docs, 1), ("n_parallel", args.docs, args.workers)):
+        for name, docs, workers in (
+            ("n", args.docs, 1),
+            ("2n", 2 * args.docs, 1),
+            ("n_parallel", args.docs, args.workers),
+        ):
             r = results[name] = run_worker(args, "build", docs, workers)
-            print(f"{r['docs']:>6} documents, workers={r['workers']}: {r['seconds']:7.1f} s  {r['s_per_doc']:.4f} s/doc  {r['cpu_s']:6.1f} CPU s  "
-                  f"output {r['output_mb']:.0f} MB  peak RSS {r['peak_rss_mb']:.0f} MB "
-                  f"({r['rss_before_build_mb']:.0f} MB before the build"
-                  + (f"; largest worker {r['worker_peak_rss_mb']:.0f} MB)" if r["workers"] > 1 else ")"),
-                  flush=True)
+            print(
+                f"{r['docs']:>6} documents, workers={r['workers']}: {r['seconds']:7.1f} s  "
+                f"{r['s_per_doc']:.4f} s/doc  {r['cpu_s']:6.1f} CPU s  "
+                f"output {r['output_mb']:.0f} MB  peak RSS {r['peak_rss_mb']:.0f} MB "
+                f"({r['rss_before_build_mb']:.0f} MB before the build"
+                + (f"; largest worker {r['worker_peak_rss_mb']:.0f} MB)" if r["workers"] > 1 else ")"),
+                flush=True,
+            )
         results["load_after"] = _load()
     ratio = results["2n"]["peak_rss_mb"] / results["n"]["peak_rss_mb"]
     speedup = results["n"]["seconds"] / results["n_parallel"]["seconds"]
     results.update(rss_ratio=ratio, speedup=speedup, passed=ratio <= 1.10)
-    print(f"\nworkers={results['n_parallel']['workers']} vs 1 at {args.docs} documents: {speedup:.2f}x faster; {_load()}")
+    print(
+        f"\nworkers={results['n_parallel']['workers']} vs 1 at {args.docs} documents: {speedup:.2f}x faster; {_load()}"
+    )
     if results["n_parallel"]["workers"] < args.workers:
-        print(f"(fewer workers than --workers {args.workers}: the build starts at most one per "
-              "vldocir.retrieval.context.MIN_DOCS_PER_WORKER documents)")
-    print(f"{'PASS' if ratio <= 1.10 else 'FAIL'}: peak RSS at {2 * args.docs} documents is {ratio:.3f}x that at "
-          f"{args.docs} (flat within 10%: {ratio <= 1.10})")
+        print(
+            f"(fewer workers than --workers {args.workers}: the build starts at most one per "
+            "vldocir.retrieval.context.MIN_DOCS_PER_WORKER documents)"
+        )
+    print(
+        f"{'PASS' if ratio <= 1.10 else 'FAIL'}: peak RSS at {2 * args.docs} documents is {ratio:.3f}x that at "
+        f"{args.docs} (flat within 10%: {ratio <= 1.10})"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results))

@@ -45,7 +45,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 QUERY_CONFIG = REPO_ROOT / "conf" / "dataset" / "synthetic_paper_scale.yaml"
 
 # Paper, Table 1: documents and average pages per document, per source (388,548 pages in all).
-PAPER_DOCUMENTS = {"wikipedia": (11_988, 6.49), "arxiv": (10_846, 15.50), "pubmed": (4_815, 12.26), "sec": (1_992, 41.97)}
+PAPER_DOCUMENTS = {
+    "wikipedia": (11_988, 6.49),
+    "arxiv": (10_846, 15.50),
+    "pubmed": (4_815, 12.26),
+    "sec": (1_992, 41.97),
+}
 PAPER_PAGES = 388_548
 DEPTH = 100
 KS = (3, 5, 10)
@@ -116,7 +121,9 @@ def build_tables(scale: float, seed: int) -> tuple[dict[str, pa.Table], dict]:
     page_doc = np.repeat(np.arange(n_docs), doc_pages)
     page_index = (np.arange(n_pages) - doc_first[page_doc]).astype(np.int32)
     page_doc_id = doc_id.take(pa.array(page_doc))
-    page_id = pc.binary_join_element_wise(page_doc_id, pc.utf8_lpad(pc.cast(pa.array(page_index), pa.string()), 3, "0"), "-p")
+    page_id = pc.binary_join_element_wise(
+        page_doc_id, pc.utf8_lpad(pc.cast(pa.array(page_index), pa.string()), 3, "0"), "-p"
+    )
 
     # Queries: per source x structure as in the paper-scale config.
     q_doc1, q_page1, q_page2, q_structure, q_source = [], [], [], [], []
@@ -187,7 +194,9 @@ def build_tables(scale: float, seed: int) -> tuple[dict[str, pa.Table], dict]:
             "evidence_structure": pa.array(q_structure, pa.string()),
             "source": pa.array(np.asarray(sources, dtype=object)[q_source_code], pa.string()),
             "domain": pa.array(doc_domain_name[q_doc1], pa.string()),
-            "generator": pa.array(np.asarray(GENERATORS, dtype=object)[(rng.random(n_queries) < 0.22).astype(int)], pa.string()),
+            "generator": pa.array(
+                np.asarray(GENERATORS, dtype=object)[(rng.random(n_queries) < 0.22).astype(int)], pa.string()
+            ),
             "evidence_types": evidence_types,
         }
     )
@@ -228,7 +237,9 @@ def build_tables(scale: float, seed: int) -> tuple[dict[str, pa.Table], dict]:
             "element_id": el_name.take(pa.array(first)),
             "page_index": pa.array(page_index[e_page], pa.int32()),
             "bbox": pa.FixedSizeListArray.from_arrays(pa.array(boxes, pa.float32()), 4),
-            "element_type": pa.array(np.asarray(ELEMENT_TYPES, dtype=object)[rng.integers(0, 3, len(e_page))], pa.string()),
+            "element_type": pa.array(
+                np.asarray(ELEMENT_TYPES, dtype=object)[rng.integers(0, 3, len(e_page))], pa.string()
+            ),
         }
     )
 
@@ -322,11 +333,16 @@ def prepare(workdir: Path, scale: float, seed: int) -> tuple[Path, Path]:
     tables, extra = build_tables(scale, seed)
     log(
         f"built tables in {time.perf_counter() - tick:.1f} s: {tables['documents'].num_rows:,} documents, "
-        f"{tables['pages'].num_rows:,} pages, {tables['queries'].num_rows:,} queries, {tables['qrels'].num_rows:,} qrels"
+        f"{tables['pages'].num_rows:,} pages, {tables['queries'].num_rows:,} queries, "
+        f"{tables['qrels'].num_rows:,} qrels"
     )
     tick = time.perf_counter()
-    info = {"name": f"bench-evaluate-{scale:g}", "version": "bench-1", "rendered": False,
-            "built_by": {"generator": "perf/bench_evaluate.py", "scale": scale, "seed": seed}}
+    info = {
+        "name": f"bench-evaluate-{scale:g}",
+        "version": "bench-1",
+        "rendered": False,
+        "built_by": {"generator": "perf/bench_evaluate.py", "scale": scale, "seed": seed},
+    }
     write_benchmark(bench_dir, tables, info)
     log(f"write_benchmark (write, fingerprint, load and validate) took {time.perf_counter() - tick:.1f} s")
     tick = time.perf_counter()
@@ -352,9 +368,9 @@ def load_tables(bench_dir: Path, validate: bool = True):
 
 def evaluate_ours(run_path: Path, queries, qrels, pages) -> tuple[dict, dict, object, dict]:
     """Exactly what the pipeline does after retrieval, from the run file."""
+    from vldocir.data.runs import read_run
     from vldocir.evaluation.aggregate import summarise
     from vldocir.evaluation.metrics import EvidenceIndex, per_query_metrics
-    from vldocir.data.runs import read_run
 
     steps = {}
     cpu = time.process_time()
@@ -403,7 +419,11 @@ def _read_plain(run_path: Path):
     for name in ("query_id", "page_id"):
         dictionaries, parts, changes = {}, [], []
         for chunk in table.column(name).chunks:
-            key = (chunk.dictionary.offset, len(chunk.dictionary), *(b.address for b in chunk.dictionary.buffers() if b))
+            key = (
+                chunk.dictionary.offset,
+                len(chunk.dictionary),
+                *(b.address for b in chunk.dictionary.buffers() if b),
+            )
             if key not in dictionaries:
                 dictionaries[key] = np.asarray(chunk.dictionary.to_pylist(), dtype=object)
             indices = chunk.indices.to_numpy()
@@ -542,11 +562,15 @@ def main(argv: list[str] | None = None) -> int:
     tick = time.perf_counter()
     queries, qrels, pages = load_tables(bench_dir)
     load_s = time.perf_counter() - tick
-    log(f"load_benchmark (schema + validation) and reading queries/qrels/pages: {load_s:.1f} s (not part of evaluation)")
+    log(
+        f"load_benchmark (schema + validation) and reading queries/qrels/pages: {load_s:.1f} s (not part of evaluation)"
+    )
     if load_s > 10:
         log("  note: loading and validating the benchmark is slow at this scale")
-    log(f"  {len(queries):,} queries, {len(qrels):,} qrels, {len(pages):,} pages; "
-        f"run.parquet {run_path.stat().st_size / 1e6:.0f} MB")
+    log(
+        f"  {len(queries):,} queries, {len(qrels):,} qrels, {len(pages):,} pages; "
+        f"run.parquet {run_path.stat().st_size / 1e6:.0f} MB"
+    )
     figures: dict = {"scale": args.scale, "n_queries": len(queries), "n_pages": len(pages), "load_validate_s": load_s}
 
     def steps(times: dict) -> str:
@@ -556,13 +580,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_subprocess:
         out = subprocess.run(
             [sys.executable, __file__, "--child-ours", str(bench_dir), str(run_path)],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         child = json.loads(out.stdout.strip().splitlines()[-1])
         figures["ours_fresh_process"] = child
-        log(f"ours, fresh process: {child['times']['total']:.2f} s ({steps(child['times'])}; "
+        log(
+            f"ours, fresh process: {child['times']['total']:.2f} s ({steps(child['times'])}; "
             f"CPU {child['times']['cpu']:.2f} s), peak RSS {child['peak_gb']:.2f} GB "
-            f"({child['rss_before_gb']:.2f} GB with the benchmark tables loaded, before evaluating)")
+            f"({child['rss_before_gb']:.2f} GB with the benchmark tables loaded, before evaluating)"
+        )
 
     best = None
     for _ in range(max(1, args.repeat)):
@@ -582,46 +610,64 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         times, trec = evaluate_pytrec(run_path, qrels)
         peers["pytrec_eval"] = times
-        log(f"pytrec_eval: {times['total']:.1f} s ({times['convert']:.1f} s reading the run and building its dicts, "
-            f"{times['evaluate']:.1f} s evaluating)")
+        log(
+            f"pytrec_eval: {times['total']:.1f} s ({times['convert']:.1f} s reading the run and building its dicts, "
+            f"{times['evaluate']:.1f} s evaluating)"
+        )
         checks = {}
         for k in KS:
             checks[f"ndcg@{k}"] = _max_diff(per_query, {q: r[f"ndcg_cut_{k}"] for q, r in trec.items()}, f"ndcg@{k}")
             checks[f"recall@{k}"] = _max_diff(per_query, {q: r[f"recall_{k}"] for q, r in trec.items()}, f"recall@{k}")
         del trec
         gc.collect()
-        log("  agreement with ours, max |difference| over all queries: "
-            + ", ".join(f"{m} {d:.1e}" + (f" ({n} missing)" if n else "") for m, (d, n) in checks.items()))
+        log(
+            "  agreement with ours, max |difference| over all queries: "
+            + ", ".join(f"{m} {d:.1e}" + (f" ({n} missing)" if n else "") for m, (d, n) in checks.items())
+        )
         figures["pytrec_eval_max_abs_diff"] = {m: d for m, (d, _) in checks.items()}
 
         times, ranx_scores = evaluate_ranx(run_path, qrels)
         peers["ranx"] = times
-        log(f"ranx: {times['total']:.1f} s ({times['convert']:.1f} s reading the run and building Qrels/Run, "
-            f"{times['evaluate']:.1f} s evaluating)")
+        log(
+            f"ranx: {times['total']:.1f} s ({times['convert']:.1f} s reading the run and building Qrels/Run, "
+            f"{times['evaluate']:.1f} s evaluating)"
+        )
         checks = {m: _max_diff(per_query, ranx_scores[m], m) for m in ranx_scores}
         del ranx_scores
         gc.collect()
-        log("  agreement with ours, max |difference| over all queries: "
-            + ", ".join(f"{m} {d:.1e}" + (f" ({n} missing)" if n else "") for m, (d, n) in checks.items()))
+        log(
+            "  agreement with ours, max |difference| over all queries: "
+            + ", ".join(f"{m} {d:.1e}" + (f" ({n} missing)" if n else "") for m, (d, n) in checks.items())
+        )
         figures["ranx_max_abs_diff"] = {m: d for m, (d, _) in checks.items()}
     figures["peers"] = peers
 
     log("")
-    log(f"Evaluation of {len(queries):,} queries x top-{DEPTH} ({info['rows']:,} rows) over {len(pages):,} pages, "
-        f"k = {', '.join(map(str, KS))}")
-    log(f"{'evaluator':<13}{'convert s':>11}{'evaluate s':>12}{'total s':>10}{'ours faster':>13}{'(evaluate only)':>17}")
+    log(
+        f"Evaluation of {len(queries):,} queries x top-{DEPTH} ({info['rows']:,} rows) over {len(pages):,} pages, "
+        f"k = {', '.join(map(str, KS))}"
+    )
+    log(
+        f"{'evaluator':<13}{'convert s':>11}{'evaluate s':>12}{'total s':>10}{'ours faster':>13}{'(evaluate only)':>17}"
+    )
     log(f"{'ours':<13}{'':>11}{'':>12}{ours_total:>10.2f}")
     for name, t in peers.items():
-        log(f"{name:<13}{t['convert']:>11.1f}{t['evaluate']:>12.1f}{t['total']:>10.1f}"
-            f"{t['total'] / ours_total:>12.1f}x{t['evaluate'] / ours_total:>16.1f}x")
+        log(
+            f"{name:<13}{t['convert']:>11.1f}{t['evaluate']:>12.1f}{t['total']:>10.1f}"
+            f"{t['total'] / ours_total:>12.1f}x{t['evaluate'] / ours_total:>16.1f}x"
+        )
     if peers:
         ours_cpu = max(child["times"]["cpu"], best["cpu"]) if child else best["cpu"]
-        log(f"CPU seconds (all threads): ours {ours_cpu:.2f}, "
-            + ", ".join(f"{name} {t['cpu']:.1f} ({t['cpu'] / ours_cpu:.1f}x)" for name, t in peers.items()))
+        log(
+            f"CPU seconds (all threads): ours {ours_cpu:.2f}, "
+            + ", ".join(f"{name} {t['cpu']:.1f} ({t['cpu'] / ours_cpu:.1f}x)" for name, t in peers.items())
+        )
     if child:
         log(f"ours: peak RSS {child['peak_gb']:.2f} GB (fresh process, benchmark tables loaded first)")
-    log("ours = read_run + EvidenceIndex.from_tables + per_query_metrics (4 metrics x 3 k, pages/docs found) + "
-        "summarise (4 aggregations, all breakdowns, evidence completeness);")
+    log(
+        "ours = read_run + EvidenceIndex.from_tables + per_query_metrics (4 metrics x 3 k, pages/docs found) + "
+        "summarise (4 aggregations, all breakdowns, evidence completeness);"
+    )
     log("peers = per-query nDCG@k and Recall@k only, each from the same run.parquet including their input conversion.")
     checks = {"ours under 10 s end to end": ours_total < 10}
     checks |= {f"ours at least 5x faster than {name}": t["total"] >= 5 * ours_total for name, t in peers.items()}

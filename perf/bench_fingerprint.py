@@ -61,32 +61,62 @@ def build(root: Path, n_pages: int, seed: int = 0) -> None:
             print(f"  wrote {k:,} image files ({time.perf_counter() - started:.0f} s)", flush=True)
     schema = {name: spec.schema for name, spec in TABLES.items()}
     tables = {
-        "documents": pa.table({
-            "doc_id": doc_ids, "source": ["wikipedia"] * n_docs, "domain": ["history"] * n_docs,
-            "title": doc_ids, "n_pages": n_pages_of.astype(np.int32), "url": [None] * n_docs,
-            "license": ["CC-BY-4.0"] * n_docs,
-        }, schema=schema["documents"]),
-        "pages": pa.table({
-            "page_id": page_ids, "doc_id": [doc_ids[d] for d in doc_of], "page_index": index.astype(np.int32),
-            "image": [{"bytes": None, "path": p} for p in paths],
-            "width": np.full(n_pages, 2000, np.int32), "height": np.full(n_pages, 4000, np.int32),
-            "dom_text": [f"text of {p}" for p in page_ids], "ocr_text": [None] * n_pages,
-        }, schema=schema["pages"]),
+        "documents": pa.table(
+            {
+                "doc_id": doc_ids,
+                "source": ["wikipedia"] * n_docs,
+                "domain": ["history"] * n_docs,
+                "title": doc_ids,
+                "n_pages": n_pages_of.astype(np.int32),
+                "url": [None] * n_docs,
+                "license": ["CC-BY-4.0"] * n_docs,
+            },
+            schema=schema["documents"],
+        ),
+        "pages": pa.table(
+            {
+                "page_id": page_ids,
+                "doc_id": [doc_ids[d] for d in doc_of],
+                "page_index": index.astype(np.int32),
+                "image": [{"bytes": None, "path": p} for p in paths],
+                "width": np.full(n_pages, 2000, np.int32),
+                "height": np.full(n_pages, 4000, np.int32),
+                "dom_text": [f"text of {p}" for p in page_ids],
+                "ocr_text": [None] * n_pages,
+            },
+            schema=schema["pages"],
+        ),
         "elements": schema["elements"].empty_table(),
-        "queries": pa.table({
-            "query_id": [f"q{d:07d}" for d in range(n_docs)], "text": [f"what is on {d}?" for d in doc_ids],
-            "answer": ["x"] * n_docs, "evidence_structure": ["page_single"] * n_docs,
-            "source": ["wikipedia"] * n_docs, "domain": ["history"] * n_docs, "generator": ["bench"] * n_docs,
-            "evidence_types": [["text"]] * n_docs,
-        }, schema=schema["queries"]),
-        "qrels": pa.table({
-            "query_id": [f"q{d:07d}" for d in range(n_docs)], "page_id": [f"{d}-p000" for d in doc_ids],
-            "doc_id": doc_ids, "element_ids": [[] for _ in range(n_docs)],
-        }, schema=schema["qrels"]),
+        "queries": pa.table(
+            {
+                "query_id": [f"q{d:07d}" for d in range(n_docs)],
+                "text": [f"what is on {d}?" for d in doc_ids],
+                "answer": ["x"] * n_docs,
+                "evidence_structure": ["page_single"] * n_docs,
+                "source": ["wikipedia"] * n_docs,
+                "domain": ["history"] * n_docs,
+                "generator": ["bench"] * n_docs,
+                "evidence_types": [["text"]] * n_docs,
+            },
+            schema=schema["queries"],
+        ),
+        "qrels": pa.table(
+            {
+                "query_id": [f"q{d:07d}" for d in range(n_docs)],
+                "page_id": [f"{d}-p000" for d in doc_ids],
+                "doc_id": doc_ids,
+                "element_ids": [[] for _ in range(n_docs)],
+            },
+            schema=schema["qrels"],
+        ),
     }
     for name, table in tables.items():
         atomic_write_parquet(table, root / f"{name}.parquet")
-    info = {"name": f"bench-fingerprint-{n_pages}", "version": "bench", "counts": {n: t.num_rows for n, t in tables.items()}}
+    info = {
+        "name": f"bench-fingerprint-{n_pages}",
+        "version": "bench",
+        "counts": {n: t.num_rows for n, t in tables.items()},
+    }
     atomic_write_json(info, root / INFO_FILE)
     print(f"  built {n_pages:,} pages / {n_docs:,} documents in {time.perf_counter() - started:.0f} s", flush=True)
 
@@ -162,8 +192,13 @@ def main(argv: list[str] | None = None) -> dict:
     second_s, second = time_best(lambda: fingerprint.compute_fingerprint(root), args.repeat)
     assert second == first, "the rerun must give the same fingerprint"
     stat_s, _ = time_best(lambda: stat_all(root, paths), args.repeat)
-    figures.update(second_fingerprint_s=second_s, stat_every_image_s=stat_s, ratio_second_vs_stat=second_s / stat_s,
-                   speedup_second_vs_first=figures["first_fingerprint_s"] / second_s, fingerprint=first)
+    figures.update(
+        second_fingerprint_s=second_s,
+        stat_every_image_s=stat_s,
+        ratio_second_vs_stat=second_s / stat_s,
+        speedup_second_vs_first=figures["first_fingerprint_s"] / second_s,
+        fingerprint=first,
+    )
 
     print()
     print(f"pages / image files:                 {args.pages:,}")

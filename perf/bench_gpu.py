@@ -83,57 +83,154 @@ QUERY_TOKENS = 25
 # Published architectures, by conf/retriever file. `prompt_tokens`: the page prompt's non-image tokens
 # with the real tokenizers (ColQwen2.5: <|im_start|>user\n<|vision_start|>...<|vision_end|>Describe the
 # image.<|im_end|><|endoftext|>; ColPali: <bos>Describe the image.\n), used only for the projection.
-QWEN25_VL_VISION = {"hidden_size": 1280, "depth": 32, "intermediate_size": 3420, "num_heads": 16, "window_size": 112,
-                    "fullatt_block_indexes": [7, 15, 23, 31]}  # the 3B and the 7B share the vision tower's shape
+QWEN25_VL_VISION = {
+    "hidden_size": 1280,
+    "depth": 32,
+    "intermediate_size": 3420,
+    "num_heads": 16,
+    "window_size": 112,
+    "fullatt_block_indexes": [7, 15, 23, 31],
+}  # the 3B and the 7B share the vision tower's shape
 PUBLISHED = {
     "colqwen25": {
-        "family": "qwen2_5_vl", "visual_tokens": 768, "prompt_tokens": 11,
-        "text": {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
-                 "num_key_value_heads": 2, "vocab_size": 151936, "mrope_section": [16, 24, 24], "tie_word_embeddings": True},
+        "family": "qwen2_5_vl",
+        "visual_tokens": 768,
+        "prompt_tokens": 11,
+        "text": {
+            "hidden_size": 2048,
+            "intermediate_size": 11008,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "vocab_size": 151936,
+            "mrope_section": [16, 24, 24],
+            "tie_word_embeddings": True,
+        },
         "vision": {**QWEN25_VL_VISION, "out_hidden_size": 2048},
     },
     "colnomic7b": {
-        "family": "qwen2_5_vl", "visual_tokens": 768, "prompt_tokens": 11,
-        "text": {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
-                 "num_key_value_heads": 4, "vocab_size": 152064, "mrope_section": [16, 24, 24], "tie_word_embeddings": False},
+        "family": "qwen2_5_vl",
+        "visual_tokens": 768,
+        "prompt_tokens": 11,
+        "text": {
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "vocab_size": 152064,
+            "mrope_section": [16, 24, 24],
+            "tie_word_embeddings": False,
+        },
         "vision": {**QWEN25_VL_VISION, "out_hidden_size": 3584},
     },
     "colpali13": {
-        "family": "paligemma", "visual_tokens": 1024, "prompt_tokens": 6,
-        "text": {"hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18, "num_attention_heads": 8,
-                 "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 257216},
-        "vision": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
-                   "image_size": 448, "patch_size": 14},
+        "family": "paligemma",
+        "visual_tokens": 1024,
+        "prompt_tokens": 6,
+        "text": {
+            "hidden_size": 2048,
+            "intermediate_size": 16384,
+            "num_hidden_layers": 18,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "vocab_size": 257216,
+        },
+        "vision": {
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "num_hidden_layers": 27,
+            "num_attention_heads": 16,
+            "image_size": 448,
+            "patch_size": 14,
+        },
     },
 }
 # The same families at test size (as tests/tiny_models.py builds them), for --cpu-smoke.
 TINY = {
     "qwen2_5_vl": {
-        "family": "qwen2_5_vl", "visual_tokens": 64, "prompt_tokens": 11,
-        "text": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                 "num_key_value_heads": 2, "vocab_size": 512, "mrope_section": [2, 3, 3], "tie_word_embeddings": True},
-        "vision": {"hidden_size": 32, "out_hidden_size": 64, "depth": 2, "intermediate_size": 64, "num_heads": 2,
-                   "window_size": 112, "fullatt_block_indexes": [1]},
+        "family": "qwen2_5_vl",
+        "visual_tokens": 64,
+        "prompt_tokens": 11,
+        "text": {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 512,
+            "mrope_section": [2, 3, 3],
+            "tie_word_embeddings": True,
+        },
+        "vision": {
+            "hidden_size": 32,
+            "out_hidden_size": 64,
+            "depth": 2,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "window_size": 112,
+            "fullatt_block_indexes": [1],
+        },
     },
     "paligemma": {
-        "family": "paligemma", "visual_tokens": 16, "prompt_tokens": 6,
-        "text": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                 "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 1536},
-        "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                   "image_size": 56, "patch_size": 14},
+        "family": "paligemma",
+        "visual_tokens": 16,
+        "prompt_tokens": 6,
+        "text": {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+            "vocab_size": 1536,
+        },
+        "vision": {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 56,
+            "patch_size": 14,
+        },
     },
 }
 
 # Sizes: the full run on one H200, and --cpu-smoke (well under a minute on 2 CPU cores).
 SIZES = {
-    "full": {"page_size": (2000, 4000), "distinct_pages": 32, "encode_pages": 128, "batch_sizes": "4,8,16",
-             "decode_workers": "2,4,8", "encode_queries": 1024, "search_pages": 50_000, "search_queries": 10_000,
-             "page_tokens": 768, "stream_queries": 256, "stream_calls": 2, "context_docs": 40, "context_cpu_docs": 4,
-             "search_budget_s": 90.0},
-    "smoke": {"page_size": (400, 800), "distinct_pages": 2, "encode_pages": 8, "batch_sizes": "2,4",
-              "decode_workers": "1,2", "encode_queries": 16, "search_pages": 300, "search_queries": 40,
-              "page_tokens": 64, "stream_queries": 16, "stream_calls": 2, "context_docs": 3, "context_cpu_docs": 1,
-              "search_budget_s": 30.0},
+    "full": {
+        "page_size": (2000, 4000),
+        "distinct_pages": 32,
+        "encode_pages": 128,
+        "batch_sizes": "4,8,16",
+        "decode_workers": "2,4,8",
+        "encode_queries": 1024,
+        "search_pages": 50_000,
+        "search_queries": 10_000,
+        "page_tokens": 768,
+        "stream_queries": 256,
+        "stream_calls": 2,
+        "context_docs": 40,
+        "context_cpu_docs": 4,
+        "search_budget_s": 90.0,
+    },
+    "smoke": {
+        "page_size": (400, 800),
+        "distinct_pages": 2,
+        "encode_pages": 8,
+        "batch_sizes": "2,4",
+        "decode_workers": "1,2",
+        "encode_queries": 16,
+        "search_pages": 300,
+        "search_queries": 40,
+        "page_tokens": 64,
+        "stream_queries": 16,
+        "stream_calls": 2,
+        "context_docs": 3,
+        "context_cpu_docs": 1,
+        "search_budget_s": 30.0,
+    },
 }
 
 
@@ -148,17 +245,21 @@ def encode_flops_parts(config, n_visual_tokens: int, n_text_tokens: int) -> dict
         window = (v.window_size // v.patch_size) ** 2  # patches of one full window (8x8)
         keys = [patches if i in v.fullatt_block_indexes else min(window, patches) for i in range(v.depth)]
         patch_in = v.in_channels * v.temporal_patch_size * v.patch_size**2
-        vision_dense = (2 * patches * patch_in * d  # Conv3d patch embedding
-                        + v.depth * 2 * patches * (4 * d * d + 3 * d * v.intermediate_size)  # qkv + proj, gated MLP
-                        + 2 * n_visual_tokens * (merge * d * merge * d + merge * d * v.out_hidden_size))  # merger
+        vision_dense = (
+            2 * patches * patch_in * d  # Conv3d patch embedding
+            + v.depth * 2 * patches * (4 * d * d + 3 * d * v.intermediate_size)  # qkv + proj, gated MLP
+            + 2 * n_visual_tokens * (merge * d * merge * d + merge * d * v.out_hidden_size)
+        )  # merger
         vision_attention = sum(4 * patches * k * d for k in keys)
         head = 0.0
     elif config.model_type == "paligemma":
         v, t = config.vision_config, config.text_config
         patches, d = n_visual_tokens, v.hidden_size  # SigLIP: one LM token per patch
-        vision_dense = (2 * patches * v.num_channels * v.patch_size**2 * d  # Conv2d patch embedding
-                        + v.num_hidden_layers * 2 * patches * (4 * d * d + 2 * d * v.intermediate_size)  # q,k,v,o + MLP
-                        + 2 * patches * d * config.projection_dim)  # multi-modal projector
+        vision_dense = (
+            2 * patches * v.num_channels * v.patch_size**2 * d  # Conv2d patch embedding
+            + v.num_hidden_layers * 2 * patches * (4 * d * d + 2 * d * v.intermediate_size)  # q,k,v,o + MLP
+            + 2 * patches * d * config.projection_dim
+        )  # multi-modal projector
         vision_attention = v.num_hidden_layers * 4 * patches * patches * d
         head = 2.0 * (n_visual_tokens + n_text_tokens) * t.hidden_size * t.vocab_size  # logits, computed and dropped
     else:
@@ -169,8 +270,13 @@ def encode_flops_parts(config, n_visual_tokens: int, n_text_tokens: int) -> dict
     lm_dense = t.num_hidden_layers * 2 * n * (h * q + 2 * h * kv + q * h + 3 * h * t.intermediate_size)
     lm_attention = t.num_hidden_layers * 4 * n * n * q
     head += 2 * n * h * EMBED_DIM
-    return {"vision_dense": float(vision_dense), "vision_attention": float(vision_attention), "lm_dense": float(lm_dense),
-            "lm_attention": float(lm_attention), "head": float(head)}
+    return {
+        "vision_dense": float(vision_dense),
+        "vision_attention": float(vision_attention),
+        "lm_dense": float(lm_dense),
+        "lm_attention": float(lm_attention),
+        "head": float(head),
+    }
 
 
 def encode_flops(config, n_visual_tokens: int, n_text_tokens: int) -> float:
@@ -203,8 +309,16 @@ def maxsim_flops(n_queries: int, query_tokens: float, n_pages: int, page_tokens:
     return 2.0 * n_queries * query_tokens * n_pages * page_tokens * dim
 
 
-def project_hours(s_per_page: float, s_per_query: float, search_tflops: float, page_tokens: float,
-                  query_tokens: float, context_s_per_doc: float, dim: int = EMBED_DIM, scale: dict = PAPER) -> dict:
+def project_hours(
+    s_per_page: float,
+    s_per_query: float,
+    search_tflops: float,
+    page_tokens: float,
+    query_tokens: float,
+    context_s_per_doc: float,
+    dim: int = EMBED_DIM,
+    scale: dict = PAPER,
+) -> dict:
     """GPU-hours for ``scale`` (pages, queries, documents): encoding every page and query at the given
     seconds per item, exhaustive search at ``search_tflops``, and the context vectors of every document."""
     encode = scale["pages"] * s_per_page + scale["queries"] * s_per_query
@@ -224,21 +338,34 @@ def model_config(spec: dict, token_ids: dict | None = None):
         from transformers import Qwen2_5_VLConfig
 
         mrope, tie = text.pop("mrope_section"), text.pop("tie_word_embeddings")
-        text.update(rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": mrope},
-                    max_position_embeddings=128_000, rms_norm_eps=1e-6,
-                    **{k: ids[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in ids})
+        text.update(
+            rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": mrope},
+            max_position_embeddings=128_000,
+            rms_norm_eps=1e-6,
+            **{k: ids[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in ids},
+        )
         vision.update(patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
-        special = {k: ids[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id",
-                                       "vision_end_token_id") if k in ids}
+        special = {
+            k: ids[k]
+            for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+            if k in ids
+        }
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **special)
     from transformers import GemmaConfig, PaliGemmaConfig, SiglipVisionConfig
 
     text["vocab_size"] = max(text["vocab_size"], ids.get("vocab_size", 0))
-    text_config = GemmaConfig(**text, **{k: ids[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in ids})
+    text_config = GemmaConfig(
+        **text, **{k: ids[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in ids}
+    )
     extra = {"image_token_index": ids["image_token_id"]} if "image_token_id" in ids else {}
-    return PaliGemmaConfig(vision_config=SiglipVisionConfig(**vision, vision_use_head=False), text_config=text_config,
-                           vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
-                           projection_dim=text["hidden_size"], **extra)
+    return PaliGemmaConfig(
+        vision_config=SiglipVisionConfig(**vision, vision_use_head=False),
+        text_config=text_config,
+        vocab_size=text["vocab_size"],
+        hidden_size=text["hidden_size"],
+        projection_dim=text["hidden_size"],
+        **extra,
+    )
 
 
 def offline_processor(spec: dict):
@@ -251,19 +378,32 @@ def offline_processor(spec: dict):
 
         tokenizer = _qwen_tokenizer()
         image_processor, video_processor = _qwen_image_and_video_processors()
-        processor = ColQwen2_5_Processor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
-        ids = {**_qwen_token_ids(tokenizer), "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-               "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+        processor = ColQwen2_5_Processor(
+            image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor
+        )
+        ids = {
+            **_qwen_token_ids(tokenizer),
+            "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
         return processor, ids
     from colpali_engine.models import ColPaliProcessor
     from transformers import GemmaTokenizerFast, SiglipImageProcessor
 
     size, patch = spec["vision"]["image_size"], spec["vision"]["patch_size"]
     image_processor = SiglipImageProcessor(size={"height": size, "width": size}, image_seq_length=(size // patch) ** 2)
-    processor = ColPaliProcessor(image_processor=image_processor, tokenizer=_train_tokenizer(GemmaTokenizerFast(), ["<image>"]))
+    processor = ColPaliProcessor(
+        image_processor=image_processor, tokenizer=_train_tokenizer(GemmaTokenizerFast(), ["<image>"])
+    )
     tok = processor.tokenizer
-    return processor, {"vocab_size": len(tok), "image_token_id": processor.image_token_id, "bos_token_id": tok.bos_token_id,
-                       "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
+    return processor, {
+        "vocab_size": len(tok),
+        "image_token_id": processor.image_token_id,
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+    }
 
 
 def build_checkpoint(model_class: str, spec: dict, directory: Path, device, dtype: str) -> dict:
@@ -285,8 +425,12 @@ def build_checkpoint(model_class: str, spec: dict, directory: Path, device, dtyp
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return {"params": params, "build_s": built - tick, "save_s": time.perf_counter() - built,
-            "bytes_saved": sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())}
+    return {
+        "params": params,
+        "build_s": built - tick,
+        "save_s": time.perf_counter() - built,
+        "bytes_saved": sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()),
+    }
 
 
 def compose_retriever(name: str, checkpoint_dir: Path, device, smoke: bool):
@@ -294,19 +438,27 @@ def compose_retriever(name: str, checkpoint_dir: Path, device, smoke: bool):
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    overrides = [f"retriever={name}", f"retriever.model.encoder.checkpoint.local_path={checkpoint_dir}",
-                 f"retriever.model.encoder.device={device}", f"retriever.model.search.device={device}",
-                 "retriever.model.progress=false"]
+    overrides = [
+        f"retriever={name}",
+        f"retriever.model.encoder.checkpoint.local_path={checkpoint_dir}",
+        f"retriever.model.encoder.device={device}",
+        f"retriever.model.search.device={device}",
+        "retriever.model.progress=false",
+    ]
     if smoke and PUBLISHED[name]["family"] == "qwen2_5_vl":
-        overrides.append(f"retriever.model.encoder.processor_kwargs.max_num_visual_tokens={TINY['qwen2_5_vl']['visual_tokens']}")
+        overrides.append(
+            f"retriever.model.encoder.processor_kwargs.max_num_visual_tokens={TINY['qwen2_5_vl']['visual_tokens']}"
+        )
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides)
     return instantiate(cfg.retriever.model), cfg.retriever.model
 
 
 # -- pages ---------------------------------------------------------------------------------------
-WORDS = ("the revenue total report income assets liabilities table figure results patient cohort treatment "
-         "quarterly operating costs year accuracy experiment document question answer page section model data").split()
+WORDS = (
+    "the revenue total report income assets liabilities table figure results patient cohort treatment "
+    "quarterly operating costs year accuracy experiment document question answer page section model data"
+).split()
 
 
 def draw_page(path: Path, size: tuple[int, int], seed: int) -> None:
@@ -332,7 +484,9 @@ def draw_page(path: Path, size: tuple[int, int], seed: int) -> None:
         draw.text((margin, y), " ".join(rng.choices(WORDS, k=rng.randint(8, 14))), fill="black", font=font)
         y += int(line * 1.4)
     draw.rectangle(figure, outline="black", width=3, fill=(225, 232, 245))
-    draw.ellipse((figure[0] + width // 10, figure[1] + line, figure[0] + width // 3, figure[3] - line), outline="navy", width=4)
+    draw.ellipse(
+        (figure[0] + width // 10, figure[1] + line, figure[0] + width // 3, figure[3] - line), outline="navy", width=4
+    )
     draw.rectangle(table, outline="black", width=2)
     x0, y0, x1, y1 = table
     for i in range(1, 5):
@@ -368,20 +522,50 @@ def build_benchmark(root: Path, n_pages: int, distinct: int, size: tuple[int, in
     n_docs = len(docs)
     counts = np.bincount(np.arange(n_pages) // PAGES_PER_DOC, minlength=n_docs).astype(np.int32)
     tables = {
-        "documents": pa.table({"doc_id": docs, "source": ["wikipedia"] * n_docs, "domain": ["history"] * n_docs,
-                               "title": docs, "n_pages": counts, "url": [None] * n_docs, "license": ["CC-BY-4.0"] * n_docs}),
-        "pages": pa.table({"page_id": page_ids, "doc_id": [p.split("-")[0] for p in page_ids],
-                           "page_index": np.arange(n_pages, dtype=np.int32) % PAGES_PER_DOC,
-                           "image": [{"bytes": None, "path": p} for p in paths],
-                           "width": np.full(n_pages, size[0], np.int32), "height": np.full(n_pages, size[1], np.int32),
-                           "dom_text": page_ids, "ocr_text": [None] * n_pages}),
+        "documents": pa.table(
+            {
+                "doc_id": docs,
+                "source": ["wikipedia"] * n_docs,
+                "domain": ["history"] * n_docs,
+                "title": docs,
+                "n_pages": counts,
+                "url": [None] * n_docs,
+                "license": ["CC-BY-4.0"] * n_docs,
+            }
+        ),
+        "pages": pa.table(
+            {
+                "page_id": page_ids,
+                "doc_id": [p.split("-")[0] for p in page_ids],
+                "page_index": np.arange(n_pages, dtype=np.int32) % PAGES_PER_DOC,
+                "image": [{"bytes": None, "path": p} for p in paths],
+                "width": np.full(n_pages, size[0], np.int32),
+                "height": np.full(n_pages, size[1], np.int32),
+                "dom_text": page_ids,
+                "ocr_text": [None] * n_pages,
+            }
+        ),
         "elements": TABLES["elements"].schema.empty_table(),
-        "queries": pa.table({"query_id": [f"q{d}" for d in docs], "text": [f"what is on {d}?" for d in docs],
-                             "answer": ["x"] * n_docs, "evidence_structure": ["page_single"] * n_docs,
-                             "source": ["wikipedia"] * n_docs, "domain": ["history"] * n_docs,
-                             "generator": ["bench"] * n_docs, "evidence_types": [["text"]] * n_docs}),
-        "qrels": pa.table({"query_id": [f"q{d}" for d in docs], "page_id": [f"{d}-p000" for d in docs], "doc_id": docs,
-                           "element_ids": [[] for _ in docs]}),
+        "queries": pa.table(
+            {
+                "query_id": [f"q{d}" for d in docs],
+                "text": [f"what is on {d}?" for d in docs],
+                "answer": ["x"] * n_docs,
+                "evidence_structure": ["page_single"] * n_docs,
+                "source": ["wikipedia"] * n_docs,
+                "domain": ["history"] * n_docs,
+                "generator": ["bench"] * n_docs,
+                "evidence_types": [["text"]] * n_docs,
+            }
+        ),
+        "qrels": pa.table(
+            {
+                "query_id": [f"q{d}" for d in docs],
+                "page_id": [f"{d}-p000" for d in docs],
+                "doc_id": docs,
+                "element_ids": [[] for _ in docs],
+            }
+        ),
     }
     return write_benchmark(root, tables, {"name": "bench-gpu", "version": "bench"})
 
@@ -451,13 +635,25 @@ def measure_encode(args, retriever, bench, config, device, tmp: Path) -> dict:
     peak = args.peak_tflops * 1e12
 
     def rate(pages, seconds):
-        return {"pages_per_s": pages / seconds, "tflops": pages * flops_page / seconds / 1e12,
-                "mfu": pages * flops_page / seconds / peak}
+        return {
+            "pages_per_s": pages / seconds,
+            "tflops": pages * flops_page / seconds / 1e12,
+            "mfu": pages * flops_page / seconds / peak,
+        }
 
     batch_sizes, workers_grid = _ints(args.batch_sizes), _ints(args.decode_workers)
-    result = {"pages": n, "visual_tokens": visual, "other_tokens": text, "flops_per_page": flops_page,
-              "flops_parts": encode_flops_parts(config, visual, text), "decode": {}, "preloaded": {}, "processor": {},
-              "forward": {}, "sweep": []}
+    result = {
+        "pages": n,
+        "visual_tokens": visual,
+        "other_tokens": text,
+        "flops_per_page": flops_page,
+        "flops_parts": encode_flops_parts(config, visual, text),
+        "decode": {},
+        "preloaded": {},
+        "processor": {},
+        "forward": {},
+        "sweep": [],
+    }
     for workers in workers_grid:  # decoding alone, as the store's decode threads do it
         seconds, _ = _timed(device, lambda: [None for _ in inputs.batches(0, n, max(batch_sizes), workers)])
         result["decode"][workers] = n / seconds
@@ -471,7 +667,7 @@ def measure_encode(args, retriever, bench, config, device, tmp: Path) -> dict:
         result["processor"][size] = n / seconds
         prepared = [b.to(encoder.model.device) for b in prepared]
         with torch.inference_mode():
-            seconds, _ = _timed(device, lambda: [encoder.model(**b) for b in prepared])
+            seconds, _ = _timed(device, lambda prepared=prepared: [encoder.model(**b) for b in prepared])
         result["forward"][size] = rate(n, seconds)
         del prepared
     for size in batch_sizes:  # end to end: EmbeddingRetriever.encode_pages into a fresh store
@@ -479,8 +675,9 @@ def measure_encode(args, retriever, bench, config, device, tmp: Path) -> dict:
             encoder.batch_size, retriever.decode_workers = size, workers
             _reset_peak(device)
             seconds, _ = _timed(device, retriever.encode_pages, bench, ArtifactCache(tmp / f"cache-b{size}-w{workers}"))
-            result["sweep"].append({"batch_size": size, "decode_workers": workers, **rate(n, seconds),
-                                    "peak_gb": _peak_gb(device)})
+            result["sweep"].append(
+                {"batch_size": size, "decode_workers": workers, **rate(n, seconds), "peak_gb": _peak_gb(device)}
+            )
             print(f"  encode b={size:>2} w={workers}: {n / seconds:7.2f} pages/s", flush=True)
     best = max(result["sweep"], key=lambda r: r["pages_per_s"])
     result["best"] = best
@@ -497,20 +694,38 @@ def bottleneck(result: dict, best: dict) -> dict:
     and the encoder's, 1 / (1 / processor + 1 / forward).
     """
     size, workers = best["batch_size"], best["decode_workers"]
-    stages = {"decode": result["decode"][workers], "processor": result["processor"][size],
-              "forward": result["forward"][size]["pages_per_s"]}
+    stages = {
+        "decode": result["decode"][workers],
+        "processor": result["processor"][size],
+        "forward": result["forward"][size]["pages_per_s"],
+    }
     encoder_rate = 1 / (1 / stages["processor"] + 1 / stages["forward"])
     if stages["decode"] < encoder_rate:
         stage = "decoding"
         verdict = f"{workers} decode threads give {stages['decode']:.1f} pages/s, the encoder {encoder_rate:.1f}"
     elif stages["processor"] < stages["forward"]:
-        stage, verdict = "processor (CPU)", (f"the processor alone is {stages['processor']:.1f} pages/s, the forward "
-                                             f"{stages['forward']:.1f}: CPU preprocessing in the main thread")
+        stage, verdict = (
+            "processor (CPU)",
+            (
+                f"the processor alone is {stages['processor']:.1f} pages/s, the forward "
+                f"{stages['forward']:.1f}: CPU preprocessing in the main thread"
+            ),
+        )
     else:
-        stage, verdict = "model forward", (f"the forward alone is {stages['forward']:.1f} pages/s, the processor "
-                                           f"{stages['processor']:.1f}, decoding {stages['decode']:.1f}")
-    return {"stages_pages_per_s": stages, "encoder_pages_per_s": encoder_rate, "end_to_end_pages_per_s": best["pages_per_s"],
-            "stage": stage, "verdict": verdict}
+        stage, verdict = (
+            "model forward",
+            (
+                f"the forward alone is {stages['forward']:.1f} pages/s, the processor "
+                f"{stages['processor']:.1f}, decoding {stages['decode']:.1f}"
+            ),
+        )
+    return {
+        "stages_pages_per_s": stages,
+        "encoder_pages_per_s": encoder_rate,
+        "end_to_end_pages_per_s": best["pages_per_s"],
+        "stage": stage,
+        "verdict": verdict,
+    }
 
 
 def flop_check(encoder, images, config) -> dict:
@@ -524,21 +739,30 @@ def flop_check(encoder, images, config) -> dict:
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         encoder.model(**batch)
     counts = {str(op): v for op, v in counter.get_flop_counts().get("Global", {}).items()}
-    dense = sum(v for op, v in counts.items() if op in ("aten.mm", "aten.addmm", "aten.convolution", "aten._convolution",
-                                                         "aten.cudnn_convolution"))
+    dense = sum(
+        v
+        for op, v in counts.items()
+        if op in ("aten.mm", "aten.addmm", "aten.convolution", "aten._convolution", "aten.cudnn_convolution")
+    )
     visual = int((batch["input_ids"] == encoder.processor.image_token_id).sum()) // len(images)
     text = int(batch["attention_mask"].sum()) // len(images) - visual
     parts = encode_flops_parts(config, visual, text)
     formula_dense = len(images) * (parts["vision_dense"] + parts["lm_dense"] + parts["head"])
-    return {"counter_by_op": counts, "counter_total": float(sum(counts.values())), "counter_dense": float(dense),
-            "formula_total": len(images) * sum(parts.values()), "formula_dense": formula_dense,
-            "dense_ratio": formula_dense / dense if dense else None}
+    return {
+        "counter_by_op": counts,
+        "counter_total": float(sum(counts.values())),
+        "counter_dense": float(dense),
+        "formula_total": len(images) * sum(parts.values()),
+        "formula_dense": formula_dense,
+        "dense_ratio": formula_dense / dense if dense else None,
+    }
 
 
 # -- 2. query encoding ---------------------------------------------------------------------------
 def make_queries(encoder, n: int, target: int = QUERY_TOKENS) -> dict[str, str]:
     """``n`` query texts of random words, of the word count whose processed length (prefix and
     augmentation tokens included, mean over the first 64) is closest to ``target`` tokens."""
+
     def texts(words: int) -> list[str]:
         rng = random.Random(words)
         return [" ".join(rng.choices(WORDS, k=words)) + "?" for _ in range(n)]
@@ -561,9 +785,15 @@ def measure_queries(args, retriever, bench, config, device, tmp: Path) -> dict:
     seconds, vectors = _timed(device, retriever.query_vectors, bench, queries, ArtifactCache(tmp / "cache-queries"))
     mean_tokens = float(vectors.lengths.mean())
     flops = encode_flops(config, 0, mean_tokens) * len(queries)
-    return {"queries": len(queries), "batch_size": encoder.query_batch_size, "mean_tokens": mean_tokens,
-            "queries_per_s": len(queries) / seconds, "tflops": flops / seconds / 1e12,
-            "mfu": flops / seconds / (args.peak_tflops * 1e12), "peak_gb": _peak_gb(device)}
+    return {
+        "queries": len(queries),
+        "batch_size": encoder.query_batch_size,
+        "mean_tokens": mean_tokens,
+        "queries_per_s": len(queries) / seconds,
+        "tflops": flops / seconds / 1e12,
+        "mfu": flops / seconds / (args.peak_tflops * 1e12),
+        "peak_gb": _peak_gb(device),
+    }
 
 
 # -- 3. search -----------------------------------------------------------------------------------
@@ -580,8 +810,14 @@ def synthetic_store(n_pages: int, tokens: int, dim: int, shard_size: int, device
         block = torch.randn((stop - start) * tokens, dim, device=device, generator=generator)
         host[start * tokens : stop * tokens] = torch.nn.functional.normalize(block, dim=1).half().cpu().numpy()
     offsets = np.arange(shard_size + 1, dtype=np.int64) * tokens
-    shards = [RaggedVectors(host[a * tokens : min(a + shard_size, n_pages) * tokens], offsets[: min(shard_size, n_pages - a) + 1],
-                            first_index=a) for a in range(0, n_pages, shard_size)]
+    shards = [
+        RaggedVectors(
+            host[a * tokens : min(a + shard_size, n_pages) * tokens],
+            offsets[: min(shard_size, n_pages - a) + 1],
+            first_index=a,
+        )
+        for a in range(0, n_pages, shard_size)
+    ]
     return host, shards
 
 
@@ -602,8 +838,13 @@ def resident_search(queries, resident, depth: int, query_batch_size: int, device
     order = np.argsort(queries.lengths, kind="stable")
     batches = [order[i : i + query_batch_size] for i in range(0, len(queries), query_batch_size)]
     flat = [queries.padded_fp32(b, device, pad="zero").reshape(-1, queries.dim) for b in batches]
-    best = [(torch.full((len(b), 0), float("-inf"), device=device), torch.zeros((len(b), 0), dtype=torch.int64, device=device))
-            for b in batches]
+    best = [
+        (
+            torch.full((len(b), 0), float("-inf"), device=device),
+            torch.zeros((len(b), 0), dtype=torch.int64, device=device),
+        )
+        for b in batches
+    ]
     with torch.inference_mode():
         for blocks, indices, n_items in resident:
             for b, queries_flat in enumerate(flat):
@@ -632,8 +873,9 @@ def measure_search(args, search_cfg: dict, device) -> tuple[dict, list, object, 
     for q_bs, p_bt in dict.fromkeys([(qbs, pbt), (8 * qbs, pbt), (8 * qbs, 8 * pbt)]):
         seconds, _ = _timed(device, search, queries, shards[:1], qbs=q_bs, pbt=p_bt)
         flops = maxsim_flops(len(queries), QUERY_TOKENS, len(shards[0]), tokens, dim)
-        one_shard.append({"query_batch_size": q_bs, "page_block_tokens": p_bt, "seconds": seconds,
-                          "tflops": flops / seconds / 1e12})
+        one_shard.append(
+            {"query_batch_size": q_bs, "page_block_tokens": p_bt, "seconds": seconds, "tflops": flops / seconds / 1e12}
+        )
     used = shards[: max(1, min(len(shards), int(args.search_budget_s / one_shard[0]["seconds"])))]
     n_pages = sum(len(s) for s in used)
     _reset_peak(device)
@@ -643,12 +885,28 @@ def measure_search(args, search_cfg: dict, device) -> tuple[dict, list, object, 
     matmul = gemm_tflops(*shape, torch.float32, device)
     square = 4096 if device.type == "cuda" else 512  # the device's fp32 and bf16 rates, for reference
     result = {
-        "store_pages": args.search_pages, "pages_searched": n_pages, "queries": len(queries), "query_tokens": QUERY_TOKENS,
-        "page_tokens": tokens, "dim": dim, "depth": DEPTH, "query_batch_size": qbs, "page_block_tokens": pbt,
-        "store_build_s": store_s, "seconds": seconds, "tflops": tflops, "peak_gb": _peak_gb(device),
-        "one_shard": one_shard, "matmul_shape": list(shape), "matmul_tflops": matmul, "matmul_ratio": tflops / matmul,
-        "square_matmul_size": square, "fp32_square_matmul_tflops": gemm_tflops(square, square, square, torch.float32, device),
-        "bf16_square_matmul_tflops": gemm_tflops(4096, 4096, 4096, torch.bfloat16, device) if device.type == "cuda" else None,
+        "store_pages": args.search_pages,
+        "pages_searched": n_pages,
+        "queries": len(queries),
+        "query_tokens": QUERY_TOKENS,
+        "page_tokens": tokens,
+        "dim": dim,
+        "depth": DEPTH,
+        "query_batch_size": qbs,
+        "page_block_tokens": pbt,
+        "store_build_s": store_s,
+        "seconds": seconds,
+        "tflops": tflops,
+        "peak_gb": _peak_gb(device),
+        "one_shard": one_shard,
+        "matmul_shape": list(shape),
+        "matmul_tflops": matmul,
+        "matmul_ratio": tflops / matmul,
+        "square_matmul_size": square,
+        "fp32_square_matmul_tflops": gemm_tflops(square, square, square, torch.float32, device),
+        "bf16_square_matmul_tflops": gemm_tflops(4096, 4096, 4096, torch.bfloat16, device)
+        if device.type == "cuda"
+        else None,
         "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
     }
     return result, used, queries, host
@@ -658,8 +916,15 @@ def _searcher(device, qbs: int, pbt: int):
     from vldocir.retrieval.search import exact_search
 
     def search(queries, shards, qbs=qbs, pbt=pbt):
-        return exact_search(queries, iter(shards), DEPTH, query_batch_size=qbs, page_block_tokens=pbt, device=str(device),
-                            progress=False)
+        return exact_search(
+            queries,
+            iter(shards),
+            DEPTH,
+            query_batch_size=qbs,
+            page_block_tokens=pbt,
+            device=str(device),
+            progress=False,
+        )
 
     return search
 
@@ -676,22 +941,36 @@ def measure_residency(args, search_cfg: dict, shards: list, queries, device) -> 
         free = torch.cuda.mem_get_info(device)[0]
         shards = shards[: max(1, min(len(shards), int(free / 2 / (len(shards[0].vectors) * EMBED_DIM * 4))))]
     n_pages = sum(len(s) for s in shards)
-    calls = [queries.subset(np.arange(i * args.stream_queries, (i + 1) * args.stream_queries) % len(queries))
-             for i in range(args.stream_calls)]
+    calls = [
+        queries.subset(np.arange(i * args.stream_queries, (i + 1) * args.stream_queries) % len(queries))
+        for i in range(args.stream_calls)
+    ]
     search = _searcher(device, qbs, pbt)
     streamed = [_timed(device, search, q, shards) for q in calls]
-    upload_s, resident = _timed(device, lambda: [(_page_blocks(s, pbt, device),
-                                                  torch.arange(len(s), device=device) + s.first_index, len(s)) for s in shards])
+    upload_s, resident = _timed(
+        device,
+        lambda: [
+            (_page_blocks(s, pbt, device), torch.arange(len(s), device=device) + s.first_index, len(s)) for s in shards
+        ],
+    )
     kept = [_timed(device, resident_search, q, resident, DEPTH, qbs, device) for q in calls]
     resident_gb = sum(block.numel() * 4 for blocks, _, _ in resident for _, block in blocks) / 2**30
     del resident
     flops = maxsim_flops(args.stream_queries, QUERY_TOKENS, n_pages, args.page_tokens, EMBED_DIM)
     streamed_s, resident_s = [s for s, _ in streamed], [s for s, _ in kept]
-    return {"queries_per_call": args.stream_queries, "calls": args.stream_calls, "pages": n_pages,
-            "streamed_s": streamed_s, "resident_s": resident_s, "upload_s": upload_s, "resident_fp32_gb": resident_gb,
-            "streamed_tflops": flops / np.median(streamed_s) / 1e12, "resident_tflops": flops / np.median(resident_s) / 1e12,
-            "speedup": float(np.median(streamed_s) / np.median(resident_s)),
-            "same_top": bool(all(np.array_equal(s.indices, r) for (_, s), (_, r) in zip(streamed, kept)))}
+    return {
+        "queries_per_call": args.stream_queries,
+        "calls": args.stream_calls,
+        "pages": n_pages,
+        "streamed_s": streamed_s,
+        "resident_s": resident_s,
+        "upload_s": upload_s,
+        "resident_fp32_gb": resident_gb,
+        "streamed_tflops": flops / np.median(streamed_s) / 1e12,
+        "resident_tflops": flops / np.median(resident_s) / 1e12,
+        "speedup": float(np.median(streamed_s) / np.median(resident_s)),
+        "same_top": bool(all(np.array_equal(s.indices, r) for (_, s), (_, r) in zip(streamed, kept))),
+    }
 
 
 # -- 4. document context -------------------------------------------------------------------------
@@ -724,8 +1003,13 @@ def measure_context(args, host: np.ndarray, device) -> dict:
     n_docs = min(args.context_docs, len(host) // doc_rows)
     docs = [host[i * doc_rows : (i + 1) * doc_rows] for i in range(n_docs)]
     torch_spherical_kmeans(torch.from_numpy(docs[0]).to(device).float(), args.n_ctx, 20, 0)  # warm-up
-    seconds, _ = _timed(device, lambda: [torch_spherical_kmeans(torch.from_numpy(d).to(device).float(), args.n_ctx, 20, i)
-                                         for i, d in enumerate(docs)])
+    seconds, _ = _timed(
+        device,
+        lambda: [
+            torch_spherical_kmeans(torch.from_numpy(d).to(device).float(), args.n_ctx, 20, i)
+            for i, d in enumerate(docs)
+        ],
+    )
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)  # as the project's build runs it, one thread per worker
     try:
@@ -736,14 +1020,22 @@ def measure_context(args, host: np.ndarray, device) -> dict:
         cpu_s = (time.perf_counter() - tick) / max(len(cpu_docs), 1)
     finally:
         faiss.omp_set_num_threads(threads)
-    return {"n_ctx": args.n_ctx, "iterations": 20, "docs": n_docs, "tokens_per_doc": doc_rows,
-            "s_per_doc": seconds / n_docs, "method": "torch spherical k-means written in perf/bench_gpu.py (not the project's)",
-            "faiss_cpu_1_thread_s_per_doc": cpu_s, "faiss_cpu_docs": len(cpu_docs)}
+    return {
+        "n_ctx": args.n_ctx,
+        "iterations": 20,
+        "docs": n_docs,
+        "tokens_per_doc": doc_rows,
+        "s_per_doc": seconds / n_docs,
+        "method": "torch spherical k-means written in perf/bench_gpu.py (not the project's)",
+        "faiss_cpu_1_thread_s_per_doc": cpu_s,
+        "faiss_cpu_docs": len(cpu_docs),
+    }
 
 
 # -- 5. projection -------------------------------------------------------------------------------
-def projection(measured_name: str, measured_config, encode: dict, queries: dict, search: dict, context: dict,
-               smoke: bool) -> list[dict]:
+def projection(
+    measured_name: str, measured_config, encode: dict, queries: dict, search: dict, context: dict, smoke: bool
+) -> list[dict]:
     """H200-hours per model at the paper's scale; models other than the measured one by FLOP ratio."""
     best = encode["best"]
     s_page = 1 / best["pages_per_s"]
@@ -757,12 +1049,25 @@ def projection(measured_name: str, measured_config, encode: dict, queries: dict,
         ratio_page = encode_flops(config, spec["visual_tokens"], spec["prompt_tokens"]) / page_flops
         ratio_query = encode_flops(config, 0, QUERY_TOKENS) / query_flops
         is_measured = name == measured_name and not smoke
-        hours = project_hours(s_page * (1 if is_measured else ratio_page), s_query * (1 if is_measured else ratio_query),
-                              search["tflops"], tokens, QUERY_TOKENS,
-                              context["s_per_doc"] * tokens / search["page_tokens"])
+        hours = project_hours(
+            s_page * (1 if is_measured else ratio_page),
+            s_query * (1 if is_measured else ratio_query),
+            search["tflops"],
+            tokens,
+            QUERY_TOKENS,
+            context["s_per_doc"] * tokens / search["page_tokens"],
+        )
         basis = "measured" if is_measured else f"FLOP ratio from {measured_name}{' (tiny, smoke)' if smoke else ''}"
-        rows.append({"model": name, "basis": basis, "page_tokens": tokens, "encode_flop_ratio": ratio_page, **hours,
-                     "paper_gpu_hours": PAPER["gpu_hours_per_model"]})
+        rows.append(
+            {
+                "model": name,
+                "basis": basis,
+                "page_tokens": tokens,
+                "encode_flop_ratio": ratio_page,
+                **hours,
+                "paper_gpu_hours": PAPER["gpu_hours_per_model"],
+            }
+        )
     return rows
 
 
@@ -776,8 +1081,11 @@ def _versions() -> dict:
 
     import torch
 
-    return {"python": platform.python_version(), **{name: version(name) for name in ("torch", "transformers", "colpali-engine")},
-            "cuda": torch.version.cuda}
+    return {
+        "python": platform.python_version(),
+        **{name: version(name) for name in ("torch", "transformers", "colpali-engine")},
+        "cuda": torch.version.cuda,
+    }
 
 
 def print_summary(out: dict) -> None:
@@ -787,45 +1095,90 @@ def print_summary(out: dict) -> None:
     smoke = " (CPU smoke: the figures say nothing about a GPU)" if out["config"]["cpu_smoke"] else ""
     print(f"\nSummary: {out['config']['model']} on {out['device']}{smoke}")
     rows = [
-        ("page encode (best cell)", f"{best['pages_per_s']:.2f} pages/s", f"batch {best['batch_size']}, {best['decode_workers']} "
-         f"decode workers; {best['tflops']:.1f} TFLOP/s, MFU {best['mfu']:.1%} of {peak:g}; peak memory {memory}"),
-        ("  a page", f"{e['flops_per_page'] / 1e12:.3f} TFLOP", f"{e['visual_tokens']} image + {e['other_tokens']} other tokens; "
-         f"formula / FlopCounterMode on matrix products: {e['flop_check']['dense_ratio']:.3f}"),
+        (
+            "page encode (best cell)",
+            f"{best['pages_per_s']:.2f} pages/s",
+            f"batch {best['batch_size']}, {best['decode_workers']} "
+            f"decode workers; {best['tflops']:.1f} TFLOP/s, MFU {best['mfu']:.1%} of {peak:g}; peak memory {memory}",
+        ),
+        (
+            "  a page",
+            f"{e['flops_per_page'] / 1e12:.3f} TFLOP",
+            f"{e['visual_tokens']} image + {e['other_tokens']} other tokens; "
+            f"formula / FlopCounterMode on matrix products: {e['flop_check']['dense_ratio']:.3f}",
+        ),
         ("  stages alone", " / ".join(f"{v:.1f}" for v in stages.values()), "pages/s: decode / processor / forward"),
         ("  bottleneck", e["bottleneck"]["stage"], e["bottleneck"]["verdict"]),
-        ("query encode", f"{q['queries_per_s']:.1f} queries/s", f"{q['mean_tokens']:.1f} tokens, batch {q['batch_size']}; "
-         f"{q['tflops']:.2f} TFLOP/s, MFU {q['mfu']:.1%}"),
-        ("exact_search", f"{s['tflops']:.2f} TFLOP/s", f"{s['queries']:,} queries x {s['pages_searched']:,} pages, "
-         f"{s['seconds']:.1f} s; fp32 matmul of one block's shape {s['matmul_tflops']:.2f} TFLOP/s, "
-         f"ratio {s['matmul_ratio']:.2f}"),
-        ("  store resident vs streamed", f"{r['speedup']:.2f}x",
-         f"{r['resident_tflops']:.2f} vs {r['streamed_tflops']:.2f} TFLOP/s per call of {r['queries_per_call']} queries; "
-         f"same top-{DEPTH}: {r['same_top']}; upload {r['upload_s']:.1f} s"),
-        ("device matmul, square", f"{s['fp32_square_matmul_tflops']:.2f} TFLOP/s", f"fp32, {s['square_matmul_size']}^3"
-         + (f"; bf16 4096^3: {s['bf16_square_matmul_tflops']:.0f} TFLOP/s, {s['bf16_square_matmul_tflops'] / peak:.0%} "
-            "of the peak" if s["bf16_square_matmul_tflops"] else "") + f"; TF32 allowed: {s['allow_tf32']}"),
-        ("context k-means (torch)", f"{c['s_per_doc'] * 1e3:.2f} ms/doc", f"n_ctx {c['n_ctx']}, {c['tokens_per_doc']} tokens a "
-         f"document; the project's faiss on one CPU thread: {c['faiss_cpu_1_thread_s_per_doc'] * 1e3:.1f} ms/doc"),
+        (
+            "query encode",
+            f"{q['queries_per_s']:.1f} queries/s",
+            f"{q['mean_tokens']:.1f} tokens, batch {q['batch_size']}; {q['tflops']:.2f} TFLOP/s, MFU {q['mfu']:.1%}",
+        ),
+        (
+            "exact_search",
+            f"{s['tflops']:.2f} TFLOP/s",
+            f"{s['queries']:,} queries x {s['pages_searched']:,} pages, "
+            f"{s['seconds']:.1f} s; fp32 matmul of one block's shape {s['matmul_tflops']:.2f} TFLOP/s, "
+            f"ratio {s['matmul_ratio']:.2f}",
+        ),
+        (
+            "  store resident vs streamed",
+            f"{r['speedup']:.2f}x",
+            f"{r['resident_tflops']:.2f} vs {r['streamed_tflops']:.2f} TFLOP/s per call of "
+            f"{r['queries_per_call']} queries; "
+            f"same top-{DEPTH}: {r['same_top']}; upload {r['upload_s']:.1f} s",
+        ),
+        (
+            "device matmul, square",
+            f"{s['fp32_square_matmul_tflops']:.2f} TFLOP/s",
+            f"fp32, {s['square_matmul_size']}^3"
+            + (
+                f"; bf16 4096^3: {s['bf16_square_matmul_tflops']:.0f} TFLOP/s, "
+                f"{s['bf16_square_matmul_tflops'] / peak:.0%} "
+                "of the peak"
+                if s["bf16_square_matmul_tflops"]
+                else ""
+            )
+            + f"; TF32 allowed: {s['allow_tf32']}",
+        ),
+        (
+            "context k-means (torch)",
+            f"{c['s_per_doc'] * 1e3:.2f} ms/doc",
+            f"n_ctx {c['n_ctx']}, {c['tokens_per_doc']} tokens a "
+            f"document; the project's faiss on one CPU thread: {c['faiss_cpu_1_thread_s_per_doc'] * 1e3:.1f} ms/doc",
+        ),
     ]
     for name, figure, note in rows:
         print(f"{name:<29} {figure:>18}   {note}")
-    print(f"\nProjection, H200-hours for {PAPER['pages']:,} pages, {PAPER['queries']:,} queries, "
-          f"{PAPER['documents']:,} documents:")
+    print(
+        f"\nProjection, H200-hours for {PAPER['pages']:,} pages, {PAPER['queries']:,} queries, "
+        f"{PAPER['documents']:,} documents:"
+    )
     print(f"{'model':<11} {'basis':<40} {'encode h':>9} {'search h':>9} {'context h':>10} {'total h':>8} {'paper':>6}")
     for row in out["projection"]:
-        print(f"{row['model']:<11} {row['basis']:<40} {row['encode_h']:>9.1f} {row['search_h']:>9.1f} "
-              f"{row['context_h']:>10.2f} {row['total_h']:>8.1f} {row['paper_gpu_hours']:>6}")
+        print(
+            f"{row['model']:<11} {row['basis']:<40} {row['encode_h']:>9.1f} {row['search_h']:>9.1f} "
+            f"{row['context_h']:>10.2f} {row['total_h']:>8.1f} {row['paper_gpu_hours']:>6}"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="colqwen25", choices=sorted(PUBLISHED), help="conf/retriever file to measure")
-    parser.add_argument("--cpu-smoke", action="store_true", help="tiny model and sizes on CPU: checks the code path only")
+    parser.add_argument(
+        "--model", default="colqwen25", choices=sorted(PUBLISHED), help="conf/retriever file to measure"
+    )
+    parser.add_argument(
+        "--cpu-smoke", action="store_true", help="tiny model and sizes on CPU: checks the code path only"
+    )
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS, help="dense bf16 peak for MFU")
     for key, value in SIZES["full"].items():
         if key != "page_size":
-            parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=None,
-                                help=f"default {value} ({SIZES['smoke'][key]} with --cpu-smoke)")
+            parser.add_argument(
+                f"--{key.replace('_', '-')}",
+                type=type(value),
+                default=None,
+                help=f"default {value} ({SIZES['smoke'][key]} with --cpu-smoke)",
+            )
     parser.add_argument("--shard-size", type=int, default=1024, help="pages per shard of the synthetic search store")
     parser.add_argument("--n-ctx", type=int, default=256, help="context vectors per document")
     parser.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"), help="where checkpoint, pages and stores go")
@@ -847,14 +1200,24 @@ def main(argv: list[str] | None = None) -> dict:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # the Qwen processor's min/max_pixels
+    warnings.filterwarnings(
+        "ignore", category=FutureWarning, module="transformers"
+    )  # the Qwen processor's min/max_pixels
     started = time.perf_counter()
     spec = TINY[PUBLISHED[args.model]["family"]] if args.cpu_smoke else PUBLISHED[args.model]
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
     print(f"bench_gpu: {args.model}{' (tiny)' if args.cpu_smoke else ''} on {device_name}", flush=True)
-    out: dict = {"device": device_name, "versions": _versions(), "phases_s": {},
-                 "config": {"model": args.model, "cpu_smoke": args.cpu_smoke, "peak_tflops": args.peak_tflops,
-                            **{k: getattr(args, k) for k in (*preset, "shard_size", "n_ctx")}}}
+    out: dict = {
+        "device": device_name,
+        "versions": _versions(),
+        "phases_s": {},
+        "config": {
+            "model": args.model,
+            "cpu_smoke": args.cpu_smoke,
+            "peak_tflops": args.peak_tflops,
+            **{k: getattr(args, k) for k in (*preset, "shard_size", "n_ctx")},
+        },
+    }
 
     def phase(name: str, tick: float) -> None:
         out["phases_s"][name] = time.perf_counter() - tick
@@ -863,15 +1226,20 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(dir=args.tmp, prefix="bench-gpu-") as tmp:
         tmp, tick = Path(tmp), time.perf_counter()
         bench = build_benchmark(tmp / "bench", args.encode_pages, args.distinct_pages, tuple(args.page_size))
-        phase(f"pages ({args.encode_pages} of {args.page_size[0]}x{args.page_size[1]}, {args.distinct_pages} drawn)", tick)
+        phase(
+            f"pages ({args.encode_pages} of {args.page_size[0]}x{args.page_size[1]}, {args.distinct_pages} drawn)", tick
+        )
         tick = time.perf_counter()
         retriever, retriever_cfg = compose_retriever(args.model, tmp / "checkpoint", device.type, args.cpu_smoke)
         encoder = retriever.encoder
         out["model"] = build_checkpoint(encoder.model_class, spec, tmp / "checkpoint", device, encoder.dtype)
         out["model"]["load_s"], _ = _timed(device, encoder.prepare)
         config = encoder.model.config
-        phase(f"model ({out['model']['params'] / 1e9:.2f} B parameters: built {out['model']['build_s']:.1f} s, "
-              f"saved {out['model']['save_s']:.1f} s, loaded {out['model']['load_s']:.1f} s)", tick)
+        phase(
+            f"model ({out['model']['params'] / 1e9:.2f} B parameters: built {out['model']['build_s']:.1f} s, "
+            f"saved {out['model']['save_s']:.1f} s, loaded {out['model']['load_s']:.1f} s)",
+            tick,
+        )
         tick = time.perf_counter()
         out["encode"] = measure_encode(args, retriever, bench, config, device, tmp)
         phase("page encoding", tick)
@@ -893,8 +1261,9 @@ def main(argv: list[str] | None = None) -> dict:
         out["context"] = measure_context(args, host, device)
         phase("document context", tick)
         del host
-    out["projection"] = projection(args.model, config, out["encode"], out["queries"], out["search"], out["context"],
-                                   args.cpu_smoke)
+    out["projection"] = projection(
+        args.model, config, out["encode"], out["queries"], out["search"], out["context"], args.cpu_smoke
+    )
     out["cuda_initialized"] = torch.cuda.is_initialized()
     out["wall_s"] = time.perf_counter() - started
     print_summary(out)

@@ -61,7 +61,9 @@ def _queries(args):
     from vldocir.retrieval.vectors import RaggedVectors
 
     rng = np.random.default_rng(1)
-    return RaggedVectors.from_list([rng.standard_normal((args.query_tokens, args.dim), dtype=np.float32) for _ in range(args.queries)])
+    return RaggedVectors.from_list(
+        [rng.standard_normal((args.query_tokens, args.dim), dtype=np.float32) for _ in range(args.queries)]
+    )
 
 
 def _matmul_rate(rows: int, inner: int, cols: int, seconds: float = 10.0) -> float:
@@ -81,8 +83,12 @@ def worker_matmul(args) -> dict:
     """fp32 GEMM rates: a large square product, and the product shape one search block uses."""
     rows = args.query_batch_size * args.query_tokens
     cols = max(args.page_block_tokens // args.page_tokens, 1) * args.page_tokens
-    return {"square_gflops": _matmul_rate(4096, 4096, 4096), "block_gflops": _matmul_rate(rows, args.dim, cols),
-            "block_shape": [rows, args.dim, cols], "peak_rss_mb": _rss_mb()}
+    return {
+        "square_gflops": _matmul_rate(4096, 4096, 4096),
+        "block_gflops": _matmul_rate(rows, args.dim, cols),
+        "block_shape": [rows, args.dim, cols],
+        "peak_rss_mb": _rss_mb(),
+    }
 
 
 def worker_store(args) -> dict:
@@ -108,8 +114,13 @@ def worker_ours(args) -> dict:
         progress=False,
     )
     seconds = time.perf_counter() - tick
-    return {"gflops": _flops(args, args.pages) / seconds / 1e9, "seconds": seconds, "peak_rss_mb": _rss_mb(),
-            "rss_before_search_mb": base_rss, "output_shape": list(top.indices.shape)}
+    return {
+        "gflops": _flops(args, args.pages) / seconds / 1e9,
+        "seconds": seconds,
+        "peak_rss_mb": _rss_mb(),
+        "rss_before_search_mb": base_rss,
+        "output_shape": list(top.indices.shape),
+    }
 
 
 def worker_colpali(args) -> dict:
@@ -118,8 +129,10 @@ def worker_colpali(args) -> dict:
     from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
 
     rng = np.random.default_rng(0)
-    pages = [torch.from_numpy(rng.standard_normal((args.page_tokens, args.dim), dtype=np.float32).astype(np.float16)).float()
-             for _ in range(args.pages)]
+    pages = [
+        torch.from_numpy(rng.standard_normal((args.page_tokens, args.dim), dtype=np.float32).astype(np.float16)).float()
+        for _ in range(args.pages)
+    ]
     queries = _queries(args)
     qs = [torch.from_numpy(np.asarray(queries.item(i))) for i in range(len(queries))]
     base_rss = _rss_mb()
@@ -127,16 +140,26 @@ def worker_colpali(args) -> dict:
     scores = BaseVisualRetrieverProcessor.score_multi_vector(qs, pages, batch_size=128, device="cpu")
     torch.topk(scores, 100, dim=1)
     seconds = time.perf_counter() - tick
-    return {"gflops": _flops(args, args.pages) / seconds / 1e9, "seconds": seconds, "peak_rss_mb": _rss_mb(),
-            "rss_before_search_mb": base_rss, "output_shape": list(scores.shape)}
+    return {
+        "gflops": _flops(args, args.pages) / seconds / 1e9,
+        "seconds": seconds,
+        "peak_rss_mb": _rss_mb(),
+        "rss_before_search_mb": base_rss,
+        "output_shape": list(scores.shape),
+    }
 
 
 def worker_square(args) -> dict:
     return {"gflops": _matmul_rate(4096, 4096, 4096, seconds=3)}
 
 
-WORKERS = {"store": worker_store, "matmul": worker_matmul, "square": worker_square, "ours": worker_ours,
-           "colpali": worker_colpali}
+WORKERS = {
+    "store": worker_store,
+    "matmul": worker_matmul,
+    "square": worker_square,
+    "ours": worker_ours,
+    "colpali": worker_colpali,
+}
 
 
 def run_with_adjacent_matmul(args, name: str, pages: int) -> dict:
@@ -149,7 +172,16 @@ def run_with_adjacent_matmul(args, name: str, pages: int) -> dict:
 
 def run_worker(args, name: str, pages: int) -> dict:
     argv = [sys.executable, __file__, "--worker", name, "--pages", str(pages)]
-    for key in ("queries", "query_tokens", "page_tokens", "dim", "shard_size", "query_batch_size", "page_block_tokens", "store"):
+    for key in (
+        "queries",
+        "query_tokens",
+        "page_tokens",
+        "dim",
+        "shard_size",
+        "query_batch_size",
+        "page_block_tokens",
+        "store",
+    ):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     out = subprocess.run(argv, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -166,7 +198,9 @@ def main() -> None:
     parser.add_argument("--query-batch-size", type=int, default=32)
     parser.add_argument("--page-block-tokens", type=int, default=4096)
     parser.add_argument("--colpali-pages", type=int, default=None, help="pages for colpali-engine (default: --pages)")
-    parser.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"), help="where the temporary fp16 store is written")
+    parser.add_argument(
+        "--tmp", default=os.environ.get("TMPDIR", "/tmp"), help="where the temporary fp16 store is written"
+    )
     parser.add_argument("--store", default="", help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -176,8 +210,11 @@ def main() -> None:
 
     import torch
 
-    print(f"{args.queries} queries x {args.query_tokens} tokens vs pages x {args.page_tokens} tokens x {args.dim} dims, "
-          f"fp16 store, top-100; torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    print(
+        f"{args.queries} queries x {args.query_tokens} tokens vs pages x {args.page_tokens} tokens x {args.dim} dims, "
+        f"fp16 store, top-100; torch {torch.__version__}, {torch.get_num_threads()} threads",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         args.store = tmp
         run_worker(args, "store", 2 * args.pages)
@@ -190,25 +227,37 @@ def measure(args) -> dict:
     matmul = results["matmul"]
     peak = max(matmul["square_gflops"], matmul["block_gflops"])
     rows, inner, cols = matmul["block_shape"]
-    print(f"fp32 matmul: {matmul['square_gflops']:.1f} GFLOP/s (4096^3), {matmul['block_gflops']:.1f} GFLOP/s "
-          f"({rows} x {inner} @ {inner} x {cols}, one search block); ratios below use the higher, {peak:.1f}", flush=True)
+    print(
+        f"fp32 matmul: {matmul['square_gflops']:.1f} GFLOP/s (4096^3), {matmul['block_gflops']:.1f} GFLOP/s "
+        f"({rows} x {inner} @ {inner} x {cols}, one search block); ratios below use the higher, {peak:.1f}",
+        flush=True,
+    )
     for pages in (args.pages, 2 * args.pages):
         r = run_with_adjacent_matmul(args, "ours", pages)
         results[f"ours_{pages}"] = r
-        print(f"ours, {pages:>6} pages: {r['seconds']:7.1f} s  {r['gflops']:6.1f} GFLOP/s  "
-              f"({r['gflops'] / peak:.0%} of matmul; {r['gflops'] / r['adjacent_matmul_gflops']:.0%} of the 4096^3 "
-              f"matmul measured just before and after)  peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+        print(
+            f"ours, {pages:>6} pages: {r['seconds']:7.1f} s  {r['gflops']:6.1f} GFLOP/s  "
+            f"({r['gflops'] / peak:.0%} of matmul; {r['gflops'] / r['adjacent_matmul_gflops']:.0%} of the 4096^3 "
+            f"matmul measured just before and after)  peak RSS {r['peak_rss_mb']:.0f} MB",
+            flush=True,
+        )
     colpali_pages = args.colpali_pages or args.pages
     r = run_with_adjacent_matmul(args, "colpali", colpali_pages)
     results["colpali"] = r
-    print(f"colpali-engine score_multi_vector, {colpali_pages} pages: {r['seconds']:7.1f} s  {r['gflops']:6.1f} GFLOP/s  "
-          f"({r['gflops'] / r['adjacent_matmul_gflops']:.0%} of the adjacent matmul)  "
-          f"peak RSS {r['peak_rss_mb']:.0f} MB (pages alone {r['rss_before_search_mb']:.0f} MB; "
-          f"+{r['peak_rss_mb'] - r['rss_before_search_mb']:.0f} MB while scoring)", flush=True)
+    print(
+        f"colpali-engine score_multi_vector, {colpali_pages} pages: {r['seconds']:7.1f} s  {r['gflops']:6.1f} GFLOP/s  "
+        f"({r['gflops'] / r['adjacent_matmul_gflops']:.0%} of the adjacent matmul)  "
+        f"peak RSS {r['peak_rss_mb']:.0f} MB (pages alone {r['rss_before_search_mb']:.0f} MB; "
+        f"+{r['peak_rss_mb'] - r['rss_before_search_mb']:.0f} MB while scoring)",
+        flush=True,
+    )
     ours = results[f"ours_{args.pages}"]
-    print(f"\nours / matmul: {ours['gflops'] / peak:.2f} (adjacent: {ours['gflops'] / ours['adjacent_matmul_gflops']:.2f})   "
-          f"ours / colpali-engine: {ours['gflops'] / r['gflops']:.2f}x   "
-          f"peak RSS at 2N / N pages: {results[f'ours_{2 * args.pages}']['peak_rss_mb'] / ours['peak_rss_mb']:.2f}")
+    print(
+        f"\nours / matmul: {ours['gflops'] / peak:.2f} "
+        f"(adjacent: {ours['gflops'] / ours['adjacent_matmul_gflops']:.2f})   "
+        f"ours / colpali-engine: {ours['gflops'] / r['gflops']:.2f}x   "
+        f"peak RSS at 2N / N pages: {results[f'ours_{2 * args.pages}']['peak_rss_mb'] / ours['peak_rss_mb']:.2f}"
+    )
     return results
 
 

@@ -98,8 +98,14 @@ def run(docs_file: Path, out: Path, workers: int) -> dict:
     docs = json.loads(docs_file.read_text())
     t0 = time.monotonic()
     report = render_batch(docs, out, RenderConfig(workers=workers, timeout_s=600), progress=False)
-    return {"pages": report.pages_rendered, "docs": len(report.rendered), "failed": report.errors,
-            "workers": report.workers, "batch_wall_s": time.monotonic() - t0, "launches": report.browser_launches}
+    return {
+        "pages": report.pages_rendered,
+        "docs": len(report.rendered),
+        "failed": report.errors,
+        "workers": report.workers,
+        "batch_wall_s": time.monotonic() - t0,
+        "launches": report.browser_launches,
+    }
 
 
 def naive_renderer_class():
@@ -107,7 +113,7 @@ def naive_renderer_class():
     from PIL import Image
 
     from vldocir.construction.paginate import choose_cut
-    from vldocir.construction.render import Renderer, RenderedPage
+    from vldocir.construction.render import RenderedPage, Renderer
 
     class NaiveRenderer(Renderer):
         def _paginate(self, prep, doc_dir):
@@ -120,10 +126,20 @@ def naive_renderer_class():
             while start < prep.doc_h:
                 window = full[start : start + cfg.page_height + 4]
                 decision = choose_cut(
-                    window, start, start, prep.atomic_boxes, page_height=cfg.page_height, doc_height=prep.doc_h,
-                    cut_window=cfg.cut_window, min_fill=cfg.min_fill, background=prep.background,
-                    tolerance=cfg.blank_tolerance, margin=cfg.cut_margin, slack=cfg.cut_slack,
-                    keep_boxes=prep.keep_boxes, fragile=prep.fragile,
+                    window,
+                    start,
+                    start,
+                    prep.atomic_boxes,
+                    page_height=cfg.page_height,
+                    doc_height=prep.doc_h,
+                    cut_window=cfg.cut_window,
+                    min_fill=cfg.min_fill,
+                    background=prep.background,
+                    tolerance=cfg.blank_tolerance,
+                    margin=cfg.cut_margin,
+                    slack=cfg.cut_slack,
+                    keep_boxes=prep.keep_boxes,
+                    fragile=prep.fragile,
                 )
                 cut = decision.cut
                 page = np.full((cfg.page_height, cfg.page_width, 3), 255, dtype=np.uint8)
@@ -131,8 +147,11 @@ def naive_renderer_class():
                 page[: part.shape[0], : part.shape[1]] = part
                 name = f"page-{len(pages):03d}.png"
                 Image.fromarray(page).save(doc_dir / name, format="PNG", compress_level=1)
-                pages.append(RenderedPage(len(pages), name, cfg.page_width, cfg.page_height, start, cut - start,
-                                          decision.reason, ""))
+                pages.append(
+                    RenderedPage(
+                        len(pages), name, cfg.page_width, cfg.page_height, start, cut - start, decision.reason, ""
+                    )
+                )
                 cuts.append(cut)
                 start = cut
             del full
@@ -155,8 +174,14 @@ def run_one_browser(docs_file: Path, out: Path, naive: bool) -> dict:
                 pages += len(renderer.render(doc_id, source, Path(path), out).pages)
             except Exception as exc:  # the naive capture may fail on long documents
                 failed[doc_id] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return {"pages": pages, "docs": len(docs) - len(failed), "failed": failed, "workers": 1,
-            "batch_wall_s": time.monotonic() - t0, "launches": 1}
+    return {
+        "pages": pages,
+        "docs": len(docs) - len(failed),
+        "failed": failed,
+        "workers": 1,
+        "batch_wall_s": time.monotonic() - t0,
+        "launches": 1,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,7 +249,9 @@ def measure(args: list[str], label: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     meter = TreeMeter(proc.pid).start()
     stdout, stderr = proc.communicate()
     wall = time.monotonic() - t0
@@ -258,10 +285,17 @@ def measure(args: list[str], label: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--real-html", type=Path, default=REAL_HTML, help="folder of real documents (default $VLDOCIR_REAL_HTML, else ../shared/real-html)")
+    ap.add_argument(
+        "--real-html",
+        type=Path,
+        default=REAL_HTML,
+        help="folder of real documents (default $VLDOCIR_REAL_HTML, else ../shared/real-html)",
+    )
     ap.add_argument("--real-repeat", type=int, default=3, help="render each real document this many times")
     ap.add_argument("--generated", type=int, default=2, help="generated documents per source (0: none)")
-    ap.add_argument("--workers", default=None, help="worker counts to run, e.g. 1,4 (default: 1 and the machine's cores)")
+    ap.add_argument(
+        "--workers", default=None, help="worker counts to run, e.g. 1,4 (default: 1 and the machine's cores)"
+    )
     ap.add_argument("--goal", type=float, default=2.0, help="pages/s per machine core the real pages must reach")
     ap.add_argument("--naive", action="store_true", help="also ours vs the naive full-page capture, one browser")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -291,8 +325,10 @@ def main(argv=None) -> int:
             log(f"no real pages at {args.real_html}: the real set is skipped (and the goal cannot be judged)")
         if args.generated > 0:
             sets["generated"] = generated_documents(workdir, args.generated)
-        log(f"machine: {cores} cores (os.cpu_count()), load average {os.getloadavg()[0]:.2f} at start; "
-            + "; ".join(f"{name}: {len(docs)} documents" for name, docs in sets.items()))
+        log(
+            f"machine: {cores} cores (os.cpu_count()), load average {os.getloadavg()[0]:.2f} at start; "
+            + "; ".join(f"{name}: {len(docs)} documents" for name, docs in sets.items())
+        )
         for name, docs in sets.items():
             docs_file = workdir / f"{name}.json"
             docs_file.write_text(json.dumps(docs))
@@ -306,37 +342,48 @@ def main(argv=None) -> int:
             for kind in ("ours", "naive"):
                 log(f"rendering generated, one browser, {kind} ...")
                 out = workdir / f"out-one-{kind}"
-                results.append(measure(["--one-browser", str(docs_file), str(out), kind], f"generated, one browser, {kind}")
-                               | {"set": f"one-browser-{kind}"})
+                results.append(
+                    measure(["--one-browser", str(docs_file), str(out), kind], f"generated, one browser, {kind}")
+                    | {"set": f"one-browser-{kind}"}
+                )
 
     log("")
-    header = (f"{'run':32s} {'docs':>4s} {'pages':>5s} {'wall s':>7s} {'CPU s':>7s} {'p/CPU-s':>7s} {'p/s':>6s} "
-              f"{'p/s/core':>8s} {'busy':>5s} {'RSS MiB':>8s} {'PSS MiB':>8s} {'load':>9s}")
+    header = (
+        f"{'run':32s} {'docs':>4s} {'pages':>5s} {'wall s':>7s} {'CPU s':>7s} {'p/CPU-s':>7s} {'p/s':>6s} "
+        f"{'p/s/core':>8s} {'busy':>5s} {'RSS MiB':>8s} {'PSS MiB':>8s} {'load':>9s}"
+    )
     log(header)
     log("-" * len(header))
     for r in results:
-        log(f"{r['label']:32s} {r['docs']:4d} {r['pages']:5d} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
+        log(
+            f"{r['label']:32s} {r['docs']:4d} {r['pages']:5d} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
             f"{r['pages_per_cpu_s']:7.2f} {r['pages_per_s']:6.2f} {r['pages_per_s_per_machine_core']:8.2f} "
             f"{r['cores_busy']:5.2f} {r['peak_rss_mib']:8.0f} {r['peak_pss_mib']:8.0f} "
-            f"{r['load_start']:4.1f}-{r['load_end']:<4.1f}")
+            f"{r['load_start']:4.1f}-{r['load_end']:<4.1f}"
+        )
         if r["failed"]:
             log(f"{'':32s} failed: {r['failed']}")
     log("")
-    log(f"p/CPU-s = pages per CPU-second (Python, workers, drivers, every Chromium process); p/s/core = pages /")
+    log("p/CPU-s = pages per CPU-second (Python, workers, drivers, every Chromium process); p/s/core = pages /")
     log(f"wall / {cores} machine cores; busy = CPU s / wall s; RSS, PSS = peaks of the process tree's sums; load =")
     log("load average (1 min) at the start and end of the run: other work on the machine takes cores from")
-    log("these runs. getrusage(RUSAGE_CHILDREN), a lower bound of CPU s: "
-        + ", ".join(f"{r['label']} {r['cpu_s_rusage']:.1f}" for r in results) + ".")
+    log(
+        "these runs. getrusage(RUSAGE_CHILDREN), a lower bound of CPU s: "
+        + ", ".join(f"{r['label']} {r['cpu_s_rusage']:.1f}" for r in results)
+        + "."
+    )
     verdict = 0
     real = [r for r in results if r["set"] == "real"]
     if real:
         best = max(real, key=lambda r: r["workers"])
         ok = best["pages_per_s_per_machine_core"] >= args.goal
         verdict = 0 if ok else 1
-        log(f"{'PASS' if ok else 'FAIL'}: real pages, {best['workers']} workers: "
+        log(
+            f"{'PASS' if ok else 'FAIL'}: real pages, {best['workers']} workers: "
             f"{best['pages_per_s_per_machine_core']:.2f} pages/s per machine core (goal {args.goal:g}); "
             f"{best['pages_per_cpu_s']:.2f} pages per CPU-second, {best['cores_busy']:.2f} of {cores} cores busy, "
-            f"load average {best['load_start']:.1f}-{best['load_end']:.1f}")
+            f"load average {best['load_start']:.1f}-{best['load_end']:.1f}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"cores": cores, "goal": args.goal, "results": results}, indent=2) + "\n")
     return verdict

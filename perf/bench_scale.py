@@ -1,6 +1,6 @@
 """The paper-scale CPU paths end to end through ``run.py``, with PASS/FAIL against their targets.
 
-    .venv/bin/python perf/bench_scale.py                      # synthetic_paper_scale: ~15 min here (+5 min to build it once)
+    .venv/bin/python perf/bench_scale.py   # synthetic_paper_scale: ~15 min here (+5 min to build it once)
     .venv/bin/python perf/bench_scale.py --retrievers dom_bm25 --context-docs 200
     .venv/bin/python perf/bench_scale.py --dataset mini --peer-queries 64 --context-docs 30   # smoke size
 
@@ -131,8 +131,12 @@ def bench_retriever(args, retriever: str, env_base: dict[str, str]) -> dict:
     out: dict = {"retriever": retriever, "command": " ".join(argv[1:])}
     for step in ("fresh", "rerun"):
         print(f"{retriever}: {step} run ... ({_load()})", flush=True)
-        env = dict(env_base, VLDOCIR_CACHE_DIR=str(work / "cache"), VLDOCIR_RESULTS_DIR=str(work / "results"),
-                   VLDOCIR_LOG_DIR=str(work / f"logs-{step}"))
+        env = dict(
+            env_base,
+            VLDOCIR_CACHE_DIR=str(work / "cache"),
+            VLDOCIR_RESULTS_DIR=str(work / "results"),
+            VLDOCIR_LOG_DIR=str(work / f"logs-{step}"),
+        )
         figures = _timed(argv, env, work / f"{step}.log")
         manifest = _job_manifest(work / f"logs-{step}")
         figures["timings"] = manifest["timings"]
@@ -140,8 +144,11 @@ def bench_retriever(args, retriever: str, env_base: dict[str, str]) -> dict:
         timings = manifest["timings"]
         figures["load_s"] = sum(timings.get(k, 0.0) for k in ("load_benchmark_s", "validate_s", "fingerprint_s"))
         out[step] = figures
-        print(f"  {figures['wall_s']:.1f} s wall, {figures['cpu_s']:.1f} CPU s, peak RSS {figures['peak_rss_mb']:.0f} MB; "
-              + ", ".join(f"{k} {v}" for k, v in timings.items()), flush=True)
+        print(
+            f"  {figures['wall_s']:.1f} s wall, {figures['cpu_s']:.1f} CPU s, "
+            f"peak RSS {figures['peak_rss_mb']:.0f} MB; " + ", ".join(f"{k} {v}" for k, v in timings.items()),
+            flush=True,
+        )
     out["benchmark"] = manifest["benchmark"]
     search = ((out["fresh"]["retrieval"] or {}).get("search")) or {}
     if search.get("queries_per_s") is not None and args.peer_queries > 0:
@@ -150,9 +157,22 @@ def bench_retriever(args, retriever: str, env_base: dict[str, str]) -> dict:
 
 
 def _run_peer(args, retriever: str, bench_root: str, search: dict, work: Path, env: dict[str, str]) -> dict:
-    argv = [sys.executable, __file__, "--worker-peer", retriever, "--bench-root", bench_root,
-            "--peer-queries", str(args.peer_queries), "--workdir", str(work),
-            "--peer-backend", search["backend"], "--peer-threads", str(search["n_threads"])]
+    argv = [
+        sys.executable,
+        __file__,
+        "--worker-peer",
+        retriever,
+        "--bench-root",
+        bench_root,
+        "--peer-queries",
+        str(args.peer_queries),
+        "--workdir",
+        str(work),
+        "--peer-backend",
+        search["backend"],
+        "--peer-threads",
+        str(search["n_threads"]),
+    ]
     argv += [f"--override={o}" for o in args.overrides]
     print(f"{retriever}: bm25s peer on {args.peer_queries} queries ...", flush=True)
     figures = _timed(argv, env, work / "peer.log")
@@ -164,12 +184,11 @@ def _run_peer(args, retriever: str, bench_root: str, search: dict, work: Path, e
 def worker_peer(args) -> None:
     """bm25s on the cached index, called directly: the retriever's own tokenizer, the backend and
     threads the run searched with."""
+    import bm25s
     import numpy as np
     import pyarrow.parquet as pq
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
-
-    import bm25s
 
     work = Path(args.workdir)
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
@@ -197,9 +216,16 @@ def worker_peer(args) -> None:
     docs, _ = model.retrieve(tokens, k=k, show_progress=False, n_threads=args.peer_threads)
     seconds = time.perf_counter() - tick
     assert np.asarray(docs).shape == (len(texts), k)
-    result = {"queries": len(texts), "k": k, "backend": args.peer_backend, "n_threads": args.peer_threads,
-              "search_s": seconds, "tokenize_s": tokenize_s, "queries_per_s": len(texts) / seconds,
-              "retrieve_only_queries_per_s": len(texts) / (seconds - tokenize_s)}
+    result = {
+        "queries": len(texts),
+        "k": k,
+        "backend": args.peer_backend,
+        "n_threads": args.peer_threads,
+        "search_s": seconds,
+        "tokenize_s": tokenize_s,
+        "queries_per_s": len(texts) / seconds,
+        "retrieve_only_queries_per_s": len(texts) / (seconds - tokenize_s),
+    }
     (work / "peer.json").write_text(json.dumps(result))
 
 
@@ -217,9 +243,12 @@ def bench_context(args) -> dict:
     figures["options"] = " ".join(sizes)
     one, parallel = figures["n"], figures["n_parallel"]
     best_s_per_doc = min(one["s_per_doc"], parallel["s_per_doc"])
-    figures["projection"] = {"documents": PAPER_DOCUMENTS, "s_per_doc": best_s_per_doc,
-                             "hours": best_s_per_doc * PAPER_DOCUMENTS / 3600,
-                             "workers": parallel["workers"] if parallel["s_per_doc"] < one["s_per_doc"] else 1}
+    figures["projection"] = {
+        "documents": PAPER_DOCUMENTS,
+        "s_per_doc": best_s_per_doc,
+        "hours": best_s_per_doc * PAPER_DOCUMENTS / 3600,
+        "workers": parallel["workers"] if parallel["s_per_doc"] < one["s_per_doc"] else 1,
+    }
     return figures
 
 
@@ -253,30 +282,42 @@ def report(results: dict) -> bool:
         retrieval = fresh.get("retrieval") or {}
         index, search = retrieval.get("index") or {}, retrieval.get("search") or {}
         print(f"{r['retriever']}  ({r['command']})")
-        print(f"  fresh run        {fresh['wall_s']:8.1f} s  peak RSS {fresh['peak_rss_mb']:6.0f} MB   "
-              f"load {fresh['load_s']:.1f} s (validate {fresh['timings'].get('validate_s', 0):.1f}, "
-              f"fingerprint {fresh['timings'].get('fingerprint_s', 0):.1f}), index {index.get('build_s', '-')} s, "
-              f"search {search.get('search_s', '-')} s, evaluate {fresh['timings'].get('evaluate_s', 0):.1f} s")
-        print(f"  re-evaluation    {rerun['wall_s']:8.1f} s  peak RSS {rerun['peak_rss_mb']:6.0f} MB   "
-              f"load {rerun['load_s']:.2f} s (memo: validation {rerun['timings'].get('validate_from_memo')}, "
-              f"fingerprint {rerun['timings'].get('fingerprint_from_memo')}), evaluate {rerun['timings'].get('evaluate_s', 0):.1f} s")
+        print(
+            f"  fresh run        {fresh['wall_s']:8.1f} s  peak RSS {fresh['peak_rss_mb']:6.0f} MB   "
+            f"load {fresh['load_s']:.1f} s (validate {fresh['timings'].get('validate_s', 0):.1f}, "
+            f"fingerprint {fresh['timings'].get('fingerprint_s', 0):.1f}), index {index.get('build_s', '-')} s, "
+            f"search {search.get('search_s', '-')} s, evaluate {fresh['timings'].get('evaluate_s', 0):.1f} s"
+        )
+        print(
+            f"  re-evaluation    {rerun['wall_s']:8.1f} s  peak RSS {rerun['peak_rss_mb']:6.0f} MB   "
+            f"load {rerun['load_s']:.2f} s (memo: validation {rerun['timings'].get('validate_from_memo')}, "
+            f"fingerprint {rerun['timings'].get('fingerprint_from_memo')}), "
+            f"evaluate {rerun['timings'].get('evaluate_s', 0):.1f} s"
+        )
         if search:
-            print(f"  search           {search['queries_per_s']:8.1f} q/s over {search['queries']} queries "
-                  f"(backend {search.get('backend')}, n_threads {search.get('n_threads')}, "
-                  f"{search.get('refetched_for_ties', 0)} refetched for ties)")
+            print(
+                f"  search           {search['queries_per_s']:8.1f} q/s over {search['queries']} queries "
+                f"(backend {search.get('backend')}, n_threads {search.get('n_threads')}, "
+                f"{search.get('refetched_for_ties', 0)} refetched for ties)"
+            )
         if "peer" in r:
             peer = r["peer"]
-            print(f"  bm25s alone      {peer['queries_per_s']:8.1f} q/s over {peer['queries']} queries, top {peer['k']}, "
-                  f"tokenizing included ({peer['retrieve_only_queries_per_s']:.0f} q/s retrieve only; same index, backend "
-                  f"{peer['backend']}, n_threads {peer['n_threads']}): the run's search is "
-                  f"{search['queries_per_s'] / peer['queries_per_s']:.2f}x bm25s alone")
+            print(
+                f"  bm25s alone      {peer['queries_per_s']:8.1f} q/s over {peer['queries']} queries, top {peer['k']}, "
+                f"tokenizing included ({peer['retrieve_only_queries_per_s']:.0f} q/s retrieve only; "
+                "same index, backend "
+                f"{peer['backend']}, n_threads {peer['n_threads']}): the run's search is "
+                f"{search['queries_per_s'] / peer['queries_per_s']:.2f}x bm25s alone"
+            )
     if "context" in results:
         c = results["context"]
         p = c["projection"]
-        print(f"document context  peak RSS {c['n']['peak_rss_mb']:.0f} MB at {c['n']['docs']} documents, "
-              f"{c['2n']['peak_rss_mb']:.0f} MB at {c['2n']['docs']} ({c['rss_ratio']:.3f}x); "
-              f"{p['s_per_doc']:.3f} s/doc ({p['workers']} worker(s)) -> {p['hours']:.2f} h for "
-              f"{p['documents']:,} documents ({c['options']})")
+        print(
+            f"document context  peak RSS {c['n']['peak_rss_mb']:.0f} MB at {c['n']['docs']} documents, "
+            f"{c['2n']['peak_rss_mb']:.0f} MB at {c['2n']['docs']} ({c['rss_ratio']:.3f}x); "
+            f"{p['s_per_doc']:.3f} s/doc ({p['workers']} worker(s)) -> {p['hours']:.2f} h for "
+            f"{p['documents']:,} documents ({c['options']})"
+        )
     print("\ntarget                 subject         measured        limit  result")
     judged = [v for v in results["verdicts"] if v[-1] is not None]
     for target, subject, value, limit, unit, passed in results["verdicts"]:
@@ -292,17 +333,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="synthetic_paper_scale", help="a conf/dataset name")
     parser.add_argument("--retrievers", default="dom_bm25,ocr_bm25", help="comma-separated conf/retriever names")
-    parser.add_argument("--workdir", default=str(ROOT / "cache" / "bench_scale"),
-                        help="benchmark data, caches, stores and logs of the runs (wiped per retriever)")
-    parser.add_argument("--data-dir", default=None,
-                        help="where a generated dataset lives (default <workdir>/data; an existing one is reused)")
+    parser.add_argument(
+        "--workdir",
+        default=str(ROOT / "cache" / "bench_scale"),
+        help="benchmark data, caches, stores and logs of the runs (wiped per retriever)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="where a generated dataset lives (default <workdir>/data; an existing one is reused)",
+    )
     parser.add_argument("--peer-queries", type=int, default=8192, help="queries for the bm25s peer (0: skip it)")
     parser.add_argument("--context-docs", type=int, default=150, help="N for perf/bench_context.py (0: skip it)")
-    parser.add_argument("--context-args", nargs=argparse.REMAINDER, default=[],
-                        help="further perf/bench_context.py options (last on the command line)")
+    parser.add_argument(
+        "--context-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="further perf/bench_context.py options (last on the command line)",
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
-    parser.add_argument("--override", dest="overrides", action="append", default=[],
-                        help="a Hydra override for every run.py command (repeatable), e.g. retriever.model.n_threads=2")
+    parser.add_argument(
+        "--override",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="a Hydra override for every run.py command (repeatable), e.g. retriever.model.n_threads=2",
+    )
     parser.add_argument("--worker-peer", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-generate", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--bench-root", default=None, help=argparse.SUPPRESS)

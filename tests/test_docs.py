@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import REPO_ROOT
 
+from helpers import REPO_ROOT
 from vldocir.construction.render.rules import rules_table
 
 PACKAGE = REPO_ROOT / "src" / "vldocir"

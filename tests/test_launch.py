@@ -11,17 +11,16 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
+from helpers import CONFIG_DIR, REPO_ROOT, compose_cfg, newest_entry, run_py
 from vldocir import store
 from vldocir.config_checks import check_config
 from vldocir.construction.synthetic import SyntheticSpec, generate
-from helpers import CONFIG_DIR, REPO_ROOT, compose_cfg, newest_entry, run_py
 
 LAUNCHER_FILES = sorted((CONFIG_DIR / "hydra" / "launcher").glob("*.yaml"))
 EXPERIMENT_FILES = sorted((CONFIG_DIR / "experiment").glob("*.yaml"))
@@ -84,8 +83,12 @@ def test_submitit_local_sweep_fills_the_store(isolated_paths):
         generate(SyntheticSpec(name=name, seed=seed), data_dir / name)
 
     done = run_py(
-        "-m", "hydra/launcher=submitit_local", "dataset=synthetic_text", f"dataset.name={','.join(names)}",
-        "dataset.build=null", timeout=600
+        "-m",
+        "hydra/launcher=submitit_local",
+        "dataset=synthetic_text",
+        f"dataset.name={','.join(names)}",
+        "dataset.build=null",
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
 
@@ -174,7 +177,10 @@ def test_local_config_example_sets_cluster_values_without_breaking_local_runs(is
     slurm = compose_cfg("hydra/launcher=slurm_h100", config_dir=config_dir, keep_hydra=True)
     assert (slurm.hydra.launcher.partition, slurm.hydra.launcher.account) == ("gpu-h100", "my-project")
     monkeypatch.setenv("SLURM_PARTITION", "from-env")
-    assert compose_cfg("hydra/launcher=slurm_a100", config_dir=config_dir, keep_hydra=True).hydra.launcher.partition == "from-env"
+    assert (
+        compose_cfg("hydra/launcher=slurm_a100", config_dir=config_dir, keep_hydra=True).hydra.launcher.partition
+        == "from-env"
+    )
 
 
 @pytest.mark.parametrize("launcher", SLURM_LAUNCHERS)
@@ -227,8 +233,14 @@ def _source_env_sh(tmp_path, env: dict) -> subprocess.CompletedProcess:
         f"source {REPO_ROOT}/slurm/env.sh; status=$?; "
         'echo "status=$status VENV=${VIRTUAL_ENV:-} WANDB_MODE=${WANDB_MODE:-} HF_HOME=${HF_HOME:-} ROOT=$VLDOCIR_ROOT"'
     )
-    base = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "WANDB_MODE", "HF_HOME", "VLDOCIR_VENV", "VLDOCIR_HF_HOME")}
-    return subprocess.run(["bash", "-c", script], env={**base, **env}, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "WANDB_MODE", "HF_HOME", "VLDOCIR_VENV", "VLDOCIR_HF_HOME")
+    }
+    return subprocess.run(
+        ["bash", "-c", script], env={**base, **env}, capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
 
 
 @pytest.mark.slow
@@ -293,7 +305,11 @@ def test_multirun_with_cfg_composes_instead_of_launching():
     from vldocir.launch import multirun_cfg_argv
 
     assert multirun_cfg_argv(["run.py", "-m", "a=1,2", "--cfg", "hydra"]) == [
-        "run.py", "hydra.mode=MULTIRUN", "a=1,2", "--cfg", "hydra"
+        "run.py",
+        "hydra.mode=MULTIRUN",
+        "a=1,2",
+        "--cfg",
+        "hydra",
     ]
     assert multirun_cfg_argv(["run.py", "-m", "a=1,2"]) == ["run.py", "-m", "a=1,2"]
     assert multirun_cfg_argv(["run.py", "--cfg", "job"]) == ["run.py", "--cfg", "job"]

@@ -161,8 +161,9 @@ def test_no_import_goes_up_a_layer():
         for target, line in targets.items():
             source, dest = unit(module), unit(target)
             if LAYER[dest] > LAYER[source]:
-                violations.append(f"{module}:{line} imports {target} ({dest}, layer {LAYER[dest]} > {source}, "
-                                  f"layer {LAYER[source]})")
+                violations.append(
+                    f"{module}:{line} imports {target} ({dest}, layer {LAYER[dest]} > {source}, layer {LAYER[source]})"
+                )
             elif (source, dest) in INDEPENDENT and (source, dest) not in JUSTIFIED:
                 violations.append(f"{module}:{line} imports {target}: {source} and {dest} are independent")
     assert not violations, "\n".join(violations)
@@ -203,8 +204,13 @@ def test_every_module_imports_on_its_own():
     whole package takes about 15 s rather than a fresh interpreter per module)."""
     # A __main__ module runs its command when imported (its package is still checked).
     names = [m for m in modules() if not m.endswith(".__main__")]
-    result = subprocess.run([sys.executable, "-c", IMPORT_EACH, json.dumps(names)], capture_output=True, text=True,
-                            timeout=120, cwd=SRC.parent)
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_EACH, json.dumps(names)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=SRC.parent,
+    )
     assert result.returncode == 0, result.stderr
     failures = json.loads(result.stdout.strip().splitlines()[-1])
     assert not failures, "\n".join(f"{name}:\n{error}" for name, error in failures.items())

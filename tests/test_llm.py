@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from vldocir.llm_server import ChatServer, Reply
 from vldocir.errors import ConfigError
 from vldocir.llm import ChatClient, image_part
+from vldocir.llm_server import ChatServer, Reply
 
 KEY = "sk-test-0123456789abcdef"  # what the environment holds in these tests; must never be written
 
@@ -24,8 +24,17 @@ def _key(monkeypatch):
 
 
 def client(url: str, cache_dir=None, **kwargs) -> ChatClient:
-    options = dict(model="test-model", base_url=url, api_env_var="VLDOCIR_TEST_LLM_KEY", timeout_s=0.3,
-                   max_retries=2, backoff_s=0.01, backoff_max_s=0.05, concurrency=4, cache_dir=cache_dir)
+    options = dict(
+        model="test-model",
+        base_url=url,
+        api_env_var="VLDOCIR_TEST_LLM_KEY",
+        timeout_s=0.3,
+        max_retries=2,
+        backoff_s=0.01,
+        backoff_max_s=0.05,
+        concurrency=4,
+        cache_dir=cache_dir,
+    )
     return ChatClient(**{**options, **kwargs})
 
 
@@ -46,9 +55,18 @@ def test_answer_key_and_usage(tmp_path):
     assert body["model"] == "test-model" and body["messages"] == ask("hi")
     assert (body["temperature"], body["max_tokens"], body["seed"]) == (0.5, 64, 3)
     assert server.requests[0].headers["authorization"] == f"Bearer {KEY}", "the key is read from the named variable"
-    assert llm.usage() == {"model": "test-model", "requests": 1, "called": 1, "cached": 0, "failed": 0, "retries": 0,
-                           "prompt_tokens": 5, "completion_tokens": 2, "cached_prompt_tokens": 0,
-                           "cached_completion_tokens": 0}
+    assert llm.usage() == {
+        "model": "test-model",
+        "requests": 1,
+        "called": 1,
+        "cached": 0,
+        "failed": 0,
+        "retries": 0,
+        "prompt_tokens": 5,
+        "completion_tokens": 2,
+        "cached_prompt_tokens": 0,
+        "cached_completion_tokens": 0,
+    }
 
 
 def test_the_key_is_never_written(tmp_path):
@@ -157,8 +175,9 @@ def test_cache_key_covers_model_sampling_and_image_bytes(tmp_path):
     with_a = [{"role": "user", "content": [{"type": "text", "text": "what is shown?"}, image_part(png_a)]}]
     with_b = [{"role": "user", "content": [{"type": "text", "text": "what is shown?"}, image_part(png_b)]}]
     key = base.cache_key(with_a)
-    assert key == client("http://elsewhere:1/v1", timeout_s=9, concurrency=1).cache_key(with_a), \
+    assert key == client("http://elsewhere:1/v1", timeout_s=9, concurrency=1).cache_key(with_a), (
         "the server's address, timeouts and concurrency do not change answers"
+    )
     assert key != base.cache_key(with_b)
     for changed in (dict(model="other"), dict(temperature=0.7), dict(max_tokens=7), dict(params={"top_p": 0.9})):
         assert client("http://127.0.0.1:9/v1", **changed).cache_key(with_a) != key, changed

@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from helpers import evaluate, run_py
 from vldocir import store
 from vldocir.data.benchmark import load_benchmark
 from vldocir.data.runs import read_run, write_run
-from helpers import evaluate, run_py
 
 STORE_FILES = (store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.MANIFEST_FILE)
 OLD = 1_000_000_000  # an mtime (2001) that no write made by a test can have
@@ -75,7 +75,14 @@ def test_store_entry_and_manifest(run_eval, small_bench_dir, isolated_paths):
     assert manifest["benchmark"]["name"] == "test-small"
     assert manifest["hardware"]["cpus"] >= 1 and manifest["hardware"]["host"]
     assert manifest["timings"]["wall_s"] > 0
-    assert set(manifest["timings"]) >= {"load_benchmark_s", "validate_s", "fingerprint_s", "retrieve_s", "evaluate_s", "wall_s"}
+    assert set(manifest["timings"]) >= {
+        "load_benchmark_s",
+        "validate_s",
+        "fingerprint_s",
+        "retrieve_s",
+        "evaluate_s",
+        "wall_s",
+    }
     assert isinstance(manifest["timings"]["validate_from_memo"], bool)
     assert isinstance(manifest["timings"]["fingerprint_from_memo"], bool)
     assert manifest["run"]["reused"] is False
@@ -114,7 +121,9 @@ def test_identical_rerun_reuses_the_stored_run(run_eval, monkeypatch):
     writes, reads = [], []
     monkeypatch.setattr(store, "_write_file", lambda *args: writes.append(args))
     real_read = store.read_stored_run
-    monkeypatch.setattr(store, "read_stored_run", lambda entry, columns=None: reads.append(columns) or real_read(entry, columns))
+    monkeypatch.setattr(
+        store, "read_stored_run", lambda entry, columns=None: reads.append(columns) or real_read(entry, columns)
+    )
     again, manifest, printed, again_dir = run_eval()
     # The same evaluation of the same run: the entry stays as it is, its manifest that of the first run.
     assert writes == [], "nothing to write: the entry already holds this result"
@@ -172,7 +181,6 @@ def test_a_run_file_edited_by_hand_is_not_reused_nor_deleted(run_eval, caplog):
 
 
 # --- `python run.py` as a subprocess ------------------------------------------------------------
-
 
 
 @pytest.mark.slow

@@ -25,7 +25,13 @@ from helpers import REPO_ROOT, compose_cfg, run_py
 from vldocir import store
 from vldocir.launch import refuse_secret_overrides, secret_overrides
 from vldocir.manifest import (
-    REDACTED, RedactingFilter, environment_secrets, is_secret_key, redact_overrides, redact_secrets, redact_text,
+    REDACTED,
+    RedactingFilter,
+    environment_secrets,
+    is_secret_key,
+    redact_overrides,
+    redact_secrets,
+    redact_text,
 )
 
 SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY")
@@ -67,28 +73,67 @@ def test_no_config_key_of_the_project_looks_like_a_secret():
     assert sorted(n for n in names if is_secret_key(n)) == []
 
 
-@pytest.mark.parametrize("name", [
-    "key", "run.key", "keys", "exclude_keys", "max_visual_tokens", "page_block_tokens", "tokenizer", "author",
-    "authors", "pad_token", "eos_token_id", "kv_sep", "hub_id", "cache_policy", "PWD", "PATH",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "key",
+        "run.key",
+        "keys",
+        "exclude_keys",
+        "max_visual_tokens",
+        "page_block_tokens",
+        "tokenizer",
+        "author",
+        "authors",
+        "pad_token",
+        "eos_token_id",
+        "kv_sep",
+        "hub_id",
+        "cache_policy",
+        "PWD",
+        "PATH",
+    ],
+)
 def test_rule_keeps_ordinary_names(name):
     assert not is_secret_key(name)
 
 
-@pytest.mark.parametrize("name", [
-    "aws_access_key_id", "hf_auth", "api_key", "apikey", "apiKey", "my_token", "hftoken", "password", "passwd",
-    "credentials", "private_key", "client_secret", "session_id", "cookie", "access_key", "logger.api_key",
-    *SECRET_ENV_VARS, "AWS_SESSION_TOKEN", "GITHUB_TOKEN",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "aws_access_key_id",
+        "hf_auth",
+        "api_key",
+        "apikey",
+        "apiKey",
+        "my_token",
+        "hftoken",
+        "password",
+        "passwd",
+        "credentials",
+        "private_key",
+        "client_secret",
+        "session_id",
+        "cookie",
+        "access_key",
+        "logger.api_key",
+        *SECRET_ENV_VARS,
+        "AWS_SESSION_TOKEN",
+        "GITHUB_TOKEN",
+    ],
+)
 def test_rule_flags_secret_names(name):
     assert is_secret_key(name)
 
 
 def test_environment_secrets_are_values_of_secret_looking_variables():
     environ = {
-        "HF_TOKEN": "hf_0123456789", "OPENAI_API_KEY": "sk-0123456789", "PATH": "/usr/bin:/bin",
+        "HF_TOKEN": "hf_0123456789",
+        "OPENAI_API_KEY": "sk-0123456789",
+        "PATH": "/usr/bin:/bin",
         "XDG_SESSION_ID": "3",  # too short to scrub from text
-        "SSH_AUTH_SOCK": "/tmp/ssh-abc/agent.1", "HF_TOKEN_PATH": "/home/u/.cache/hf/token",  # locations, not secrets
+        "SSH_AUTH_SOCK": "/tmp/ssh-abc/agent.1",
+        "HF_TOKEN_PATH": "/home/u/.cache/hf/token",  # locations, not secrets
     }
     assert sorted(environment_secrets(environ)) == ["hf_0123456789", "sk-0123456789"]
 
@@ -98,7 +143,10 @@ def test_redaction_scrubs_environment_values_under_any_key(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     config = {"note": f"Bearer {secret}", "headers": [secret], "run": {"key": "3f93543a981a65f9"}, "n": 3}
     assert redact_secrets(config) == {
-        "note": f"Bearer {REDACTED}", "headers": [REDACTED], "run": {"key": "3f93543a981a65f9"}, "n": 3
+        "note": f"Bearer {REDACTED}",
+        "headers": [REDACTED],
+        "run": {"key": "3f93543a981a65f9"},
+        "n": 3,
     }
     assert redact_overrides([f"+note={secret}", "depth=5"]) == [f"+note={REDACTED}", "depth=5"]
     assert redact_text(f"token is {secret}.") == f"token is {REDACTED}."
@@ -149,15 +197,18 @@ def test_sweep_of_secrets_is_refused():
     assert "'token'" in message and "sekrit" not in message
 
 
-@pytest.mark.parametrize("argv", [
-    ["run.py"],
-    ["run.py", "retriever=colqwen25", "setting=ctx", "n_ctx=256", "eval.ks=[3],[5]", "-m"],
-    ["run.py", "hydra/launcher=slurm_h100", "hydra.job.config.override_dirname.exclude_keys=[seed]"],
-    ["run.py", "~foo.password"],  # a deletion carries no value
-    ["run.py", "+retriever.hub_token=${oc.env:HF_TOKEN}", "+x.api_key='${oc.env:MY_KEY}'"],  # references
-    ["run.py", "-cd", "/tmp/token=1/conf", "--cfg", "job"],  # a flag's argument is no override
-    ["run.py", "+retriever.model.processor_kwargs.pad_token=<pad>", "+run.key=abc"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run.py"],
+        ["run.py", "retriever=colqwen25", "setting=ctx", "n_ctx=256", "eval.ks=[3],[5]", "-m"],
+        ["run.py", "hydra/launcher=slurm_h100", "hydra.job.config.override_dirname.exclude_keys=[seed]"],
+        ["run.py", "~foo.password"],  # a deletion carries no value
+        ["run.py", "+retriever.hub_token=${oc.env:HF_TOKEN}", "+x.api_key='${oc.env:MY_KEY}'"],  # references
+        ["run.py", "-cd", "/tmp/token=1/conf", "--cfg", "job"],  # a flag's argument is no override
+        ["run.py", "+retriever.model.processor_kwargs.pad_token=<pad>", "+run.key=abc"],
+    ],
+)
 def test_ordinary_overrides_pass(argv):
     assert secret_overrides(argv) == []
     refuse_secret_overrides(argv)  # returns
@@ -181,8 +232,9 @@ def test_secret_keys_are_left_out_of_job_directory_names(isolated_paths):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [["+aws_access_key_id"], ["-m", "hydra/launcher=submitit_local", "+my_token"]],
-                         ids=["run", "sweep"])
+@pytest.mark.parametrize(
+    "args", [["+aws_access_key_id"], ["-m", "hydra/launcher=submitit_local", "+my_token"]], ids=["run", "sweep"]
+)
 def test_run_py_refuses_before_hydra_writes_anything(isolated_paths, args):
     value = _secret()
     *flags, key = args
@@ -196,8 +248,13 @@ def test_run_py_refuses_before_hydra_writes_anything(isolated_paths, args):
 @pytest.mark.slow
 def test_build_py_refuses_too(isolated_paths):
     value = _secret()
-    done = subprocess.run([sys.executable, "-m", "vldocir.apps.build", f"+hf_auth={value}"], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "vldocir.apps.build", f"+hf_auth={value}"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "'hf_auth'" in done.stderr and value not in done.stderr
     assert list(isolated_paths.iterdir()) == []
 
@@ -213,7 +270,11 @@ def planted(isolated_paths, monkeypatch) -> dict[str, str]:
         monkeypatch.setenv(var, value)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_PROJECT", "vldocir-tests")
-    for var, sub in (("WANDB_CONFIG_DIR", "wandb-config"), ("WANDB_CACHE_DIR", "wandb-cache"), ("WANDB_DATA_DIR", "wandb-data")):
+    for var, sub in (
+        ("WANDB_CONFIG_DIR", "wandb-config"),
+        ("WANDB_CACHE_DIR", "wandb-cache"),
+        ("WANDB_DATA_DIR", "wandb-data"),
+    ):
         monkeypatch.setenv(var, str(isolated_paths / sub))
     monkeypatch.delenv("WANDB_ENTITY", raising=False)
     return secrets
@@ -245,7 +306,9 @@ def _check_manifest(manifest: dict) -> None:
     assert f"+retriever.hub_token={REDACTED}" in manifest["overrides"], "the overrides, as recorded, too"
     # The manifest's own keys are content hashes, not secrets: they stay.
     assert re.fullmatch(r"[0-9a-f]{16}", manifest["run"]["key"]), manifest["run"]
-    assert manifest["cache"] and all(re.fullmatch(r"[0-9a-f]{16}", e["key"]) for e in manifest["cache"]), manifest["cache"]
+    assert manifest["cache"] and all(re.fullmatch(r"[0-9a-f]{16}", e["key"]) for e in manifest["cache"]), manifest[
+        "cache"
+    ]
 
 
 @pytest.mark.slow

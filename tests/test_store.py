@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vldocir import store
 from helpers import REPO_ROOT, evaluate, newest_entry
+from vldocir import store
 
 STEPS = ["write run.parquet", "write per_query.parquet", "write metrics.json", "write manifest.json", "rename"]
 KILL_POINTS = [(i, when) for i in range(1, len(STEPS) + 1) for when in ("before", "after")]
@@ -57,8 +57,14 @@ def _bench(small_bench_dir) -> list[str]:
 
 
 def _kill_at(step: int, when: str, overrides: list[str]) -> None:
-    done = subprocess.run([sys.executable, "-c", CHILD, str(step), when, *overrides], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(step), when, *overrides],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HYDRA_FULL_ERROR": "1"},
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
 
 
@@ -69,8 +75,10 @@ def reference(tmp_path_factory, small_bench_dir):
     saved = {k: os.environ.get(k) for k in ("VLDOCIR_RESULTS_DIR", "VLDOCIR_CACHE_DIR")}
     os.environ.update(VLDOCIR_RESULTS_DIR=str(root / "results"), VLDOCIR_CACHE_DIR=str(root / "cache"))
     try:
-        return {"default": evaluate(*_bench(small_bench_dir)).metrics,
-                "k1-20": evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]").metrics}
+        return {
+            "default": evaluate(*_bench(small_bench_dir)).metrics,
+            "k1-20": evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]").metrics,
+        }
     finally:
         for key, value in saved.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
@@ -81,7 +89,9 @@ def _entries(results: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step, when", KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS])
+@pytest.mark.parametrize(
+    "step, when", KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
+)
 def test_sigkill_at_any_step_of_a_first_publish(isolated_paths, small_bench_dir, reference, step, when):
     results = isolated_paths / "results"
     _kill_at(step, when, _bench(small_bench_dir))
@@ -95,7 +105,9 @@ def test_sigkill_at_any_step_of_a_first_publish(isolated_paths, small_bench_dir,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step, when", KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS])
+@pytest.mark.parametrize(
+    "step, when", KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
+)
 def test_sigkill_at_any_step_of_a_reevaluation(isolated_paths, small_bench_dir, reference, step, when):
     """The second evaluation links the stored run into its entry; a kill there harms neither."""
     results = isolated_paths / "results"
@@ -113,8 +125,9 @@ def test_sigkill_at_any_step_of_a_reevaluation(isolated_paths, small_bench_dir, 
 
 
 @pytest.mark.parametrize("step", range(1, len(STEPS)), ids=STEPS[:-1])
-def test_full_disk_at_any_step_publishes_nothing_and_the_rerun_is_right(isolated_paths, small_bench_dir, reference,
-                                                                        monkeypatch, step):
+def test_full_disk_at_any_step_publishes_nothing_and_the_rerun_is_right(
+    isolated_paths, small_bench_dir, reference, monkeypatch, step
+):
     results = isolated_paths / "results"
     real, calls = store._write_file, [0]
 
@@ -236,8 +249,17 @@ def test_concurrent_writers_of_one_entry_leave_one_verified_entry(isolated_paths
 
     def writer():
         barrier.wait()
-        out.append(store.publish(entry.parent, name, run=None, reused=store.Entry(entry), per_query=per_query,
-                                 metrics=metrics, manifest=json.loads(json.dumps(manifest))))
+        out.append(
+            store.publish(
+                entry.parent,
+                name,
+                run=None,
+                reused=store.Entry(entry),
+                per_query=per_query,
+                metrics=metrics,
+                manifest=json.loads(json.dumps(manifest)),
+            )
+        )
 
     threads = [threading.Thread(target=writer) for _ in range(8)]
     for thread in threads:
@@ -260,15 +282,36 @@ def test_parallel_sweeps_keep_every_point(isolated_paths, small_bench_dir):
         [*common, "retriever.model.k1=0.9,1.2"],
     ]
     env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
-    procs = [subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for args in sweeps]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "run.py", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in sweeps
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=900)
         assert proc.returncode == 0, err[-3000:]
     index = store.list_runs(isolated_paths / "results")
     points = sorted((row.depth, row.ks) for row in index.itertuples())
-    assert points == sorted([(100, (1, 3)), (100, (5, 10)), (100, (3,)), (100, (5,)), (100, (10,)),
-                             (10, (10,)), (20, (10,)), (50, (10,)), (100, (3, 5, 10)), (100, (3, 5, 10))])
+    assert points == sorted(
+        [
+            (100, (1, 3)),
+            (100, (5, 10)),
+            (100, (3,)),
+            (100, (5,)),
+            (100, (10,)),
+            (10, (10,)),
+            (20, (10,)),
+            (50, (10,)),
+            (100, (3, 5, 10)),
+            (100, (3, 5, 10)),
+        ]
+    )
     for row in index.itertuples():
         assert store.Entry(row.path).verify(full=True)
         assert json.loads((row.path / store.METRICS_FILE).read_text())["ks"] == list(row.ks)
@@ -286,7 +329,11 @@ def test_names_that_would_leave_the_store_are_refused(tmp_path):
     with pytest.raises(store.StoreError, match="resolves outside the results store"):
         store.setting_directory(tmp_path, "linked", "dom_bm25", "base")
     assert store.setting_directory(tmp_path, "vl-docir_v1.0", "dom_bm25", "ctx-n256").parts[-4:] == (
-        "runs", "vl-docir_v1.0", "dom_bm25", "ctx-n256")
+        "runs",
+        "vl-docir_v1.0",
+        "dom_bm25",
+        "ctx-n256",
+    )
 
 
 def test_reports_pick_the_paper_depth_and_ks_and_say_which(isolated_paths, small_bench_dir):

@@ -125,8 +125,9 @@ def remove_stale_staging(parent: Path, max_age_s: float = STAGING_MAX_AGE_S) -> 
             continue
         writer = _writer_of(path)
         try:
-            dead = (writer is not None and writer[0] == host and not _pid_alive(writer[1])) or \
-                now - _last_touched(path) > max_age_s
+            dead = (writer is not None and writer[0] == host and not _pid_alive(writer[1])) or now - _last_touched(
+                path
+            ) > max_age_s
         except FileNotFoundError:  # its writer finished (renamed it) or another cleaner got it
             continue
         if dead:

@@ -45,7 +45,9 @@ def optimized_metric(spec: str, ks: Sequence[int]) -> tuple[str, str]:
     """``macro/recallall@10`` -> ("macro", "recallall@10"); ``@max`` is the largest k of ``ks``."""
     match = OPTIMIZED.fullmatch(str(spec))
     if match is None:
-        raise ConfigError(f"optimized_metric must read <aggregate>/<metric>@<k or max>, e.g. macro/recallall@10, got {spec!r}")
+        raise ConfigError(
+            f"optimized_metric must read <aggregate>/<metric>@<k or max>, e.g. macro/recallall@10, got {spec!r}"
+        )
     aggregate, metric, k = match["aggregate"], match["metric"], match["k"]
     if aggregate not in AGGREGATES:
         raise ConfigError(f"optimized_metric: aggregate {aggregate!r} is not one of {', '.join(AGGREGATES)}")
@@ -53,7 +55,10 @@ def optimized_metric(spec: str, ks: Sequence[int]) -> tuple[str, str]:
         raise ConfigError(f"optimized_metric: metric {metric!r} is not one of {', '.join(METRICS)}")
     k = max(ks) if k == "max" else int(k)
     if k not in ks:
-        raise ConfigError(f"optimized_metric {spec} needs k={k}, which eval.ks={list(ks)} does not compute; add it to eval.ks or use @max")
+        raise ConfigError(
+            f"optimized_metric {spec} needs k={k}, which eval.ks={list(ks)} does not compute; "
+            "add it to eval.ks or use @max"
+        )
     return aggregate, f"{metric}@{k}"
 
 
@@ -88,16 +93,24 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
     depth = _positive_int("depth", cfg.depth)
     ks = _ks(cfg.eval.ks)
     if max(ks) > depth:
-        raise ConfigError(f"eval.ks={ks} asks for k={max(ks)} but depth={depth} keeps only {depth} pages per query; raise depth or lower k")
+        raise ConfigError(
+            f"eval.ks={ks} asks for k={max(ks)} but depth={depth} keeps only {depth} pages per query; "
+            "raise depth or lower k"
+        )
     optimized_metric(cfg.optimized_metric, ks)
     num_tasks = _positive_int("encode.num_tasks", cfg.encode.num_tasks)
     task = cfg.encode.task
     if isinstance(task, bool) or not isinstance(task, int) or not 0 <= task < num_tasks:
-        raise ConfigError(f"encode.task must be an integer in 0..{num_tasks - 1} (encode.num_tasks={num_tasks}), got {task!r}")
+        raise ConfigError(
+            f"encode.task must be an integer in 0..{num_tasks - 1} (encode.num_tasks={num_tasks}), got {task!r}"
+        )
     for key in ("dataset.name", "retriever.id", "setting.id"):
         value = str(OmegaConf.select(cfg, key))
         if not SAFE_NAME.fullmatch(value) or value in (".", ".."):
-            raise ConfigError(f"{key} names a results-store directory and must use letters, digits, '.', '_' and '-' only, got {value!r}")
+            raise ConfigError(
+                f"{key} names a results-store directory and must use letters, digits, '.', '_' and '-' only, "
+                f"got {value!r}"
+            )
     _check_context(cfg)
     known = _known_top_level_keys()
     for key in _added_top_level_keys(overrides):
@@ -125,5 +138,6 @@ def _check_context(cfg: DictConfig) -> None:
     if not accepts:
         raise ConfigError(
             f"setting {cfg.setting.id} scores pages with document-context vectors built from page embeddings; "
-            f"retriever {cfg.retriever.id} ({target.rsplit('.', 1)[-1]}) has none: use an embedding retriever such as retriever=colqwen25"
+            f"retriever {cfg.retriever.id} ({target.rsplit('.', 1)[-1]}) has none: "
+            "use an embedding retriever such as retriever=colqwen25"
         )

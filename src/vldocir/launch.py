@@ -107,6 +107,7 @@ def refuse_secret_overrides(argv: list[str], stream: TextIO | None = None) -> No
 
 # -- input runs of a setting ----------------------------------------------------------------------
 
+
 def _override_root(override: str) -> str:
     """The config node an override sets: ``retriever.model.x=1`` / ``+setting@foo=x`` -> ``retriever`` / ``setting``."""
     return re.split(r"[.@/]", override_key(override), maxsplit=1)[0]

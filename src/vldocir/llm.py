@@ -140,7 +140,9 @@ class ChatClient:
         if not base_url:
             raise ConfigError(f"llm.base_url: not set and ${BASE_URL_ENV} is empty; give the server's /v1 URL")
         if not api_env_var or not str(api_env_var).replace("_", "").isalnum():
-            raise ConfigError(f"llm.api_env_var names an environment variable (e.g. OPENAI_API_KEY), got {api_env_var!r}")
+            raise ConfigError(
+                f"llm.api_env_var names an environment variable (e.g. OPENAI_API_KEY), got {api_env_var!r}"
+            )
         if isinstance(concurrency, bool) or int(concurrency) < 1:
             raise ConfigError(f"llm.concurrency must be >= 1, got {concurrency!r}")
         if isinstance(max_retries, bool) or int(max_retries) < 0:
@@ -162,8 +164,19 @@ class ChatClient:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._usage = dict.fromkeys(
-            ("requests", "called", "cached", "failed", "retries", "prompt_tokens", "completion_tokens",
-             "cached_prompt_tokens", "cached_completion_tokens"), 0)
+            (
+                "requests",
+                "called",
+                "cached",
+                "failed",
+                "retries",
+                "prompt_tokens",
+                "completion_tokens",
+                "cached_prompt_tokens",
+                "cached_completion_tokens",
+            ),
+            0,
+        )
 
     # The openai client holds the key: it is never pickled (a submitit job rebuilds it from its environment).
     def __getstate__(self) -> dict[str, Any]:
@@ -220,9 +233,13 @@ class ChatClient:
             return None
         try:
             response = json.loads(path.read_text())["response"]
-            return ChatResult(content=str(response["content"]), cached=True, finish_reason=response.get("finish_reason"),
-                              prompt_tokens=int(response.get("prompt_tokens", 0)),
-                              completion_tokens=int(response.get("completion_tokens", 0)))
+            return ChatResult(
+                content=str(response["content"]),
+                cached=True,
+                finish_reason=response.get("finish_reason"),
+                prompt_tokens=int(response.get("prompt_tokens", 0)),
+                completion_tokens=int(response.get("completion_tokens", 0)),
+            )
         except (OSError, ValueError, KeyError, TypeError) as error:
             log.warning("damaged LLM cache entry %s (%s); asking the server again", path, error)
             return None
@@ -234,8 +251,12 @@ class ChatClient:
         entry = {
             "key": key,
             "request": {**self.cache_params(), "messages": _normalized(messages)},
-            "response": {"content": result.content, "finish_reason": result.finish_reason,
-                         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens},
+            "response": {
+                "content": result.content,
+                "finish_reason": result.finish_reason,
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+            },
         }
         try:
             atomic_write_json(entry, path)
@@ -259,8 +280,12 @@ class ChatClient:
             if self._client is None:
                 import openai
 
-                self._client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get(self.api_env_var) or NO_KEY,
-                                             timeout=self.timeout_s, max_retries=0)
+                self._client = openai.OpenAI(
+                    base_url=self.base_url,
+                    api_key=os.environ.get(self.api_env_var) or NO_KEY,
+                    timeout=self.timeout_s,
+                    max_retries=0,
+                )
             return self._client
 
     def _scrub(self, text: str) -> str:
@@ -274,8 +299,12 @@ class ChatClient:
         try:
             with self._slots:
                 response = self._openai().chat.completions.create(
-                    model=self.model, messages=list(messages), temperature=self.temperature,
-                    max_tokens=self.max_tokens, **self.params)
+                    model=self.model,
+                    messages=list(messages),
+                    temperature=self.temperature,
+                    max_tokens=self.max_tokens,
+                    **self.params,
+                )
         except openai.APITimeoutError as error:
             raise Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
         except openai.APIConnectionError as error:
@@ -291,9 +320,12 @@ class ChatClient:
             if content is None:
                 raise ValueError("the answer has no text content")
             usage = response.usage
-            return ChatResult(content=content, finish_reason=choice.finish_reason,
-                              prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                              completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
+            return ChatResult(
+                content=content,
+                finish_reason=choice.finish_reason,
+                prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            )
         except (AttributeError, IndexError, TypeError, ValueError) as error:
             return ChatResult(error=f"bad_response: {error}", error_kind="bad_response")
 
@@ -314,11 +346,14 @@ class ChatClient:
         try:
             result = call_with_retries(attempt, policy, on_retry)
         except Retryable as error:
-            result = ChatResult(error=f"{error.kind}: {error.detail} (after {error.attempts} attempts)",
-                                error_kind=error.kind)
+            result = ChatResult(
+                error=f"{error.kind}: {error.detail} (after {error.attempts} attempts)", error_kind=error.kind
+            )
         except Exception as error:  # noqa: BLE001 - one bad request must not end a batch
-            result = ChatResult(error=f"bad_response: {type(error).__name__}: {self._scrub(str(error))[:500]}",
-                                error_kind="bad_response")
+            result = ChatResult(
+                error=f"bad_response: {type(error).__name__}: {self._scrub(str(error))[:500]}",
+                error_kind="bad_response",
+            )
         result.attempts = attempts
         if result.ok:
             self._count(called=1, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
@@ -332,8 +367,11 @@ class ChatClient:
         """One chat completion (cached); a failure is a result with ``error``, not an exception."""
         return self.complete_many([messages])[0]
 
-    def complete_many(self, requests: Sequence[Sequence[Mapping[str, Any]]], progress: bool | str = False,
-                      ) -> list[ChatResult]:
+    def complete_many(
+        self,
+        requests: Sequence[Sequence[Mapping[str, Any]]],
+        progress: bool | str = False,
+    ) -> list[ChatResult]:
         """One result per request, in order: cached ones replayed, the rest sent ``concurrency`` at
         a time. Identical requests are sent once. ``progress``: a tqdm bar (a string: its label)."""
         keys = [self.cache_key(messages) for messages in requests]
@@ -345,8 +383,11 @@ class ChatClient:
             cached = self._cached(key)
             if cached is not None:
                 results[key] = cached
-                self._count(cached=1, cached_prompt_tokens=cached.prompt_tokens,
-                            cached_completion_tokens=cached.completion_tokens)
+                self._count(
+                    cached=1,
+                    cached_prompt_tokens=cached.prompt_tokens,
+                    cached_completion_tokens=cached.completion_tokens,
+                )
             else:
                 todo[key] = messages
         if todo:

@@ -57,8 +57,12 @@ class Recorded:
 
 
 class ChatServer:
-    def __init__(self, replies: Iterable[Reply] = (), responder: Callable[[Recorded], Reply] | None = None,
-                 max_delay_s: float = 1.0):
+    def __init__(
+        self,
+        replies: Iterable[Reply] = (),
+        responder: Callable[[Recorded], Reply] | None = None,
+        max_delay_s: float = 1.0,
+    ):
         self.script: deque[Reply] = deque(replies)
         self.responder = responder or (lambda request: Reply())
         self.max_delay_s = max_delay_s
@@ -137,19 +141,40 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             try:
                 time.sleep(min(reply.delay_s, server.max_delay_s))
                 if reply.status != 200:
-                    self._send(reply.status, {"error": {"message": f"scripted status {reply.status}", "type": "server_error",
-                                                        "code": reply.status}}, reply.headers)
+                    self._send(
+                        reply.status,
+                        {
+                            "error": {
+                                "message": f"scripted status {reply.status}",
+                                "type": "server_error",
+                                "code": reply.status,
+                            }
+                        },
+                        reply.headers,
+                    )
                     return
-                self._send(200, {
-                    "id": f"chatcmpl-{len(server.requests)}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": request.body.get("model", "test-model"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": reply.content}}],
-                    "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                              "total_tokens": reply.prompt_tokens + reply.completion_tokens},
-                }, reply.headers)
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(server.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": request.body.get("model", "test-model"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": reply.content},
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": reply.prompt_tokens,
+                            "completion_tokens": reply.completion_tokens,
+                            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                        },
+                    },
+                    reply.headers,
+                )
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (its timeout) while the reply was delayed
             finally:

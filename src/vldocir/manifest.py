@@ -23,9 +23,26 @@ from typing import Any
 import psutil
 
 PACKAGES = (
-    "vldocir", "numpy", "pandas", "pyarrow", "hydra-core", "omegaconf", "hydra-submitit-launcher", "submitit",
-    "bm25s", "PyStemmer", "torch", "torchvision", "transformers", "colpali-engine", "accelerate", "wandb",
-    "playwright", "pytesseract", "scikit-learn", "xgboost",
+    "vldocir",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "hydra-core",
+    "omegaconf",
+    "hydra-submitit-launcher",
+    "submitit",
+    "bm25s",
+    "PyStemmer",
+    "torch",
+    "torchvision",
+    "transformers",
+    "colpali-engine",
+    "accelerate",
+    "wandb",
+    "playwright",
+    "pytesseract",
+    "scikit-learn",
+    "xgboost",
 )
 REDACTED = "<redacted: secrets come from the environment only>"
 
@@ -48,12 +65,26 @@ REDACTED = "<redacted: secrets come from the environment only>"
 #   - a tokenizer's special tokens (``pad_token``, ``eos_token_id``, ...): strings like "<pad>".
 # The cost of the rule is over-redaction of a few harmless names (``sort_key``, ``token_budget``);
 # a leaked secret costs more.
-SECRET_WORDS = frozenset({"auth", "oauth", "authorization", "bearer", "creds", "passphrase", "session", "sessionid", "secrets"})
-SECRET_SUFFIXES = (
-    "token", "secret", "password", "passwd", "apikey", "accesskey", "secretkey", "privatekey",
-    "credential", "credentials", "cookie", "cookies",
+SECRET_WORDS = frozenset(
+    {"auth", "oauth", "authorization", "bearer", "creds", "passphrase", "session", "sessionid", "secrets"}
 )
-SPECIAL_TOKENS = frozenset({"pad", "bos", "eos", "unk", "sep", "cls", "mask", "image", "video", "audio", "start", "end"})
+SECRET_SUFFIXES = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "apikey",
+    "accesskey",
+    "secretkey",
+    "privatekey",
+    "credential",
+    "credentials",
+    "cookie",
+    "cookies",
+)
+SPECIAL_TOKENS = frozenset(
+    {"pad", "bos", "eos", "unk", "sep", "cls", "mask", "image", "video", "audio", "start", "end"}
+)
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 # Environment variables that name where a secret is rather than hold it (SSH_AUTH_SOCK,
 # HF_TOKEN_PATH, AWS_SHARED_CREDENTIALS_FILE): their values are ordinary paths.
@@ -92,7 +123,8 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     """
     environ = os.environ if environ is None else environ
     values = {
-        value for name, value in environ.items()
+        value
+        for name, value in environ.items()
         if is_secret_key(name) and not _LOCATION_WORDS & set(key_words(name)) and len(value) >= MIN_SECRET_LENGTH
     }
     return sorted(values, key=len, reverse=True)
@@ -211,7 +243,9 @@ def hardware() -> dict[str, Any]:
         try:
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10,
+                capture_output=True,
+                text=True,
+                timeout=10,
             )
             info["gpus"] = [line.strip() for line in out.stdout.splitlines() if line.strip()]
         except (OSError, subprocess.TimeoutExpired):

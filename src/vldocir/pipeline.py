@@ -26,7 +26,6 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
@@ -41,9 +40,9 @@ from vldocir.evaluation.aggregate import check_language, language_subset, summar
 from vldocir.evaluation.console import format_report, structure_table
 from vldocir.evaluation.metrics import RUN_COLUMNS, EvidenceIndex, per_query_metrics
 from vldocir.io import atomic_write_json
+from vldocir.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.settings import RunJob, Setting
-from vldocir.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
 
 log = logging.getLogger(__name__)
 
@@ -166,13 +165,22 @@ def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
     from vldocir.retrieval.dense import EmbeddingRetriever
 
     if not isinstance(retriever, EmbeddingRetriever):
-        raise ValueError(f"retriever {cfg.retriever.id} keeps no page embeddings: stage=encode applies to embedding retrievers")
+        raise ValueError(
+            f"retriever {cfg.retriever.id} keeps no page embeddings: stage=encode applies to embedding retrievers"
+        )
     task, num_tasks = int(cfg.encode.task), int(cfg.encode.num_tasks)
     store = retriever.encode_pages(bench, cache, task=task, num_tasks=num_tasks)
     # A complete store is a cache hit and encodes nothing: all of this task's shards are reused.
-    stats = retriever.stats.get("encode_pages") or {"shards_encoded": 0, "shards_reused": len(range(task, store.n_shards, num_tasks))}
-    manifest.update(benchmark=bench.summary(), encode={"task": task, "num_tasks": num_tasks, **stats},
-                    encoder=retriever.encoder.describe(), cache=cache.events)
+    stats = retriever.stats.get("encode_pages") or {
+        "shards_encoded": 0,
+        "shards_reused": len(range(task, store.n_shards, num_tasks)),
+    }
+    manifest.update(
+        benchmark=bench.summary(),
+        encode={"task": task, "num_tasks": num_tasks, **stats},
+        encoder=retriever.encoder.describe(),
+        cache=cache.events,
+    )
     record = store.directory / "tasks" / f"task-{task:04d}-of-{num_tasks:04d}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(manifest, record)
@@ -192,12 +200,12 @@ class ResolvedRun:
 
     computed: pa.Table | None
     key: str
-    reused: store.Entry | None          # the verified entry it was read from
+    reused: store.Entry | None  # the verified entry it was read from
     setting_dir: Path
     retrieval: dict[str, Any] = field(default_factory=dict)
     inputs: list[dict[str, Any]] = field(default_factory=list)
     query_flags: dict[str, dict[str, Any]] = field(default_factory=dict)
-    entry: Path | None = None            # the entry that holds it evaluated at this job's ks
+    entry: Path | None = None  # the entry that holds it evaluated at this job's ks
 
     @property
     def run(self) -> pa.Table:
@@ -239,11 +247,22 @@ class RunResolver:
         for sub in job.inputs:
             resolved = self.resolve_and_file(sub.cfg, sub.overrides, (*chain, label))
             input_runs.append(resolved)
-            inputs.append({"input": sub.label, "retriever": sub.cfg.retriever.id, "setting": sub.cfg.setting.id,
-                           "run_key": resolved.key, "entry": str(resolved.entry) if resolved.entry else None,
-                           "reused": resolved.reused is not None})
-        parts = {"benchmark": self.bench.fingerprint, "retriever": retriever.cache_params() if setting.uses_retriever else None,
-                 "setting": setting.cache_params(), "depth": depth}
+            inputs.append(
+                {
+                    "input": sub.label,
+                    "retriever": sub.cfg.retriever.id,
+                    "setting": sub.cfg.setting.id,
+                    "run_key": resolved.key,
+                    "entry": str(resolved.entry) if resolved.entry else None,
+                    "reused": resolved.reused is not None,
+                }
+            )
+        parts = {
+            "benchmark": self.bench.fingerprint,
+            "retriever": retriever.cache_params() if setting.uses_retriever else None,
+            "setting": setting.cache_params(),
+            "depth": depth,
+        }
         if inputs:
             parts["inputs"] = [i["run_key"] for i in inputs]
         key = content_key(parts)
@@ -255,19 +274,34 @@ class RunResolver:
         self.cache.record("run", key, "hit" if stored else ("overwrite" if cfg.cache_policy == "overwrite" else "miss"))
         if stored is not None:
             log.info("%s: reusing the run stored in %s (key %s): no search", label, stored.path, key)
-            resolved = ResolvedRun(None, key, stored, setting_dir, inputs=inputs,
-                                   query_flags=_stored_flags(stored))
+            resolved = ResolvedRun(None, key, stored, setting_dir, inputs=inputs, query_flags=_stored_flags(stored))
         else:
             for other in store.other_parameters(setting_dir, key, self.bench.fingerprint, depth):
-                log.warning("%s holds a run of %s with other parameters; both are kept, and reports use the newest. "
-                            "Give a variant its own id (retriever.id=... or setting.id=...) to compare them side by side",
-                            other, label)
+                log.warning(
+                    "%s holds a run of %s with other parameters; both are kept, and reports use the newest. "
+                    "Give a variant its own id (retriever.id=... or setting.id=...) to compare them side by side",
+                    other,
+                    label,
+                )
             queries = self.bench.queries
-            job = RunJob(self.bench, dict(zip(queries["query_id"], queries["text"])), depth, self.cache, retriever,
-                         [i.run for i in input_runs])
-            log.info("%s: computing the run (key %s)%s", label, key, f" from {len(input_runs)} input run(s)" if input_runs else "")
+            job = RunJob(
+                self.bench,
+                dict(zip(queries["query_id"], queries["text"])),
+                depth,
+                self.cache,
+                retriever,
+                [i.run for i in input_runs],
+            )
+            log.info(
+                "%s: computing the run (key %s)%s",
+                label,
+                key,
+                f" from {len(input_runs)} input run(s)" if input_runs else "",
+            )
             run = setting.make_run(job)
-            resolved = ResolvedRun(run, key, None, setting_dir, retrieval=job.stats, inputs=inputs, query_flags=job.query_flags)
+            resolved = ResolvedRun(
+                run, key, None, setting_dir, retrieval=job.stats, inputs=inputs, query_flags=job.query_flags
+            )
         self.done[key] = resolved
         return resolved
 
@@ -291,10 +325,21 @@ class RunResolver:
             return resolved
         per_query, metrics = self.evaluate(resolved, keep_run=True)  # the setting combines it next
         manifest = _start_manifest(cfg, overrides)
-        manifest.update(input_of=chain[-1], benchmark={**self.bench.summary(), "root": str(self.bench.root)}, cache=[],
-                        **_run_sections(resolved, int(cfg.depth), self.ks, self.bench.fingerprint))
-        resolved.entry = store.publish(resolved.setting_dir, name, run=None if resolved.reused else resolved.run,
-                                       reused=resolved.reused, per_query=per_query, metrics=metrics, manifest=manifest)
+        manifest.update(
+            input_of=chain[-1],
+            benchmark={**self.bench.summary(), "root": str(self.bench.root)},
+            cache=[],
+            **_run_sections(resolved, int(cfg.depth), self.ks, self.bench.fingerprint),
+        )
+        resolved.entry = store.publish(
+            resolved.setting_dir,
+            name,
+            run=None if resolved.reused else resolved.run,
+            reused=resolved.reused,
+            per_query=per_query,
+            metrics=metrics,
+            manifest=manifest,
+        )
         log.info("input run %s/%s filed in %s", cfg.retriever.id, cfg.setting.id, resolved.entry)
         return resolved
 
@@ -303,7 +348,7 @@ class RunResolver:
 class InputJob:
     """An input run of a setting, composed as its own job and checked."""
 
-    label: str                 # as the setting names it (RunSpec.label)
+    label: str  # as the setting names it (RunSpec.label)
     cfg: DictConfig
     overrides: list[str]
 
@@ -312,7 +357,7 @@ class InputJob:
 class JobPlan:
     """A job's setting and retriever, instantiated, and its input runs, composed and checked."""
 
-    label: str                 # <retriever id>/<setting id>
+    label: str  # <retriever id>/<setting id>
     setting: Setting
     retriever: Retriever
     inputs: list[InputJob]
@@ -343,8 +388,10 @@ def plan_job(cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ())
         except ConfigError as error:
             raise ConfigError(f"input run {spec.label()!r} of {label}: {error}") from error
         if OmegaConf.to_container(sub_cfg.dataset, resolve=True) != dataset:
-            raise ConfigError(f"input run {spec.label()!r} of {label} is on another dataset ({sub_cfg.dataset.name}); "
-                              "a setting combines runs of one benchmark")
+            raise ConfigError(
+                f"input run {spec.label()!r} of {label} is on another dataset ({sub_cfg.dataset.name}); "
+                "a setting combines runs of one benchmark"
+            )
         inputs.append(InputJob(spec.label(), sub_cfg, sub_overrides))
     return JobPlan(label, setting, retriever, inputs)
 
@@ -376,8 +423,13 @@ def _run_sections(resolved: ResolvedRun, depth: int, ks: list[int], fingerprint:
 
 
 def _store_record(run_key: str, depth: int, ks: list[int], fingerprint: str) -> dict[str, Any]:
-    return {"run_key": run_key, "eval_key": content_key({"run": run_key, "ks": ks}), "depth": depth, "ks": ks,
-            "fingerprint": fingerprint}
+    return {
+        "run_key": run_key,
+        "eval_key": content_key({"run": run_key, "ks": ks}),
+        "depth": depth,
+        "ks": ks,
+        "fingerprint": fingerprint,
+    }
 
 
 def _stored_flags(entry: store.Entry) -> dict[str, dict[str, Any]]:
@@ -431,17 +483,35 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     if language is not None:
         # The run is filed with its evaluation over all queries as usual (any later job reuses it),
         # and this language's evaluation beside it, under the benchmark '<name>.lang-<language>'.
-        whole = store.publish(setting_dir, name, run=None if reused else resolved.run, reused=reused,
-                              per_query=per_query, metrics=metrics, manifest={**manifest})
+        whole = store.publish(
+            setting_dir,
+            name,
+            run=None if reused else resolved.run,
+            reused=reused,
+            per_query=per_query,
+            metrics=metrics,
+            manifest={**manifest},
+        )
         per_query = language_subset(per_query, language)
         metrics = {"language": language, **summarise(per_query, ks)}
-        setting_dir = store.setting_directory(cfg.paths.results_dir, f"{bench.name}.lang-{language}",
-                                              cfg.retriever.id, cfg.setting.id)
-        manifest["store"] = {**manifest["store"], "language": language,
-                             "eval_key": content_key({"run": resolved.key, "ks": ks, "language": language})}
+        setting_dir = store.setting_directory(
+            cfg.paths.results_dir, f"{bench.name}.lang-{language}", cfg.retriever.id, cfg.setting.id
+        )
+        manifest["store"] = {
+            **manifest["store"],
+            "language": language,
+            "eval_key": content_key({"run": resolved.key, "ks": ks, "language": language}),
+        }
         reused = store.Entry(whole)
-    entry = store.publish(setting_dir, name, run=None if reused else resolved.run,
-                          reused=reused, per_query=per_query, metrics=metrics, manifest=manifest)
+    entry = store.publish(
+        setting_dir,
+        name,
+        run=None if reused else resolved.run,
+        reused=reused,
+        per_query=per_query,
+        metrics=metrics,
+        manifest=manifest,
+    )
     _write_job_manifest(manifest, entry)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
     print(format_report(metrics, entry, resolved.reused is not None), flush=True)
@@ -450,13 +520,17 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
 
 def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
     """Seconds to the millisecond; flags (``*_from_memo``) and nested records kept."""
-    return {k: _rounded(v) if isinstance(v, dict) else round(v, 3) if isinstance(v, float) else v
-            for k, v in timings.items()}
+    return {
+        k: _rounded(v) if isinstance(v, dict) else round(v, 3) if isinstance(v, float) else v
+        for k, v in timings.items()
+    }
 
 
 def _write_job_manifest(manifest: dict[str, Any], entry: Path) -> None:
     """The job's own manifest, also when its entry was reused or already held this result, in the
     Hydra job directory (``<log_dir>/.../manifest.json``): what this job found, computed and reused."""
-    output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
+    output_dir = (
+        OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
+    )
     if output_dir and Path(output_dir).is_dir():
         atomic_write_json({**manifest, "entry": str(entry)}, Path(output_dir) / "manifest.json")

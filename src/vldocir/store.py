@@ -49,9 +49,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vldocir.cache import remove_stale_staging, staging_path
+from vldocir.data.runs import read_run, write_run
 from vldocir.errors import VldocirError
 from vldocir.io import file_digest
-from vldocir.data.runs import read_run, write_run
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +73,21 @@ def check_name(what: str, value: str) -> str:
     """A benchmark, retriever or setting name used as a directory: ``[A-Za-z0-9._-]+``, not ``.``/``..``."""
     text = str(value)
     if not SAFE_NAME.fullmatch(text) or text in (".", ".."):
-        raise StoreError(f"{what} {text!r} cannot name a results-store directory: use letters, digits, '.', '_' and '-' only")
+        raise StoreError(
+            f"{what} {text!r} cannot name a results-store directory: use letters, digits, '.', '_' and '-' only"
+        )
     return text
 
 
 def setting_directory(results_dir: str | Path, benchmark: str, retriever: str, setting: str) -> Path:
     """``<results_dir>/runs/<benchmark>/<retriever>/<setting>``, refusing names that would leave the store."""
     root = Path(results_dir).resolve() / "runs"
-    path = root / check_name("benchmark name", benchmark) / check_name("retriever id", retriever) / check_name("setting id", setting)
+    path = (
+        root
+        / check_name("benchmark name", benchmark)
+        / check_name("retriever id", retriever)
+        / check_name("setting id", setting)
+    )
     if not path.resolve().is_relative_to(root):  # a symlinked component pointing elsewhere
         raise StoreError(f"{path} resolves outside the results store {root}; refusing to write there")
     return path
@@ -193,7 +200,11 @@ def other_parameters(setting_dir: Path, run_key: str, fingerprint: str, depth: i
             record = Entry(path).record
         except (OSError, json.JSONDecodeError):
             continue
-        if record.get("fingerprint") == fingerprint and record.get("depth") == depth and record.get("run_key") not in (None, run_key):
+        if (
+            record.get("fingerprint") == fingerprint
+            and record.get("depth") == depth
+            and record.get("run_key") not in (None, run_key)
+        ):
             found.append(path)
     return found
 
@@ -247,8 +258,10 @@ def publish(
         # The stored run re-evaluated at the same ks, to the same metrics: nothing to write. (Its
         # run.parquet was verified in full by find_run; the small files are checked here.)
         log.info("%s already holds this result (an identical evaluation); kept as it is", reused.path)
-        manifest["store"] = {**manifest.get("store", {}),
-                             **{k: reused.record[k] for k in ("format", "created_at", "files")}}
+        manifest["store"] = {
+            **manifest.get("store", {}),
+            **{k: reused.record[k] for k in ("format", "created_at", "files")},
+        }
         return reused.path
     setting_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(setting_dir)  # debris of writers killed earlier (never a live writer's)
@@ -262,12 +275,19 @@ def publish(
                 _write_file(staging, RUN_FILE, lambda p: _link_or_copy(reused.path / RUN_FILE, p))
             table = pa.Table.from_pandas(per_query, preserve_index=False)
             _write_file(staging, PER_QUERY_FILE, lambda p: pq.write_table(table, p))
-            _write_file(staging, METRICS_FILE, lambda p: p.write_text(json.dumps(metrics, indent=2, default=str) + "\n"))
+            _write_file(
+                staging, METRICS_FILE, lambda p: p.write_text(json.dumps(metrics, indent=2, default=str) + "\n")
+            )
             record = dict(manifest.get("store", {}))
-            record.update(format=STORE_FORMAT, created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                          files={f: file_record(staging / f) for f in VOUCHED_FILES})
+            record.update(
+                format=STORE_FORMAT,
+                created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                files={f: file_record(staging / f) for f in VOUCHED_FILES},
+            )
             manifest["store"] = record
-            _write_file(staging, MANIFEST_FILE, lambda p: p.write_text(json.dumps(manifest, indent=2, default=str) + "\n"))
+            _write_file(
+                staging, MANIFEST_FILE, lambda p: p.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+            )
             return _commit_entry(staging, setting_dir / name, metrics)
         except OSError as error:
             reason = "the disk is full" if error.errno == errno.ENOSPC else str(error)
@@ -300,18 +320,24 @@ def _commit_entry(staging: Path, final: Path, metrics: dict) -> Path:
         try:
             _commit(staging, target)
             if target != final:
-                log.warning("%s already exists and differs from this result; published beside it as %s", final, target.name)
+                log.warning(
+                    "%s already exists and differs from this result; published beside it as %s", final, target.name
+                )
             return target
         except OSError as error:
             if error.errno not in (errno.EEXIST, errno.ENOTEMPTY) and not target.exists():
                 raise
         existing = Entry(target)
-        problems = existing.problems(full=True) if (target / MANIFEST_FILE).is_file() else ["no manifest.json (not an entry)"]
+        problems = (
+            existing.problems(full=True) if (target / MANIFEST_FILE).is_file() else ["no manifest.json (not an entry)"]
+        )
         if not problems and _same_metrics(existing, metrics):
             log.info("%s already holds this result (an identical evaluation); kept as it is", target)
             return target
         if problems:
-            log.warning("%s is in the way and is not a verified entry (%s); left untouched", target, "; ".join(problems))
+            log.warning(
+                "%s is in the way and is not a verified entry (%s); left untouched", target, "; ".join(problems)
+            )
         target = final.with_name(f"{final.name}.{attempt}")
     raise StoreError(f"could not find a free name for {final}")
 
@@ -335,17 +361,19 @@ def list_runs(results_dir: str | Path, verify: bool = True) -> pd.DataFrame:
             log.warning("skipping %s: %s", entry.path, "; ".join(problems))
             continue
         record = entry.record
-        rows.append({
-            "benchmark": entry.path.parents[2].name,
-            "retriever": entry.path.parents[1].name,
-            "setting": entry.path.parent.name,
-            "depth": record.get("depth"),
-            "ks": tuple(record.get("ks", ())),
-            "run_key": record.get("run_key"),
-            "fingerprint": record.get("fingerprint"),
-            "created_at": record.get("created_at"),
-            "path": entry.path,
-        })
+        rows.append(
+            {
+                "benchmark": entry.path.parents[2].name,
+                "retriever": entry.path.parents[1].name,
+                "setting": entry.path.parent.name,
+                "depth": record.get("depth"),
+                "ks": tuple(record.get("ks", ())),
+                "run_key": record.get("run_key"),
+                "fingerprint": record.get("fingerprint"),
+                "created_at": record.get("created_at"),
+                "path": entry.path,
+            }
+        )
     index = pd.DataFrame(rows, columns=INDEX_COLUMNS)
     return index.sort_values(["benchmark", "retriever", "setting", "created_at"], kind="stable", ignore_index=True)
 
@@ -392,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
         return export_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m vldocir.store", description=main.__doc__)
     parser.add_argument("results_dir", nargs="?", default=os.environ.get("VLDOCIR_RESULTS_DIR", "results"))
-    parser.add_argument("--verify", action="store_true", help="also hash every run.parquet and list what does not verify")
+    parser.add_argument(
+        "--verify", action="store_true", help="also hash every run.parquet and list what does not verify"
+    )
     args = parser.parse_args(argv)
     index = list_runs(args.results_dir)
     if index.empty:
@@ -437,8 +467,9 @@ def resolve_entry(run: str | Path, results_dir: str | Path | None = None) -> tup
     return entry, how
 
 
-def export_trec(entry: Entry, out: str | Path, tag: str | None = None, force: bool = False,
-                exact_scores: bool = False) -> dict[str, Any]:
+def export_trec(
+    entry: Entry, out: str | Path, tag: str | None = None, force: bool = False, exact_scores: bool = False
+) -> dict[str, Any]:
     """Write the entry's run as a TREC run file ``out`` (atomically; an existing file only with
     ``force``, and never inside the store's ``runs/``). ``tag`` defaults to ``<retriever>.<setting>``.
 
@@ -455,14 +486,21 @@ def export_trec(entry: Entry, out: str | Path, tag: str | None = None, force: bo
     out = Path(out)
     runs_root = entry.path.resolve().parents[3]
     if out.resolve().is_relative_to(runs_root):
-        raise StoreError(f"{out} is inside the results store {runs_root}, whose directories are never written into; "
-                         "export elsewhere")
+        raise StoreError(
+            f"{out} is inside the results store {runs_root}, whose directories are never written into; export elsewhere"
+        )
     if out.exists() and not force:
         raise StoreError(f"{out} exists; pass --force to replace it")
     tag = tag or f"{entry.path.parents[1].name}.{entry.path.parent.name}"
     run = read_stored_run(entry)
     counts = write_trec_run(run, out, tag, separate_ties=not exact_scores)
-    return {"entry": str(entry.path), "out": str(out), "tag": tag, "queries": len(pc.unique(run.column("query_id"))), **counts}
+    return {
+        "entry": str(entry.path),
+        "out": str(out),
+        "tag": tag,
+        "queries": len(pc.unique(run.column("query_id"))),
+        **counts,
+    }
 
 
 def export_main(argv: list[str]) -> int:
@@ -475,14 +513,20 @@ def export_main(argv: list[str]) -> int:
     """
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m vldocir.store export", description=export_main.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m vldocir.store export",
+        description=export_main.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("run", help="entry directory, setting directory, or <benchmark>/<retriever>/<setting>")
     parser.add_argument("out", help="the TREC run file to write")
     parser.add_argument("--tag", default=None, help="the run tag (6th column); default <retriever>.<setting>")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    parser.add_argument("--exact-scores", action="store_true",
-                        help="write the stored scores unchanged (trec_eval then breaks ties by docid descending)")
+    parser.add_argument(
+        "--exact-scores",
+        action="store_true",
+        help="write the stored scores unchanged (trec_eval then breaks ties by docid descending)",
+    )
     parser.add_argument("--results-dir", default=os.environ.get("VLDOCIR_RESULTS_DIR", "results"))
     args = parser.parse_args(argv)
     try:
@@ -491,10 +535,15 @@ def export_main(argv: list[str]) -> int:
     except (StoreError, ValueError) as error:
         print(f"export: {error}", file=sys.stderr)
         return 2
-    print(f"Exported {done['rows']} rows ({done['queries']} queries) of {entry.path} ({how}) to {done['out']}, tag {done['tag']}")
+    print(
+        f"Exported {done['rows']} rows ({done['queries']} queries) of {entry.path} ({how}) to {done['out']}, "
+        f"tag {done['tag']}"
+    )
     if done["lowered"]:
-        print(f"  {done['lowered']} score(s) lowered by float32 steps to order tied pages as vldocir does "
-              "(page_id ascending; trec_eval would order them by docid descending); --exact-scores keeps them")
+        print(
+            f"  {done['lowered']} score(s) lowered by float32 steps to order tied pages as vldocir does "
+            "(page_id ascending; trec_eval would order them by docid descending); --exact-scores keeps them"
+        )
     if done["ties_left"]:
         print(f"  {done['ties_left']} pair(s) of tied pages left tied: trec_eval orders them by docid descending")
     return 0

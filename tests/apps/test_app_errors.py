@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from helpers import REPO_ROOT
 
 pytestmark = pytest.mark.slow

@@ -96,7 +96,9 @@ class RecordedServer:
 
     def hits(self, route: str | None = None, status: int | None = None) -> list[Hit]:
         with self._lock:
-            return [h for h in self.log if (route is None or h.route == route) and (status is None or h.status == status)]
+            return [
+                h for h in self.log if (route is None or h.route == route) and (status is None or h.status == status)
+            ]
 
     def served(self) -> set[str]:
         """Routes answered with their recording (200 or the recorded 404, not cut short) at least once."""
@@ -112,7 +114,9 @@ class RecordedServer:
 
     # -- answering ----------------------------------------------------------------------------------
     def match(self, path: str, query: dict[str, str]) -> Route | None:
-        candidates = [r for r in self.routes if r.path == path and all(query.get(k) == str(v) for k, v in r.query.items())]
+        candidates = [
+            r for r in self.routes if r.path == path and all(query.get(k) == str(v) for k, v in r.query.items())
+        ]
         return max(candidates, key=lambda r: len(r.query), default=None)
 
     def answer(self, path: str, query: dict[str, str], headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
@@ -134,8 +138,17 @@ class RecordedServer:
                 body = body[: len(body) // 2]
             status, extra = route.status, {"Content-Type": route.type}
         with self._lock:
-            self.log.append(Hit(route.name if route else None, path, query, status, headers, time.monotonic(),
-                                malformed=bool(fault and fault.malformed)))
+            self.log.append(
+                Hit(
+                    route.name if route else None,
+                    path,
+                    query,
+                    status,
+                    headers,
+                    time.monotonic(),
+                    malformed=bool(fault and fault.malformed),
+                )
+            )
         return status, extra, body
 
 

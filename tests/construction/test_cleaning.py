@@ -1,4 +1,5 @@
-"""Query-cleaning ablations (paper App. A.5, Tables 6-10; ``vldocir.apps.cleaning_ablations``, conf/cleaning_ablations.yaml).
+"""Query-cleaning ablations (paper App. A.5, Tables 6-10; ``vldocir.apps.cleaning_ablations``,
+conf/cleaning_ablations.yaml).
 
 - the labelled-set loader and its errors (file and row named);
 - the rating and keep/discard parsers, and the removal rule (``score <= t``);
@@ -22,15 +23,26 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
-from vldocir.llm_server import ChatServer, Recorded, Reply
 from helpers import CONFIG_DIR, REPO_ROOT
-from vldocir.construction.cleaning import (COUNT_COLUMNS, LabelledSetError, confusion, embed, false_omission_rate,
-                                           load_labelled, parse_decision, parse_rating, rating_method_id,
-                                           removed_by_rating, retention_rate, run_cleaning, split,
-                                           train_size)
+from vldocir.construction.cleaning import (
+    COUNT_COLUMNS,
+    LabelledSetError,
+    confusion,
+    embed,
+    false_omission_rate,
+    load_labelled,
+    parse_decision,
+    parse_rating,
+    rating_method_id,
+    removed_by_rating,
+    retention_rate,
+    run_cleaning,
+    split,
+    train_size,
+)
 from vldocir.errors import ConfigError
+from vldocir.llm_server import ChatServer, Recorded, Reply
 from vldocir.reporting.check import check_table
 from vldocir.reporting.paper import load_spec
 from vldocir.reporting.store_view import ResultsView
@@ -38,17 +50,35 @@ from vldocir.reporting.tables import build_tables
 
 SHIPPED = REPO_ROOT / "data" / "cleaning" / "labelled-synthetic.csv"
 PAPER_CSV = REPO_ROOT / "results" / "paper" / "cleaning_confusion.csv"
-ALL_METHODS = ["llm_rating_t0.0", "llm_rating_t0.25", "llm_rating_t0.5", "llm_rating_t0.75", "llm_classifier",
-               "llm_combined", "logreg", "xgboost", "knn5"]
+ALL_METHODS = [
+    "llm_rating_t0.0",
+    "llm_rating_t0.25",
+    "llm_rating_t0.5",
+    "llm_rating_t0.75",
+    "llm_classifier",
+    "llm_combined",
+    "logreg",
+    "xgboost",
+    "knn5",
+]
 TABLES = ["table6_llm_rating", "table7_llm_classifier", "table8_llm_combined", "table9_classifiers", "table10_knn"]
 
 
 def clean_cfg(tmp_path, *overrides: str):
-    """The ``cleaning`` node that ``python -m vldocir.apps.cleaning_ablations <overrides>`` runs, every output under ``tmp_path``."""
+    """The ``cleaning`` node that ``python -m vldocir.apps.cleaning_ablations <overrides>`` runs, every output
+    under ``tmp_path``."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="cleaning_ablations", return_hydra_config=True, overrides=[
-            f"paths.root_dir={REPO_ROOT}", f"paths.cache_dir={tmp_path / 'cache'}",
-            f"paths.results_dir={tmp_path / 'results'}", f"paths.log_dir={tmp_path / 'logs'}", *overrides])
+        cfg = compose(
+            config_name="cleaning_ablations",
+            return_hydra_config=True,
+            overrides=[
+                f"paths.root_dir={REPO_ROOT}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+                f"paths.results_dir={tmp_path / 'results'}",
+                f"paths.log_dir={tmp_path / 'logs'}",
+                *overrides,
+            ],
+        )
     HydraConfig.instance().set_config(cfg)
     return cfg.cleaning
 
@@ -64,8 +94,10 @@ def test_the_shipped_set_is_synthetic_and_loads():
 
 
 def test_jsonl_and_parquet_sets_with_numeric_labels(tmp_path):
-    rows = [{"query_id": "a", "question": "Q1?", "answer": "x", "label": 1},
-            {"query_id": "b", "question": "Q2?", "answer": "", "label": 0}]
+    rows = [
+        {"query_id": "a", "question": "Q1?", "answer": "x", "label": 1},
+        {"query_id": "b", "question": "Q2?", "answer": "", "label": 0},
+    ]
     (tmp_path / "set.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     pd.DataFrame(rows).to_parquet(tmp_path / "set.parquet")
     for name in ("set.jsonl", "set.parquet"):
@@ -73,13 +105,25 @@ def test_jsonl_and_parquet_sets_with_numeric_labels(tmp_path):
         assert labelled["removed"].tolist() == [True, False] and labelled["answer"].tolist() == ["x", ""]
 
 
-@pytest.mark.parametrize("body, message", [
-    ("query_id,question,answer,label\na,Q?,x,keep\nb,Q2?,y,maybe\n", r"bad\.csv: row 2 \(line 3\): query 'b' has label 'maybe'"),
-    ("query_id,question,answer,label\na,Q?,x,keep\na,Q2?,y,remove\n", r"row 2 \(line 3\): query_id 'a' repeats row 1"),
-    ("query_id,question,answer\na,Q?,x\n", r"bad\.csv: missing column\(s\) \['label'\]"),
-    ("# a comment\nquery_id,question,answer,label\na, ,x,keep\n", r"row 1 \(line 3\): query 'a' has an empty question"),
-    ("query_id,question,answer,label\n,Q?,x,keep\n", r"row 1 \(line 2\): empty query_id"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            "query_id,question,answer,label\na,Q?,x,keep\nb,Q2?,y,maybe\n",
+            r"bad\.csv: row 2 \(line 3\): query 'b' has label 'maybe'",
+        ),
+        (
+            "query_id,question,answer,label\na,Q?,x,keep\na,Q2?,y,remove\n",
+            r"row 2 \(line 3\): query_id 'a' repeats row 1",
+        ),
+        ("query_id,question,answer\na,Q?,x\n", r"bad\.csv: missing column\(s\) \['label'\]"),
+        (
+            "# a comment\nquery_id,question,answer,label\na, ,x,keep\n",
+            r"row 1 \(line 3\): query 'a' has an empty question",
+        ),
+        ("query_id,question,answer,label\n,Q?,x,keep\n", r"row 1 \(line 2\): empty query_id"),
+    ],
+)
 def test_bad_csv_rows_are_named(tmp_path, body, message):
     (tmp_path / "bad.csv").write_text(body)
     with pytest.raises(LabelledSetError, match=message):
@@ -87,7 +131,9 @@ def test_bad_csv_rows_are_named(tmp_path, body, message):
 
 
 def test_bad_jsonl_line_and_unknown_format(tmp_path):
-    (tmp_path / "bad.jsonl").write_text('{"query_id": "a", "question": "Q?", "answer": "x", "label": "keep"}\n\n{oops\n')
+    (tmp_path / "bad.jsonl").write_text(
+        '{"query_id": "a", "question": "Q?", "answer": "x", "label": "keep"}\n\n{oops\n'
+    )
     with pytest.raises(LabelledSetError, match=r"bad\.jsonl: line 3 is not JSON"):
         load_labelled(tmp_path / "bad.jsonl")
     (tmp_path / "set.tsv").write_text("x")
@@ -99,25 +145,38 @@ def test_bad_jsonl_line_and_unknown_format(tmp_path):
 RATING = '{"clarity": 1, "answer_correctness": 0.75, "closedness": "0.5", "no_layout_reference": 0}'
 
 
-@pytest.mark.parametrize("answer, expected", [
-    (RATING, ({"clarity": 1.0, "answer_correctness": 0.75, "closedness": 0.5, "no_layout_reference": 0.0}, None)),
-    (f"<think>hmm {{</think>Here you go:\n```json\n{RATING}\n```", ({"clarity": 1.0, "answer_correctness": 0.75,
-                                                                      "closedness": 0.5, "no_layout_reference": 0.0}, None)),
-    ("All criteria look fine to me: 1.", (None, "malformed")),
-    ('{"clarity": 1, "closedness": 1}', (None, "missing_criteria")),
-    ('{"clarity": 1, "answer_correctness": 0.8, "closedness": 1, "no_layout_reference": 1}', (None, "off_scale")),
-    ('{"clarity": "high", "answer_correctness": 1, "closedness": 1, "no_layout_reference": 1}', (None, "off_scale")),
-    (None, (None, "malformed")),
-])
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        (RATING, ({"clarity": 1.0, "answer_correctness": 0.75, "closedness": 0.5, "no_layout_reference": 0.0}, None)),
+        (
+            f"<think>hmm {{</think>Here you go:\n```json\n{RATING}\n```",
+            ({"clarity": 1.0, "answer_correctness": 0.75, "closedness": 0.5, "no_layout_reference": 0.0}, None),
+        ),
+        ("All criteria look fine to me: 1.", (None, "malformed")),
+        ('{"clarity": 1, "closedness": 1}', (None, "missing_criteria")),
+        ('{"clarity": 1, "answer_correctness": 0.8, "closedness": 1, "no_layout_reference": 1}', (None, "off_scale")),
+        (
+            '{"clarity": "high", "answer_correctness": 1, "closedness": 1, "no_layout_reference": 1}',
+            (None, "off_scale"),
+        ),
+        (None, (None, "malformed")),
+    ],
+)
 def test_parse_rating(answer, expected):
     assert parse_rating(answer) == expected
 
 
-@pytest.mark.parametrize("answer, expected", [
-    ('{"decision": "keep"}', (False, None)), ('{"decision": "Discard"}', (True, None)),
-    ('Verdict: {"decision": "remove"} because it is vague', (True, None)),
-    ("keep", (None, "malformed")), ('{"decision": "unsure"}', (None, "unknown_decision")),
-])
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ('{"decision": "keep"}', (False, None)),
+        ('{"decision": "Discard"}', (True, None)),
+        ('Verdict: {"decision": "remove"} because it is vague', (True, None)),
+        ("keep", (None, "malformed")),
+        ('{"decision": "unsure"}', (None, "unknown_decision")),
+    ],
+)
 def test_parse_decision(answer, expected):
     assert parse_decision(answer) == expected
 
@@ -130,7 +189,9 @@ def test_removal_is_at_or_below_the_threshold():
     assert not removed_by_rating({**scores, "answer_correctness": 0.25}, 0.0, unparsed_removed=False)
     assert removed_by_rating({**scores, "answer_correctness": 0.75}, 0.75, unparsed_removed=False)
     assert not removed_by_rating(dict.fromkeys(scores, 1.0), 0.75, unparsed_removed=False)
-    assert removed_by_rating(None, 0.75, unparsed_removed=True) and not removed_by_rating(None, 0.75, unparsed_removed=False)
+    assert removed_by_rating(None, 0.75, unparsed_removed=True) and not removed_by_rating(
+        None, 0.75, unparsed_removed=False
+    )
     assert [rating_method_id(t) for t in (0, 0.25, 0.5, 0.75)] == ALL_METHODS[:4]
 
 
@@ -170,7 +231,9 @@ def test_paper_matrices_reproduce_their_printed_rates():
     assert xgb["actual_removed_pred_removed"] + xgb["actual_kept_pred_removed"] == 285
     # 4. The three classifiers are "evaluated on the 638" held-out queries, yet their matrices hold
     #    193, 194 and 201 queries that should be removed: not one shared split.
-    held_out_removed = (paper["actual_removed_pred_removed"] + paper["actual_removed_pred_kept"])[["logreg", "xgboost", "knn5"]]
+    held_out_removed = (paper["actual_removed_pred_removed"] + paper["actual_removed_pred_kept"])[
+        ["logreg", "xgboost", "knn5"]
+    ]
     assert held_out_removed.tolist() == [193, 194, 201]
     # 5. The LLM methods agree on the set: 440 to remove and 998 to keep in every row of Tables 6-8.
     llm = paper.loc[ALL_METHODS[:6]]
@@ -179,22 +242,63 @@ def test_paper_matrices_reproduce_their_printed_rates():
 
 def test_confusion_orientation():
     counts = confusion([True, True, False, False, False], [True, False, True, False, False])
-    assert counts == {"actual_removed_pred_removed": 1, "actual_removed_pred_kept": 1, "actual_kept_pred_removed": 1,
-                      "actual_kept_pred_kept": 2, "total": 5}
+    assert counts == {
+        "actual_removed_pred_removed": 1,
+        "actual_removed_pred_kept": 1,
+        "actual_kept_pred_removed": 1,
+        "actual_kept_pred_kept": 2,
+        "total": 5,
+    }
     assert false_omission_rate(counts) == pytest.approx(1 / 3) and retention_rate(counts) == pytest.approx(3 / 5)
     assert math.isnan(false_omission_rate(confusion([True], [True])))
 
 
 # -- the LLM methods against a real server ----------------------------------------------------------------
 SERVED = [  # query_id, question, label, rating answer, decision answer (None: HTTP status instead)
-    ("q1", "Which river drains Lake Quellmar?", "keep", '{"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 1}', '{"decision": "keep"}'),
-    ("q2", "What does the table below list?", "remove", '{"clarity": 0.5, "answer_correctness": 0.75, "closedness": 0.5, "no_layout_reference": 0}', '{"decision": "discard"}'),
-    ("q3", "What did he do next?", "remove", '{"clarity": 0, "answer_correctness": 0.5, "closedness": 0.5, "no_layout_reference": 1}', "I would discard it."),
-    ("q4", "How many seats does the Kestland parliament have?", "keep", '{"clarity": 1, "answer_correctness": 0.75, "closedness": 1, "no_layout_reference": 1}', '{"decision": "keep"}'),
+    (
+        "q1",
+        "Which river drains Lake Quellmar?",
+        "keep",
+        '{"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 1}',
+        '{"decision": "keep"}',
+    ),
+    (
+        "q2",
+        "What does the table below list?",
+        "remove",
+        '{"clarity": 0.5, "answer_correctness": 0.75, "closedness": 0.5, "no_layout_reference": 0}',
+        '{"decision": "discard"}',
+    ),
+    (
+        "q3",
+        "What did he do next?",
+        "remove",
+        '{"clarity": 0, "answer_correctness": 0.5, "closedness": 0.5, "no_layout_reference": 1}',
+        "I would discard it.",
+    ),
+    (
+        "q4",
+        "How many seats does the Kestland parliament have?",
+        "keep",
+        '{"clarity": 1, "answer_correctness": 0.75, "closedness": 1, "no_layout_reference": 1}',
+        '{"decision": "keep"}',
+    ),
     ("q5", "Why is the bridge important?", "remove", "It is a vague question.", '{"decision": "keep"}'),
-    ("q6", "Who directed The Glass Orchard?", "keep", '{"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 0.8}', 400),
+    (
+        "q6",
+        "Who directed The Glass Orchard?",
+        "keep",
+        '{"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 0.8}',
+        400,
+    ),
     ("q7", "What is the main contribution of this paper?", "remove", 500, '{"decision": "maybe"}'),
-    ("q8", "What yield did the final KX-118 step give?", "keep", '```json\n{"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 1}\n```', '{"decision": "keep"}'),
+    (
+        "q8",
+        "What yield did the final KX-118 step give?",
+        "keep",
+        '```json\n{"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 1}\n```',
+        '{"decision": "keep"}',
+    ),
 ]
 
 
@@ -210,11 +314,21 @@ def _responder(request: Recorded) -> Reply:
 
 def test_llm_methods_against_a_chat_server(tmp_path):
     path = tmp_path / "served.jsonl"
-    path.write_text("\n".join(json.dumps({"query_id": q, "question": t, "answer": "a", "label": label})
-                              for q, t, label, *_ in SERVED) + "\n")
-    overrides = [f"cleaning.labelled={path}", "cleaning.llm_recorded=null", "cleaning.llm.model=test-model",
-                 "cleaning.llm.max_retries=1", "+cleaning.llm.backoff_s=0.01", "cleaning.llm.timeout_s=5",
-                 "cleaning.methods=[llm_rating,llm_classifier,llm_combined]"]
+    path.write_text(
+        "\n".join(
+            json.dumps({"query_id": q, "question": t, "answer": "a", "label": label}) for q, t, label, *_ in SERVED
+        )
+        + "\n"
+    )
+    overrides = [
+        f"cleaning.labelled={path}",
+        "cleaning.llm_recorded=null",
+        "cleaning.llm.model=test-model",
+        "cleaning.llm.max_retries=1",
+        "+cleaning.llm.backoff_s=0.01",
+        "cleaning.llm.timeout_s=5",
+        "cleaning.methods=[llm_rating,llm_classifier,llm_combined]",
+    ]
     with ChatServer(responder=_responder) as server:
         cfg = clean_cfg(tmp_path, f"cleaning.llm.base_url={server.url}", *overrides)
         results = run_cleaning(cfg)
@@ -225,8 +339,12 @@ def test_llm_methods_against_a_chat_server(tmp_path):
     # Ratings: q3 removed at every t (clarity 0); q2 at t >= 0 (layout 0); q4 at 0.75 only;
     # unusable: q5 (malformed), q6 (off_scale), q7 (llm_error) -> kept.
     t0 = results["llm_rating_t0.0"]
-    assert (t0["actual_removed_pred_removed"], t0["actual_removed_pred_kept"], t0["actual_kept_pred_removed"],
-            t0["actual_kept_pred_kept"]) == (2, 2, 0, 4)
+    assert (
+        t0["actual_removed_pred_removed"],
+        t0["actual_removed_pred_kept"],
+        t0["actual_kept_pred_removed"],
+        t0["actual_kept_pred_kept"],
+    ) == (2, 2, 0, 4)
     t75 = results["llm_rating_t0.75"]
     assert (t75["actual_removed_pred_removed"], t75["actual_kept_pred_removed"]) == (2, 1)
     assert t0["unparsed"] == {"malformed": 1, "off_scale": 1, "llm_error": 1}
@@ -242,8 +360,9 @@ def test_llm_methods_against_a_chat_server(tmp_path):
 
     # A rerun with the server gone replays the cached answers (failures were not cached and fail again).
     with ChatServer(responder=lambda request: Reply(status=503)) as server:
-        again = run_cleaning(clean_cfg(tmp_path, f"cleaning.llm.base_url={server.url}", *overrides,
-                                       "cleaning.llm.max_retries=0"))
+        again = run_cleaning(
+            clean_cfg(tmp_path, f"cleaning.llm.base_url={server.url}", *overrides, "cleaning.llm.max_retries=0")
+        )
         assert len(server.requests) == 2  # q6's decision and q7's rating
     assert again["llm_rating_t0.0"] == results["llm_rating_t0.0"]
 
@@ -289,7 +408,10 @@ def test_default_run_writes_every_method(default_run):
     assert kept == sorted(kept, reverse=True)
     knn = json.loads((tmp_path / "results" / "cleaning" / "knn5.json").read_text())
     assert knn["params"]["train"] == 80 and knn["params"]["held_out"] == 64
-    assert knn["models"]["embedder"]["hub_id"] == "sentence-transformers/all-MiniLM-L6-v2" and knn["models"]["dimension"] == 384
+    assert (
+        knn["models"]["embedder"]["hub_id"] == "sentence-transformers/all-MiniLM-L6-v2"
+        and knn["models"]["dimension"] == 384
+    )
 
 
 def test_knn5_matches_a_numpy_oracle(default_run):
@@ -312,9 +434,14 @@ def test_tables_6_to_10_show_the_reproduced_matrices(default_run):
     tables = build_tables(spec, ResultsView(tmp_path / "results", spec.benchmark), TABLES)
     cells = pd.concat([t.cells for t in tables.values()])
     assert len(cells) == 9 * 6 and set(cells["status"]) == {"ok"}
-    row = dict(tuple(r) for r in cells[cells["row"] == ("LLM classifier or rating (t = 0.75)",)][["column", "reproduced"]].values)
+    row = dict(
+        tuple(r)
+        for r in cells[cells["row"] == ("LLM classifier or rating (t = 0.75)",)][["column", "reproduced"]].values
+    )
     combined = results["llm_combined"]
-    assert row["P as P"] == combined["actual_removed_pred_removed"] and row["N as N"] == combined["actual_kept_pred_kept"]
+    assert (
+        row["P as P"] == combined["actual_removed_pred_removed"] and row["N as N"] == combined["actual_kept_pred_kept"]
+    )
     assert row["Total"] == 144 and row["FOR"] == pytest.approx(combined["false_omission_rate"])
     # A small synthetic set differs from the paper's counts: the check says DIFF or OK, never MISSING.
     assert "MISSING" not in set(check_table(tables["table9_classifiers"])["check"])
@@ -327,12 +454,34 @@ def test_clean_py_command_as_the_readme_gives_it(isolated_paths):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "vldocir.apps.cleaning_ablations"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "vldocir.apps.cleaning_ablations"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     written = sorted(p.stem for p in (isolated_paths / "results" / "cleaning").glob("*.json"))
-    assert written == sorted(["llm_rating_t0.0", "llm_rating_t0.25", "llm_rating_t0.5", "llm_rating_t0.75",
-                              "llm_classifier", "llm_combined", "logreg", "xgboost", "knn5"])
+    assert written == sorted(
+        [
+            "llm_rating_t0.0",
+            "llm_rating_t0.25",
+            "llm_rating_t0.5",
+            "llm_rating_t0.75",
+            "llm_classifier",
+            "llm_combined",
+            "logreg",
+            "xgboost",
+            "knn5",
+        ]
+    )
     assert "llm_combined" in done.stdout and "make tables" in done.stdout
-    bad = subprocess.run([sys.executable, "-m", "vldocir.apps.cleaning_ablations", f"cleaning.labelled={isolated_paths / 'none.csv'}"], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=600)
+    bad = subprocess.run(
+        [sys.executable, "-m", "vldocir.apps.cleaning_ablations", f"cleaning.labelled={isolated_paths / 'none.csv'}"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode == 2 and "none.csv" in bad.stderr and "Traceback" not in bad.stderr

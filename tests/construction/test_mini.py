@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from helpers import MINI_DIR as SHIPPED
+from helpers import REPO_ROOT, newest_entry
 from vldocir.data.benchmark import load_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
-from helpers import MINI_DIR as SHIPPED, REPO_ROOT, newest_entry
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,9 @@ def test_shipped_page_images_are_downscaled_copies_of_full_pages(mini):
 def test_default_run_is_sensible_on_the_mini_benchmark(isolated_paths):
     done = subprocess.run([sys.executable, "run.py"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    metrics = pd.read_json(newest_entry(isolated_paths / "results", "vl-docir-mini", "dom_bm25", "base") / "metrics.json", typ="series")
+    metrics = pd.read_json(
+        newest_entry(isolated_paths / "results", "vl-docir-mini", "dom_bm25", "base") / "metrics.json", typ="series"
+    )
     by_structure = metrics["breakdowns"]["structure"]
     # single-page evidence is easier for BM25 than distributed evidence, by more than 10 points on average
     single = sum(by_structure[s]["recallall@5"] for s in ("page_single", "page_multi")) / 2
@@ -69,9 +72,20 @@ def test_mini_rebuilds_from_its_seed_with_the_same_structure(mini, tmp_path):
     """Documents, page counts, element-to-page mapping and qrels match; pixels are not compared."""
     out = tmp_path / "rebuilt"
     done = subprocess.run(
-        [sys.executable, "-m", "vldocir.apps.build", f"out_dir={out}", f"paths.cache_dir={tmp_path / 'cache'}",
-         f"paths.log_dir={tmp_path / 'logs'}", "spec.name=vl-docir-mini", "spec.ocr=false"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800,
+        [
+            sys.executable,
+            "-m",
+            "vldocir.apps.build",
+            f"out_dir={out}",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            f"paths.log_dir={tmp_path / 'logs'}",
+            "spec.name=vl-docir-mini",
+            "spec.ocr=false",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rebuilt = load_benchmark(out)
@@ -84,7 +98,10 @@ def test_mini_rebuilds_from_its_seed_with_the_same_structure(mini, tmp_path):
     same("documents", ["doc_id", "source", "domain", "n_pages"], ["doc_id"])
     same("elements", ["doc_id", "element_id", "page_index", "element_type"], ["doc_id", "element_id"])
     same("queries", ["query_id", "text", "evidence_structure", "source"], ["query_id"])
-    qrels = lambda b: b.qrels.assign(element_ids=b.qrels["element_ids"].map(tuple))[["query_id", "page_id", "element_ids"]]
+
+    def qrels(b):
+        return b.qrels.assign(element_ids=b.qrels["element_ids"].map(tuple))[["query_id", "page_id", "element_ids"]]
+
     pd.testing.assert_frame_equal(
         qrels(mini).sort_values(["query_id", "page_id"]).reset_index(drop=True),
         qrels(rebuilt).sort_values(["query_id", "page_id"]).reset_index(drop=True),

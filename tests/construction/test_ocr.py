@@ -9,7 +9,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 
-pytestmark = pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract binary (apt-get install tesseract-ocr)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("tesseract") is None, reason="needs the tesseract binary (apt-get install tesseract-ocr)"
+)
 
 
 def _page(path, text):

@@ -272,7 +272,7 @@ def test_a_short_table_whose_rules_leave_no_clean_cut_is_pushed():
     boxes, px = bordered_table(top, n_rows=20, row_h=60)
     for a in range(top, top + 20 * 60, 60):
         text_line(px, a + 1, a + 59)
-    px = px[:PAGE_H + 4]
+    px = px[: PAGE_H + 4]
     d = choose_cut(px, 0, 0, boxes, page_height=PAGE_H, doc_height=10_000)
     assert d.reason == "push" and d.cut < top - 1 and blank_rows(px)[d.cut - 2 : d.cut + 1].all()
     # with no pixels the old rule holds: the box-free row nearest nominal
@@ -280,12 +280,15 @@ def test_a_short_table_whose_rules_leave_no_clean_cut_is_pushed():
 
 
 def test_keep_with_next_boxes():
-    boxes = np.array([
-        [0, 100, 200, 160],  # h2
-        [0, 180, 200, 220],  # h3, right below
-        [0, 240, 200, 900],  # its paragraph
-        [0, 950, 200, 1000],  # a heading at the end of the document
-    ], dtype=float)
+    boxes = np.array(
+        [
+            [0, 100, 200, 160],  # h2
+            [0, 180, 200, 220],  # h3, right below
+            [0, 240, 200, 900],  # its paragraph
+            [0, 950, 200, 1000],  # a heading at the end of the document
+        ],
+        dtype=float,
+    )
     keep = keep_with_next(boxes, np.array([True, True, False, True]), max_gap=100)
     np.testing.assert_allclose(keep, [[0, 100, 200, 181], [0, 180, 200, 241]])
     assert keep_with_next(boxes, np.array([True, True, False, True]), max_gap=10).shape == (0, 4)
@@ -322,8 +325,15 @@ def test_through_prefers_rows_that_cross_no_fragile_element():
     fragile = np.array([False, False, True])
     f = choose_cut(px, 0, 0, boxes[[0, 1, 2]], page_height=PAGE_H, doc_height=9000, fragile=fragile)
     assert f.reason == "through" and not 3400 < f.cut < 3460
-    crossing_list = choose_cut(px, 0, 0, np.array([[0, 100, 200, 6000]] * 1 + [[0, 3200, 100, 4100]]),
-                               page_height=PAGE_H, doc_height=9000, fragile=np.array([False, True]))
+    crossing_list = choose_cut(
+        px,
+        0,
+        0,
+        np.array([[0, 100, 200, 6000]] * 1 + [[0, 3200, 100, 4100]]),
+        page_height=PAGE_H,
+        doc_height=9000,
+        fragile=np.array([False, True]),
+    )
     assert crossing_list.reason == "through" and blank_rows(px)[crossing_list.cut - 1]
 
 

@@ -16,15 +16,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import CHROMIUM, NO_CHROMIUM_REASON, REPO_ROOT, needs_chromium
 from vldocir.construction.render import RenderConfig, load_layout, render_batch
-from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium
-
-from helpers import REPO_ROOT
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "render"
 REAL_HTML = Path(os.environ.get("VLDOCIR_REAL_HTML", REPO_ROOT.parent / "shared" / "real-html"))
-REAL_SOURCES = {"wikipedia-a": "wikipedia", "wikipedia-b": "wikipedia", "arxiv-1708.00137": "arxiv",
-                "arxiv-1707.08043": "arxiv", "sec-def14a-893739": "sec"}
+REAL_SOURCES = {
+    "wikipedia-a": "wikipedia",
+    "wikipedia-b": "wikipedia",
+    "arxiv-1708.00137": "arxiv",
+    "arxiv-1707.08043": "arxiv",
+    "sec-def14a-893739": "sec",
+}
 SLACK = RenderConfig().cut_slack
 
 
@@ -50,8 +53,10 @@ def cut_problems(doc) -> list[str]:
         blank = not ink[1:4].any()
         vertical = all((ink[i] == ink[0]).all() for i in range(1, 5))
         if not (blank or vertical):
-            problems.append(f"{doc.doc_id}: cut {p.page_index}/{q.page_index} at {q.top} ({p.cut_reason}) has ink "
-                            f"{ink.sum(axis=1).tolist()} in rows {q.top - 3}..{q.top + 1}")
+            problems.append(
+                f"{doc.doc_id}: cut {p.page_index}/{q.page_index} at {q.top} ({p.cut_reason}) has ink "
+                f"{ink.sum(axis=1).tolist()} in rows {q.top - 3}..{q.top + 1}"
+            )
         last = [e for e in doc.elements if e.page_index == p.page_index and e.atomic and not e.nested]
         if last and max(last, key=lambda e: e.doc_bbox[3]).element_type == "headline":
             problems.append(f"{doc.doc_id}: page {p.page_index} ends with a heading")
@@ -70,8 +75,9 @@ def fixtures(tmp_path_factory):
         pytest.skip(NO_CHROMIUM)
     out = tmp_path_factory.mktemp("pagination")
     names = ("table_rules", "references_two_column", "heading_boundary")
-    report = render_batch([(n, "generic", DATA / f"{n}.html") for n in names], out, RenderConfig(timeout_s=120),
-                          progress=False)
+    report = render_batch(
+        [(n, "generic", DATA / f"{n}.html") for n in names], out, RenderConfig(timeout_s=120), progress=False
+    )
     assert report.failed == [], report.errors
     return {n: load_layout(out / n) for n in names}
 
@@ -90,7 +96,10 @@ def test_a_table_rule_never_lands_on_both_pages(fixtures):
     assert crossing(doc, 0) == []
     below = _image(doc.page_path(1))[:12].astype(np.int16)
     above = _image(doc.page_path(0))[doc.pages[0].content_height - 12 : doc.pages[0].content_height].astype(np.int16)
-    rule = lambda px: ((np.abs(px - np.array(doc.background)) > 8).sum(axis=1) > 1000)  # a row across the table
+
+    def rule(px):  # a row across the table
+        return (np.abs(px - np.array(doc.background)) > 8).sum(axis=1) > 1000
+
     assert rule(above).any() != rule(below).any(), (rule(above), rule(below))  # the rule on exactly one side
 
 
@@ -139,7 +148,10 @@ def test_real_pages_are_cut_only_at_clean_rows(tmp_path):
         for i, p in enumerate(doc.pages[:-1]):
             if p.cut_reason != "through":
                 problems += [f"{doc_id}: cut {i} crosses {e.element_type} {e.text[:40]!r}" for e in crossing(doc, i)]
-        problems += [f"{doc_id}: {e.element_type} {e.text[:40]!r} spans pages" for e in doc.elements
-                     if e.spans_pages and e.atomic and doc.pages[e.page_index].cut_reason != "through"]
+        problems += [
+            f"{doc_id}: {e.element_type} {e.text[:40]!r} spans pages"
+            for e in doc.elements
+            if e.spans_pages and e.atomic and doc.pages[e.page_index].cut_reason != "through"
+        ]
     assert cuts >= 20
     assert problems == []

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import make_pdf
 
+from helpers import make_pdf
 from vldocir.construction.pdf import (
     PAGES_FILE,
     PdfConfig,
@@ -152,10 +152,10 @@ def test_build_from_an_index_of_pdfs(pdfs, tmp_path):
     and the VLM query stage run as for HTML, and a damaged PDF is reported by name."""
     import shutil
 
-    from helpers import ScriptedVLM
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
+    from helpers import ScriptedVLM
     from vldocir.construction.ingest import build_from_html
     from vldocir.construction.ocr import OcrConfig
     from vldocir.data.benchmark import load_benchmark

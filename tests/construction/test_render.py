@@ -60,7 +60,6 @@ FIXTURES = {  # doc_id -> (source, file)
 
 from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402,F401
 
-
 # --- find_chromium (no browser needed) ---------------------------------------------------------
 
 
@@ -300,7 +299,8 @@ def test_page_text_is_exactly_its_elements_text(rendered, docs_dir):
     for doc in docs.values():
         for p in doc.pages:
             units = [
-                e for e in doc.elements
+                e
+                for e in doc.elements
                 if e.page_index == p.page_index and e.text and not e.nested and e.element_type not in ("table", "list")
             ]
             units.sort(key=lambda e: (e.doc_bbox[1], e.doc_bbox[0]))
@@ -327,9 +327,18 @@ def test_page_text_is_exactly_its_elements_text(rendered, docs_dir):
 def test_element_types_and_facts(rendered):
     doc = rendered[3]["types"]
     expected = {
-        "f-headline": "headline", "f-text": "text", "f-div": "text", "f-list": "list", "f-item": "text",
-        "f-table": "table", "f-row": "table_row", "f-img": "image", "f-caption": "caption",
-        "f-svg": "image", "f-math": "formula", "f-eq": "formula",
+        "f-headline": "headline",
+        "f-text": "text",
+        "f-div": "text",
+        "f-list": "list",
+        "f-item": "text",
+        "f-table": "table",
+        "f-row": "table_row",
+        "f-img": "image",
+        "f-caption": "caption",
+        "f-svg": "image",
+        "f-math": "formula",
+        "f-eq": "formula",
     }
     for fact, etype in expected.items():
         assert _element(doc, fact).element_type == etype, fact
@@ -355,7 +364,11 @@ def test_clutter_and_invisible_content_are_removed(rendered):
     assert "CLUTTER" not in text, [t for t in text.split("\n") if "CLUTTER" in t]
     dom = doc.pages[0].dom_text.split("\n")
     assert dom == [
-        "River Article", "Sticky subtitle", "Visible paragraph one.", "Visible paragraph two.", "Visible paragraph three.",
+        "River Article",
+        "Sticky subtitle",
+        "Visible paragraph one.",
+        "Visible paragraph two.",
+        "Visible paragraph three.",
     ]
 
 
@@ -380,12 +393,21 @@ def test_unreachable_images_are_blocked_and_do_not_hang(rendered):
     assert not any("still loading" in w for w in doc.warnings), doc.warnings
     assert doc.warnings == ["4 image(s) show nothing: blocked 3, missing 1"], doc.warnings
     failed = {f["url"].rsplit("/", 1)[-1]: f["status"] for f in doc.images["failed"]}
-    assert failed == {"does-not-exist.png": "missing", "remote.png": "blocked", "never.png": "blocked",
-                      "outside.png": "blocked"}, doc.images
+    assert failed == {
+        "does-not-exist.png": "missing",
+        "remote.png": "blocked",
+        "never.png": "blocked",
+        "outside.png": "blocked",
+    }, doc.images
     assert all(f["element_id"] for f in doc.images["failed"])  # each is a recorded image element
     blocked = doc.blocked_requests
-    for url in ("http://example.com/remote.png", "https://192.0.2.1/never.png", "http://example.com/analytics.js",
-                "https://fonts.googleapis.com/css?family=Roboto", "https://example.org/beacon"):
+    for url in (
+        "http://example.com/remote.png",
+        "https://192.0.2.1/never.png",
+        "http://example.com/analytics.js",
+        "https://fonts.googleapis.com/css?family=Roboto",
+        "https://example.org/beacon",
+    ):
         assert url in blocked, (url, blocked)
     assert any(u.startswith("file://") and u.endswith("/outside.png") for u in blocked), blocked
     assert not any("does-not-exist.png" in u for u in blocked)  # local: allowed, simply missing
@@ -524,8 +546,9 @@ def test_documents_whose_scripts_ignore_scrolling_are_not_scrolled(rendered):
 @needs_chromium
 def test_capture_matches_playwright_screenshot(rendered, docs_dir, tmp_path):
     """The renderer's CDP captures give the same pixels as Playwright's own screenshot."""
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     doc = rendered[3]["types"]
     with Renderer(RenderConfig()) as r:
@@ -692,8 +715,10 @@ def test_navigation_timeout_and_browser_crash_are_recorded(docs_dir, tmp_path, m
 
 def long_document(n_sections: int = 120, seed: int = 0) -> str:
     rng = np.random.default_rng(seed)
-    words = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt "
-             "ut labore et dolore magna aliqua").split()
+    words = (
+        "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt "
+        "ut labore et dolore magna aliqua"
+    ).split()
     parts = []
     for s in range(n_sections):
         parts.append(f"<h2>Section {s}</h2>")
@@ -710,9 +735,12 @@ def long_document(n_sections: int = 120, seed: int = 0) -> str:
                 f'<svg width="600" height="280"><rect width="600" height="280" fill="rgb({(s * 37) % 256},120,200)"/>'
                 f'<circle cx="300" cy="140" r="90" fill="#fc3"/><text x="20" y="30">Figure {s}</text></svg>'
             )
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>body{margin:0;padding:10px 60px;"
-            "font:18px/28px 'DejaVu Serif',serif}p{margin:0 0 14px}</style></head><body>"
-            + "".join(parts) + "</body></html>")
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><style>body{margin:0;padding:10px 60px;"
+        "font:18px/28px 'DejaVu Serif',serif}p{margin:0 0 14px}</style></head><body>"
+        + "".join(parts)
+        + "</body></html>"
+    )
 
 
 class _MemorySampler:
@@ -744,8 +772,11 @@ class _MemorySampler:
         while not self._stop.is_set():
             py, ch = self.sample()
             # pages are written into a staging directory beside the document's, then moved there
-            pages = sum(len(list(d.glob("page-*")))
-                        for d in self._watch.parent.glob(f".{self._watch.name}.staging-*")) if self._watch.parent.exists() else 0
+            pages = (
+                sum(len(list(d.glob("page-*"))) for d in self._watch.parent.glob(f".{self._watch.name}.staging-*"))
+                if self._watch.parent.exists()
+                else 0
+            )
             pages += len(list(self._watch.glob("page-*"))) if self._watch.exists() else 0
             self.samples.append((pages, py, ch))
             self._stop.wait(0.05)

@@ -41,7 +41,6 @@ PAGE_W = 2000
 
 from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402,F401
 
-
 # --- helpers -----------------------------------------------------------------------------------
 
 
@@ -122,18 +121,36 @@ def test_every_rule_names_the_page_feature_it_targets():
     named = {name for rules in PAGE_RULES.values() for name, _ in rules}
     assert defined == named, (defined, named)
     cfg = RenderConfig()
-    assert ("mediawiki_math", "*") in cfg.page_rules_for("sec") and ("sec_page_furniture", "sec") in cfg.page_rules_for("sec")
+    assert ("mediawiki_math", "*") in cfg.page_rules_for("sec") and ("sec_page_furniture", "sec") in cfg.page_rules_for(
+        "sec"
+    )
     assert ("sec_page_furniture", "sec") not in cfg.page_rules_for("pubmed")
-    assert (".usa-banner", "pubmed") in cfg.clutter_rules_for("pubmed") and ("nav", "*") in cfg.clutter_rules_for("pubmed")
+    assert (".usa-banner", "pubmed") in cfg.clutter_rules_for("pubmed") and ("nav", "*") in cfg.clutter_rules_for(
+        "pubmed"
+    )
     assert cfg.page_rules == {k: list(v) for k, v in DEFAULT_PAGE_RULES.items()}
     with pytest.raises(ValueError):
         RenderConfig(fit_min_text_scale=0)
 
 
 def _layout_of_version(directory: Path, version: int) -> Path:
-    layout = {"version": version, "doc_id": "d", "source": "generic", "html_path": "x.html", "page_width": 2000,
-              "page_height": 4000, "device_scale_factor": 2.0, "document_height": 10, "background": [255, 255, 255],
-              "n_pages": 0, "pages": [], "elements": [], "warnings": [], "timings": {}, "blocked_requests": []}
+    layout = {
+        "version": version,
+        "doc_id": "d",
+        "source": "generic",
+        "html_path": "x.html",
+        "page_width": 2000,
+        "page_height": 4000,
+        "device_scale_factor": 2.0,
+        "document_height": 10,
+        "background": [255, 255, 255],
+        "n_pages": 0,
+        "pages": [],
+        "elements": [],
+        "warnings": [],
+        "timings": {},
+        "blocked_requests": [],
+    }
     directory.mkdir(parents=True, exist_ok=True)
     (directory / LAYOUT_FILE).write_text(json.dumps(layout))
     return directory / LAYOUT_FILE
@@ -175,8 +192,9 @@ def rendered(tmp_path_factory):
     if CHROMIUM is None:
         pytest.skip(NO_CHROMIUM_REASON)
     out = tmp_path_factory.mktemp("fidelity")
-    report = render_batch([(d, s, SOURCES / d / "index.html") for d, s in DOCS.items()], out,
-                          RenderConfig(timeout_s=60), progress=False)
+    report = render_batch(
+        [(d, s, SOURCES / d / "index.html") for d, s in DOCS.items()], out, RenderConfig(timeout_s=60), progress=False
+    )
     assert report.failed == [], report.errors
     return {d: load_layout(out / d) for d in DOCS}
 
@@ -299,17 +317,37 @@ def test_pmc_reader_chrome_is_gone_from_text_and_image(rendered):
         assert control not in lines, control
     assert painted[(156, 39, 176)] == 0  # the "Done" / "Links" buttons
     # the article is all there
-    assert lines[:3] == ["Plant Cell Rep. 2021 Mar 4;12:345. doi: 10.0000/example.2021.345",
-                         "Circadian control of leaf expansion in a model plant", "Ada Lindqvist, Tomas Ferreira, Mei Nakamura"]
-    for kept in ("Abstract", "1. Introduction", "2. Results", "3. Discussion", "Wild type 12.4 7.9",
-                 "Leaf area of plants grown in long days (top) and short days (bottom).",
-                 "The clock gates growth to the hours when water is plentiful."):
+    assert lines[:3] == [
+        "Plant Cell Rep. 2021 Mar 4;12:345. doi: 10.0000/example.2021.345",
+        "Circadian control of leaf expansion in a model plant",
+        "Ada Lindqvist, Tomas Ferreira, Mei Nakamura",
+    ]
+    for kept in (
+        "Abstract",
+        "1. Introduction",
+        "2. Results",
+        "3. Discussion",
+        "Wild type 12.4 7.9",
+        "Leaf area of plants grown in long days (top) and short days (bottom).",
+        "The clock gates growth to the hours when water is plentiful.",
+    ):
         assert kept in lines, kept
     assert [e.text for e in doc.elements if e.element_type == "formula"] == [r"k_{\mathrm{on}}"]
     assert [e.element_type for e in doc.elements].count("table_row") == 3
     # each rule's removals are recorded; none held a formula, a data table or a figure
-    for rule in (".usa-banner", ".usa-site-alert", ".ncbi-header", ".pmc-header", ".pmc-share", ".pmc-sidenav",
-                 "[role=dialog]", ".portlet", ".ncbi-footer", ".usa-skipnav", "[role=search]"):
+    for rule in (
+        ".usa-banner",
+        ".usa-site-alert",
+        ".ncbi-header",
+        ".pmc-header",
+        ".pmc-share",
+        ".pmc-sidenav",
+        "[role=dialog]",
+        ".portlet",
+        ".ncbi-footer",
+        ".usa-skipnav",
+        "[role=search]",
+    ):
         assert _rule(doc, rule)["removed"] == 1, rule
     controls = _rule(doc, "pubmed:reader_control")
     assert controls["removed"] == 4 and controls["kind"] == "page_rule" and controls["source"] == "pubmed"
@@ -317,8 +355,12 @@ def test_pmc_reader_chrome_is_gone_from_text_and_image(rendered):
         assert not {"formula", "table", "figure"} & set(r["content"]), r
 
 
-SEC_FURNITURE = {"2024 PROXY STATEMENT": (31, 78, 121), "(continued)": (128, 128, 0), "page number": (178, 34, 34),
-                 "page-break rule": (153, 0, 153)}
+SEC_FURNITURE = {
+    "2024 PROXY STATEMENT": (31, 78, 121),
+    "(continued)": (128, 128, 0),
+    "page number": (178, 34, 34),
+    "page-break rule": (153, 0, 153),
+}
 
 
 @pytest.mark.slow
@@ -333,8 +375,17 @@ def test_sec_page_furniture_is_gone_from_text_and_image(rendered):
     for what, colour in SEC_FURNITURE.items():
         assert painted[colour] == 0, what
     # what only looks like furniture stays: a year, section numbers, table cells
-    for kept in ("2019", "(Proposal No. 1)", "(Proposal No. 2)", "Raj Patel 3 (continued)", "12", "Meetings held",
-                 "Audit fees $812,000 $790,000", "NORTHWIND HOLDINGS, INC.", "By order of the board of directors."):
+    for kept in (
+        "2019",
+        "(Proposal No. 1)",
+        "(Proposal No. 2)",
+        "Raj Patel 3 (continued)",
+        "12",
+        "Meetings held",
+        "Audit fees $812,000 $790,000",
+        "NORTHWIND HOLDINGS, INC.",
+        "By order of the board of directors.",
+    ):
         assert kept in lines, kept
     assert [e.element_type for e in doc.elements].count("table") == 3
     removed = {r["rule"]: r["removed"] for r in doc.cleanup if r["kind"] == "page_rule"}
@@ -363,13 +414,22 @@ def test_cuts_run_through_background_rows(rendered):
 def test_render_report_aggregates_the_records(rendered):
     report = render_report(rendered.values())
     assert report["documents"] == 4
-    assert {t: report["removed_content"][t] for t in ("formula", "table", "figure")} == {"formula": 0, "table": 0, "figure": 0}
+    assert {t: report["removed_content"][t] for t in ("formula", "table", "figure")} == {
+        "formula": 0,
+        "table": 0,
+        "figure": 0,
+    }
     assert report["formulas"] == {"elements": 11, "empty": 0}
     assert report["images"]["failed"] == {"lazy": 1, "missing": 1}
     assert set(report["images"]["by_document"]) == {"pmc-article", "sec-proxy"}
     assert report["images"]["resolved_lazy"] == 3
     assert report["overflow"]["elements"] == 0 and report["fit"]["documents"] == 1
     assert report["cleanup"]["page_rule:sec:running_head"]["removed"] == 9
-    assert report["cleanup"]["selector:.usa-banner"] == {"removed": 1, "kept_formula": 0, "changed": 0,
-                                                         "documents": 1, "content": {"image": 1}}
+    assert report["cleanup"]["selector:.usa-banner"] == {
+        "removed": 1,
+        "kept_formula": 0,
+        "changed": 0,
+        "documents": 1,
+        "content": {"image": 1},
+    }
     json.dumps(report)  # fit for benchmark.json

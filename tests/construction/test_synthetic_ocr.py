@@ -10,7 +10,7 @@ import pytest
 
 from helpers import compose_cfg
 from vldocir.config_checks import ConfigError
-from vldocir.construction.synthetic import SyntheticSpec, _OCR_CONFUSIONS, generate, ocr_like
+from vldocir.construction.synthetic import _OCR_CONFUSIONS, SyntheticSpec, generate, ocr_like
 
 TEXT = "Perka section 1 The number of parameters of Perka is 6,940. Lösung — über 80 Beispiele."
 
@@ -41,10 +41,14 @@ def test_ocr_like_every_confusable_glyph_at_rate_one():
 def _small_spec(**changes) -> SyntheticSpec:
     sources = ("wikipedia", "arxiv", "pubmed", "sec")
     base = dict(
-        name="ocr-test", seed=3, documents={s: 2 for s in sources},
+        name="ocr-test",
+        seed=3,
+        documents={s: 2 for s in sources},
         pages={"wikipedia": (8, 10), "arxiv": (8, 10), "pubmed": (8, 10), "sec": (8, 10)},
-        queries={s: {e: 2 for e in ("page_single", "page_multi", "doc_adjacent", "doc_near", "doc_far", "cross_doc")}
-                 for s in sources},
+        queries={
+            s: {e: 2 for e in ("page_single", "page_multi", "doc_adjacent", "doc_near", "doc_far", "cross_doc")}
+            for s in sources
+        },
     )
     return SyntheticSpec(**{**base, **changes})
 
@@ -72,10 +76,13 @@ def test_a_build_override_never_silently_reuses_what_another_spec_generated(isol
     again = _open_source(compose_cfg("dataset=synthetic_text").dataset)  # the same spec: reused
     assert again.fingerprint == first.fingerprint
     with pytest.raises(ConfigError, match=r"generated from another dataset.build spec \(differs in: ocr_noise, seed\)"):
-        _open_source(compose_cfg("dataset=synthetic_text", "dataset.build.seed=7", "+dataset.build.ocr_noise=0.1").dataset)
+        _open_source(
+            compose_cfg("dataset=synthetic_text", "dataset.build.seed=7", "+dataset.build.ocr_noise=0.1").dataset
+        )
     # Its own name: generated beside the first.
-    other = _open_source(compose_cfg("dataset=synthetic_text", "dataset.name=synthetic-text-seed7",
-                                     "dataset.build.seed=7").dataset)
+    other = _open_source(
+        compose_cfg("dataset=synthetic_text", "dataset.name=synthetic-text-seed7", "dataset.build.seed=7").dataset
+    )
     assert other.root.name == "synthetic-text-seed7" and other.fingerprint != first.fingerprint
     # A directory from before specs were recorded is used, with a warning.
     info_path = isolated_paths / "data" / "synthetic-text" / "benchmark.json"

@@ -29,7 +29,9 @@ def test_folder_per_table_layout_loads_with_the_same_fingerprint(small_bench, sm
 
 def test_hub_source_that_cannot_be_fetched_names_the_dataset(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(BenchmarkError, match=r"(?s)could not fetch dataset 'nobody/no-such-benchmark'.*local benchmark directory"):
+    with pytest.raises(
+        BenchmarkError, match=r"(?s)could not fetch dataset 'nobody/no-such-benchmark'.*local benchmark directory"
+    ):
         load_benchmark("hf://nobody/no-such-benchmark", cache_dir=tmp_path)
 
 

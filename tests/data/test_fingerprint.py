@@ -54,7 +54,9 @@ def image_bench(small_bench_dir, tmp_path, cache_dir) -> Path:
         (root / "pages" / f"{page_id}.png").write_bytes(rng.bytes(300 + len(page_id)))
         images.append({"bytes": None, "path": f"pages/{page_id}.png"})
     index = pages.schema.get_field_index("image")
-    pq.write_table(pages.set_column(index, "image", pa.array(images, pages.schema.field("image").type)), root / "pages.parquet")
+    pq.write_table(
+        pages.set_column(index, "image", pa.array(images, pages.schema.field("image").type)), root / "pages.parquet"
+    )
     backdate(root)
     load_benchmark(root)  # valid
     shutil.rmtree(cache_dir)  # each test starts without a memo
@@ -143,7 +145,10 @@ def test_rerun_reads_no_table(image_bench, monkeypatch):
     queries = pq.read_table(image_bench / "queries.parquet")
     text = queries.column("text").to_pylist()
     text[0] += " (edited)"
-    pq.write_table(queries.set_column(queries.schema.get_field_index("text"), "text", pa.array(text)), image_bench / "queries.parquet")
+    pq.write_table(
+        queries.set_column(queries.schema.get_field_index("text"), "text", pa.array(text)),
+        image_bench / "queries.parquet",
+    )
     assert compute_fingerprint(image_bench) != first
     assert reads
 
@@ -229,8 +234,11 @@ def _fingerprint_by_definition(root: Path) -> str:
     for name, spec in TABLES.items():
         table = fingerprint.read_table(root / f"{name}.parquet").sort_by([(k, "ascending") for k in spec.key])
         if name == "pages":
-            files = [image["path"] for image in table.column("image").to_pylist()
-                     if image and image["path"] and not image["bytes"]]
+            files = [
+                image["path"]
+                for image in table.column("image").to_pylist()
+                if image and image["path"] and not image["bytes"]
+            ]
         table = table.select(sorted(table.column_names)).combine_chunks()
         tables.update(name.encode())
         sink = pa.BufferOutputStream()

@@ -54,8 +54,9 @@ def bench_dir(small_bench_dir, tmp_path, cache_dir) -> Path:
         (root / relative).write_bytes(rng.bytes(300))
         images.append({"bytes": None, "path": relative})
     index = pages.schema.get_field_index("image")
-    pq.write_table(pages.set_column(index, "image", pa.array(images, pages.schema.field("image").type)),
-                   root / "pages.parquet")
+    pq.write_table(
+        pages.set_column(index, "image", pa.array(images, pages.schema.field("image").type)), root / "pages.parquet"
+    )
     backdate(root)
     return root
 
@@ -69,6 +70,7 @@ def work(monkeypatch) -> dict[str, int]:
         def wrapper(*args, **kwargs):
             counts[name] += 1
             return real(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(benchmark_module, "validate_tables", counting("validations", benchmark_module.validate_tables))

@@ -23,8 +23,15 @@ from vldocir.data.benchmark import load_benchmark
 from vldocir.data.reduced import open_dataset, open_reduced, reduce_to_evidence
 from vldocir.errors import ConfigError
 
-TABLE_FILES = {"benchmark.json", "artifact.json", "documents.parquet", "pages.parquet", "elements.parquet",
-               "queries.parquet", "qrels.parquet"}
+TABLE_FILES = {
+    "benchmark.json",
+    "artifact.json",
+    "documents.parquet",
+    "pages.parquet",
+    "elements.parquet",
+    "queries.parquet",
+    "qrels.parquet",
+}
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +88,20 @@ def check_reduction(parent_root: Path, reduced) -> None:
     elements = read(parent_root, "elements")
     on_kept = elements.merge(parent_pages.reset_index()[["doc_id", "page_index"]], on=["doc_id", "page_index"])
     assert len(reduced.elements) == len(on_kept) < len(elements)
-    assert set(zip(reduced.elements["doc_id"], reduced.elements["element_id"])) == set(zip(on_kept["doc_id"], on_kept["element_id"]))
+    assert set(zip(reduced.elements["doc_id"], reduced.elements["element_id"])) == set(
+        zip(on_kept["doc_id"], on_kept["element_id"])
+    )
 
     # queries and qrels unchanged: every query keeps all its evidence pages, all of them present
-    for table, frame, key in (("queries", read(parent_root, "queries"), ["query_id"]), ("qrels", qrels, ["query_id", "page_id"])):
-        pd.testing.assert_frame_equal(reduced.table(table).sort_values(key).reset_index(drop=True),
-                                      frame.sort_values(key).reset_index(drop=True), check_dtype=False)
+    for table, frame, key in (
+        ("queries", read(parent_root, "queries"), ["query_id"]),
+        ("qrels", qrels, ["query_id", "page_id"]),
+    ):
+        pd.testing.assert_frame_equal(
+            reduced.table(table).sort_values(key).reset_index(drop=True),
+            frame.sort_values(key).reset_index(drop=True),
+            check_dtype=False,
+        )
     assert reduced.qrels["page_id"].isin(kept.index).all()
     load_benchmark(reduced.root)  # validates
 
@@ -104,6 +119,7 @@ def test_the_mini_reduces_to_its_evidence_pages(mini, reduced_mini, mini_cache):
 def test_image_files_are_hard_links_to_the_parents(mini, reduced_mini):
     refs = reduced_mini.image_refs().to_pandas()
     assert len(refs) == len(reduced_mini.pages) and not refs["has_bytes"].any()
+
     def inode(path: Path) -> tuple[int, int]:
         st = os.stat(path)
         return st.st_dev, st.st_ino
@@ -148,9 +164,13 @@ def test_image_files_are_copied_where_hard_links_fail(mini, reduced_mini, tmp_pa
     assert copied.fingerprint == reduced_mini.fingerprint
 
 
-def test_a_second_open_reuses_it_and_another_parent_gets_another_directory(reduced_mini, mini_cache, subset_dir, monkeypatch):
+def test_a_second_open_reuses_it_and_another_parent_gets_another_directory(
+    reduced_mini, mini_cache, subset_dir, monkeypatch
+):
     info = (reduced_mini.root / "benchmark.json").stat()
-    monkeypatch.setattr(reduced_module, "reduce_to_evidence", lambda *a: pytest.fail("rebuilt a cached reduced benchmark"))
+    monkeypatch.setattr(
+        reduced_module, "reduce_to_evidence", lambda *a: pytest.fail("rebuilt a cached reduced benchmark")
+    )
     again = open_reduced(load_benchmark(MINI_DIR), mini_cache)
     assert again.root == reduced_mini.root and again.fingerprint == reduced_mini.fingerprint
     after = (again.root / "benchmark.json").stat()

@@ -113,7 +113,9 @@ def missing_column(t: Tables) -> Expect:
 
 
 def missing_list_column(t: Tables) -> Expect:
-    t.write("qrels", t.read("qrels").drop(columns=["element_ids"]), t.arrow("qrels").drop_columns(["element_ids"]).schema)
+    t.write(
+        "qrels", t.read("qrels").drop(columns=["element_ids"]), t.arrow("qrels").drop_columns(["element_ids"]).schema
+    )
     return Expect("qrels", None, "required column 'element_ids' is missing")
 
 
@@ -297,7 +299,9 @@ def single_page_with_two_pages(t: Tables) -> Expect:
     qrel = candidates.iloc[0]
     extra_page = pages[(pages["doc_id"] == qrel["doc_id"]) & (pages["page_id"] != qrel["page_id"])]["page_id"].iloc[0]
     frame = t.read("qrels")
-    added = pd.DataFrame([{"query_id": qrel["query_id"], "page_id": extra_page, "doc_id": qrel["doc_id"], "element_ids": []}])
+    added = pd.DataFrame(
+        [{"query_id": qrel["query_id"], "page_id": extra_page, "doc_id": qrel["doc_id"], "element_ids": []}]
+    )
     t.write("qrels", pd.concat([frame, added], ignore_index=True))
     return Expect("queries", qrel["query_id"], "page_single/page_multi queries must have evidence on exactly one page")
 
@@ -414,9 +418,14 @@ def _null_value(table: str, column: str, position: int, rule: str, value=None) -
         frame.loc[position, column] = value
         t.write(table, frame)
         key = {"documents": "doc_id", "pages": "page_id", "queries": "query_id"}.get(table)
-        row = str(frame.loc[position, key]) if key else (
-            f"query_id={frame.loc[position, 'query_id']}, page_id={frame.loc[position, 'page_id']}" if table == "qrels"
-            else f"doc_id={frame.loc[position, 'doc_id']}, element_id={frame.loc[position, 'element_id']}"
+        row = (
+            str(frame.loc[position, key])
+            if key
+            else (
+                f"query_id={frame.loc[position, 'query_id']}, page_id={frame.loc[position, 'page_id']}"
+                if table == "qrels"
+                else f"doc_id={frame.loc[position, 'doc_id']}, element_id={frame.loc[position, 'element_id']}"
+            )
         )
         return Expect(table, row, rule)
 
@@ -508,14 +517,18 @@ def page_without_image(t: Tables) -> Expect:
     frame = give_pages_image_files(t)
     frame.at[30, "image"] = {"bytes": None, "path": None}
     t.write("pages", frame)
-    return Expect("pages", frame.loc[30, "page_id"], "page has no image (neither bytes nor a path) while other pages have one")
+    return Expect(
+        "pages", frame.loc[30, "page_id"], "page has no image (neither bytes nor a path) while other pages have one"
+    )
 
 
 def page_with_null_image(t: Tables) -> Expect:
     frame = give_pages_image_files(t)
     frame.at[31, "image"] = None
     t.write("pages", frame)
-    return Expect("pages", frame.loc[31, "page_id"], "page has no image (neither bytes nor a path) while other pages have one")
+    return Expect(
+        "pages", frame.loc[31, "page_id"], "page has no image (neither bytes nor a path) while other pages have one"
+    )
 
 
 def corrupt_column(path: Path, column: str) -> None:
@@ -542,9 +555,16 @@ CASES: list[Case] = [
     wrong_list_item_type,
     empty_key,
     null_key,
-    *(_duplicate_row(table, position) for table, position in (
-        ("documents", 3), ("pages", 50), ("elements", 100), ("queries", 40), ("qrels", 60),
-    )),
+    *(
+        _duplicate_row(table, position)
+        for table, position in (
+            ("documents", 3),
+            ("pages", 50),
+            ("elements", 100),
+            ("queries", 40),
+            ("qrels", 60),
+        )
+    ),
     n_pages_below_one,
     page_missing_doc,
     page_index_too_large,
@@ -592,7 +612,12 @@ def test_valid_benchmark_loads(bench_copy):
     for name, count in info["counts"].items():
         assert len(bench.table(name)) == count
     assert set(bench.queries["evidence_structure"]) == {
-        "page_single", "page_multi", "doc_adjacent", "doc_near", "doc_far", "cross_doc",
+        "page_single",
+        "page_multi",
+        "doc_adjacent",
+        "doc_near",
+        "doc_far",
+        "cross_doc",
     }
 
 

@@ -176,10 +176,19 @@ def test_k_larger_than_the_run(index):
     # E = {a2, a3} with only a3 retrieved (rank 1): nDCG = 1 / (1 + 1/log2(3)), Recall = 1/2.
     rows = ranked("q_single", ["a0", "a1"]) + ranked("q_adj", ["a3"])
     frame = metrics_of(index, rows, ks=(1, 3, 10))
-    assert_row(frame.loc["q_single"], {"ndcg@1": 0.0, "ndcg@3": D2, "ndcg@10": D2, "recall@10": 1.0, "recallall@10": 1.0})
+    assert_row(
+        frame.loc["q_single"], {"ndcg@1": 0.0, "ndcg@3": D2, "ndcg@10": D2, "recall@10": 1.0, "recallall@10": 1.0}
+    )
     assert_row(
         frame.loc["q_adj"],
-        {"ndcg@1": 1.0, "recall@1": 0.5, "ndcg@10": 1 / (1 + D2), "recall@10": 0.5, "recallall@10": 0.0, "ndcgall@10": 0.0},
+        {
+            "ndcg@1": 1.0,
+            "recall@1": 0.5,
+            "ndcg@10": 1 / (1 + D2),
+            "recall@10": 0.5,
+            "recallall@10": 0.0,
+            "ndcgall@10": 0.0,
+        },
     )
 
 
@@ -229,11 +238,23 @@ def test_ties_ignore_the_rank_column(index):
 
 
 def test_rank_run_orders_by_score_then_page_id(index):
-    rows = [("q_adj", "b0", 0.2), ("q_single", "c1", 0.9), ("q_adj", "a4", 0.7), ("q_single", "a2", 0.9), ("q_adj", "a1", 0.7)]
+    rows = [
+        ("q_adj", "b0", 0.2),
+        ("q_single", "c1", 0.9),
+        ("q_adj", "a4", 0.7),
+        ("q_single", "a2", 0.9),
+        ("q_adj", "a1", 0.7),
+    ]
     qcode, pcode, rank = rank_run(run_table(rows), index)
     got = [(index.query_ids[q], index.page_ids[p], int(r)) for q, p, r in zip(qcode, pcode, rank)]
     # Queries in benchmark order (q_single before q_adj); within a query score desc, then page_id asc.
-    assert got == [("q_single", "a2", 0), ("q_single", "c1", 1), ("q_adj", "a1", 0), ("q_adj", "a4", 1), ("q_adj", "b0", 2)]
+    assert got == [
+        ("q_single", "a2", 0),
+        ("q_single", "c1", 1),
+        ("q_adj", "a1", 0),
+        ("q_adj", "a4", 1),
+        ("q_adj", "b0", 2),
+    ]
 
 
 def _random_rows(seed: int, ties: bool) -> list[tuple[str, str, float]]:
@@ -514,6 +535,13 @@ def test_invalid_cutoffs(index, ks):
 
 def test_metric_columns_order():
     assert metric_columns([3, 5]) == [
-        "ndcg@3", "ndcg@5", "recall@3", "recall@5", "ndcgall@3", "ndcgall@5", "recallall@3", "recallall@5",
+        "ndcg@3",
+        "ndcg@5",
+        "recall@3",
+        "recall@5",
+        "ndcgall@3",
+        "ndcgall@5",
+        "recallall@3",
+        "recallall@5",
     ]
     assert set(EVIDENCE_STRUCTURES) == {s for s, _ in EVIDENCE.values()}

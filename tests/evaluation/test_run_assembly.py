@@ -26,4 +26,6 @@ def test_equals_make_run_with_ties_pads_and_empty_queries(seed):
 
 
 def test_no_queries():
-    assert run_from_indices([], np.array(["a"], dtype=object), np.zeros((0, 3), np.int64), np.zeros((0, 3))).num_rows == 0
+    assert (
+        run_from_indices([], np.array(["a"], dtype=object), np.zeros((0, 3), np.int64), np.zeros((0, 3))).num_rows == 0
+    )

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
-from helpers import evaluate
 
+from helpers import evaluate
 from vldocir import store
 from vldocir.data.benchmark import load_benchmark, write_benchmark
 from vldocir.data.runs import make_run, read_run, write_run

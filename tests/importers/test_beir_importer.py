@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from helpers import REPO_ROOT, evaluate
 from importer_fixtures import V3_COUNTS, hub_cache, write_vidore_v3
-
 from vldocir.data.benchmark import load_benchmark
 from vldocir.importers.base import import_benchmark
 from vldocir.importers.beir import BeirImporter

@@ -10,9 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from helpers import MINI_DIR
 from importer_fixtures import png
-
 from vldocir.construction.grounding import evidence_structures
 from vldocir.data.benchmark import BenchmarkError, load_benchmark
 from vldocir.errors import ConfigError

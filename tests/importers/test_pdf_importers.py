@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import REPO_ROOT, evaluate, make_pdf, run_py, tiny_overrides
-from importer_fixtures import hub_cache
 from PIL import Image
 
+from helpers import REPO_ROOT, evaluate, make_pdf, run_py, tiny_overrides
+from importer_fixtures import hub_cache
 from vldocir.construction.pdf import PdfConfig
 from vldocir.data.benchmark import load_benchmark
 from vldocir.errors import ConfigError

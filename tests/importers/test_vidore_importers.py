@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from helpers import evaluate, tiny_overrides
 from importer_fixtures import (
     V1_BEIR_COUNTS,
@@ -16,7 +17,6 @@ from importer_fixtures import (
     write_vidore_v2,
     write_vidore_v3,
 )
-
 from vldocir.data.benchmark import load_benchmark
 from vldocir.errors import ConfigError
 from vldocir.importers.base import NO_DOCUMENT_IDS, ImporterError, import_benchmark, summary

@@ -15,9 +15,30 @@ from helpers import REPO_ROOT
 def test_bench_context_runs_and_reports_flat_memory(tmp_path):
     figures = tmp_path / "figures.json"
     out = subprocess.run(
-        [sys.executable, "perf/bench_context.py", "--docs", "30", "--pages", "4", "--tokens", "20", "--dim", "16",
-         "--shard-size", "16", "--n-ctx", "8", "--tmp", str(tmp_path), "--json", str(figures)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "perf/bench_context.py",
+            "--docs",
+            "30",
+            "--pages",
+            "4",
+            "--tokens",
+            "20",
+            "--dim",
+            "16",
+            "--shard-size",
+            "16",
+            "--n-ctx",
+            "8",
+            "--tmp",
+            str(tmp_path),
+            "--json",
+            str(figures),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PASS: peak RSS at 60 documents" in out.stdout

@@ -29,10 +29,23 @@ def test_encode_flops_of_a_one_layer_qwen25_vl_by_hand():
     from transformers import Qwen2_5_VLConfig
 
     config = Qwen2_5_VLConfig(
-        text_config={"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
-                     "num_key_value_heads": 1, "vocab_size": 32},
-        vision_config={"depth": 1, "hidden_size": 4, "intermediate_size": 6, "num_heads": 1, "out_hidden_size": 8,
-                       "window_size": 112, "fullatt_block_indexes": [0]},
+        text_config={
+            "hidden_size": 8,
+            "intermediate_size": 16,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "vocab_size": 32,
+        },
+        vision_config={
+            "depth": 1,
+            "hidden_size": 4,
+            "intermediate_size": 6,
+            "num_heads": 1,
+            "out_hidden_size": 8,
+            "window_size": 112,
+            "fullatt_block_indexes": [0],
+        },
     )
     # 4 image tokens = 16 patches of 3 x 2 x 14 x 14 = 1176 values; 6 other tokens; 10 in the LM.
     patch_embedding = 2 * 16 * 1176 * 4
@@ -56,20 +69,33 @@ def test_encode_flops_of_a_one_layer_paligemma_by_hand():
     from transformers import GemmaConfig, PaliGemmaConfig, SiglipVisionConfig
 
     config = PaliGemmaConfig(
-        vision_config=SiglipVisionConfig(hidden_size=4, intermediate_size=6, num_hidden_layers=1, num_attention_heads=1,
-                                         image_size=28, patch_size=14),
-        text_config=GemmaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                num_key_value_heads=1, head_dim=4, vocab_size=32),
-        vocab_size=32, hidden_size=8, projection_dim=8,
+        vision_config=SiglipVisionConfig(
+            hidden_size=4, intermediate_size=6, num_hidden_layers=1, num_attention_heads=1, image_size=28, patch_size=14
+        ),
+        text_config=GemmaConfig(
+            hidden_size=8,
+            intermediate_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=4,
+            vocab_size=32,
+        ),
+        vocab_size=32,
+        hidden_size=8,
+        projection_dim=8,
     )
     # 28 / 14 = 2 x 2 = 4 patches, one LM token each; 2 other tokens; 6 in the LM.
-    expected = (2 * 4 * 588 * 4  # patch embedding (3 x 14 x 14 pixels)
-                + 2 * 4 * (4 * 4 * 4 + 2 * 4 * 6)  # q, k, v, o + MLP (fc1, fc2)
-                + 4 * 4 * 4 * 4  # attention over the 4 patches
-                + 2 * 4 * 4 * 8  # multi-modal projector
-                + 2 * 6 * 576 + 4 * 6 * 6 * 8  # the Gemma layer, as above
-                + 2 * 6 * 8 * 32  # LM head logits over the vocabulary (computed by ColPali's forward)
-                + 2 * 6 * 8 * 128)  # custom_text_proj
+    expected = (
+        2 * 4 * 588 * 4  # patch embedding (3 x 14 x 14 pixels)
+        + 2 * 4 * (4 * 4 * 4 + 2 * 4 * 6)  # q, k, v, o + MLP (fc1, fc2)
+        + 4 * 4 * 4 * 4  # attention over the 4 patches
+        + 2 * 4 * 4 * 8  # multi-modal projector
+        + 2 * 6 * 576
+        + 4 * 6 * 6 * 8  # the Gemma layer, as above
+        + 2 * 6 * 8 * 32  # LM head logits over the vocabulary (computed by ColPali's forward)
+        + 2 * 6 * 8 * 128
+    )  # custom_text_proj
     assert expected == 43_648
     assert bench.encode_flops(config, 4, 2) == expected
 
@@ -78,8 +104,15 @@ def test_maxsim_flops_and_project_hours_by_hand():
     assert bench.maxsim_flops(2, 3, 5, 7, 11) == 2 * 2 * 3 * 5 * 7 * 11
     scale = {"pages": 3600, "queries": 7200, "documents": 360}
     search_flops = 2 * 7200 * 25 * 3600 * 100 * 128
-    hours = bench.project_hours(s_per_page=2.0, s_per_query=0.5, search_tflops=search_flops / 7200 / 1e12,
-                                page_tokens=100, query_tokens=25, context_s_per_doc=10.0, scale=scale)
+    hours = bench.project_hours(
+        s_per_page=2.0,
+        s_per_query=0.5,
+        search_tflops=search_flops / 7200 / 1e12,
+        page_tokens=100,
+        query_tokens=25,
+        context_s_per_doc=10.0,
+        scale=scale,
+    )
     # encode: 3600 x 2 s + 7200 x 0.5 s = 3 h; search: 7200 s = 2 h; context: 360 x 10 s = 1 h
     assert hours == pytest.approx({"encode_h": 3.0, "search_h": 2.0, "context_h": 1.0, "total_h": 6.0})
 
@@ -87,8 +120,18 @@ def test_maxsim_flops_and_project_hours_by_hand():
 def test_projection_uses_measured_rates_and_flop_ratios():
     config = bench.model_config(bench.PUBLISHED["colqwen25"])
     encode = {"best": {"pages_per_s": 10.0}, "visual_tokens": 768, "other_tokens": 11}
-    rows = {r["model"]: r for r in bench.projection("colqwen25", config, encode, {"queries_per_s": 100.0, "mean_tokens": 25},
-                                                   {"tflops": 20.0, "page_tokens": 768}, {"s_per_doc": 0.01}, smoke=False)}
+    rows = {
+        r["model"]: r
+        for r in bench.projection(
+            "colqwen25",
+            config,
+            encode,
+            {"queries_per_s": 100.0, "mean_tokens": 25},
+            {"tflops": 20.0, "page_tokens": 768},
+            {"s_per_doc": 0.01},
+            smoke=False,
+        )
+    }
     assert set(rows) == {"colpali13", "colqwen25", "colnomic7b"}
     measured, nomic, colpali = rows["colqwen25"], rows["colnomic7b"], rows["colpali13"]
     assert measured["basis"] == "measured" and measured["encode_flop_ratio"] == pytest.approx(1.0)
@@ -103,9 +146,14 @@ def test_projection_uses_measured_rates_and_flop_ratios():
 @pytest.mark.slow
 def test_cpu_smoke_run_reports_every_section(tmp_path):
     out = tmp_path / "gpu.json"
-    done = subprocess.run([sys.executable, "perf/bench_gpu.py", "--cpu-smoke", "--json", str(out), "--tmp", str(tmp_path)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    done = subprocess.run(
+        [sys.executable, "perf/bench_gpu.py", "--cpu-smoke", "--json", str(out), "--tmp", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Summary:" in done.stdout and "Projection" in done.stdout
     figures = json.loads(out.read_text())

@@ -29,9 +29,28 @@ def test_bench_render_runs_and_measures_each_run(tmp_path):
     (real / "sec-x").mkdir(parents=True)
     (real / "sec-x" / "index.html").write_text("<h1>Proxy</h1>" + "<p>Shares and votes.</p>" * 400)
     out = subprocess.run(
-        [sys.executable, "perf/bench_render.py", "--real-html", str(real), "--real-repeat", "2", "--generated", "1",
-         "--workers", "1,2", "--goal", "0.01", "--workdir", str(tmp_path / "work"), "--json", str(figures)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "perf/bench_render.py",
+            "--real-html",
+            str(real),
+            "--real-repeat",
+            "2",
+            "--generated",
+            "1",
+            "--workers",
+            "1,2",
+            "--goal",
+            "0.01",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--json",
+            str(figures),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PASS: real pages, 2 workers" in out.stdout

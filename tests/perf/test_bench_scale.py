@@ -22,17 +22,28 @@ def _bench_scale():
 
 
 def _figures(fresh_s, rerun_s, load_s, qps, queries, rss_ratio):
-    run = {"retriever": "dom_bm25",
-           "fresh": {"wall_s": fresh_s, "load_s": 12.0, "retrieval": {"search": {"queries_per_s": qps, "queries": queries}}},
-           "rerun": {"wall_s": rerun_s, "load_s": load_s, "retrieval": None}}
+    run = {
+        "retriever": "dom_bm25",
+        "fresh": {
+            "wall_s": fresh_s,
+            "load_s": 12.0,
+            "retrieval": {"search": {"queries_per_s": qps, "queries": queries}},
+        },
+        "rerun": {"wall_s": rerun_s, "load_s": load_s, "retrieval": None},
+    }
     return {"retrievers": [run], "context": {"rss_ratio": rss_ratio}}
 
 
 def test_verdicts_hold_each_figure_to_its_target():
     bench = _bench_scale()
     ok = bench.verdicts(_figures(250.0, 3.3, 0.02, 1600.0, 271_760, 1.0))
-    assert [(v[0], v[-1]) for v in ok] == [("fresh_run_s", True), ("reevaluate_s", True), ("second_load_s", True),
-                                           ("search_qps", True), ("context_rss_ratio", True)]
+    assert [(v[0], v[-1]) for v in ok] == [
+        ("fresh_run_s", True),
+        ("reevaluate_s", True),
+        ("second_load_s", True),
+        ("search_qps", True),
+        ("context_rss_ratio", True),
+    ]
     bad = bench.verdicts(_figures(601.0, 5.2, 5.5, 999.0, 271_760, 1.11))
     assert [v[-1] for v in bad] == [False] * 5
     small = bench.verdicts(_figures(2.0, 1.0, 0.02, 36.0, 288, 1.0))
@@ -43,11 +54,39 @@ def test_verdicts_hold_each_figure_to_its_target():
 def test_bench_scale_runs_end_to_end_on_the_mini(tmp_path):
     figures = tmp_path / "figures.json"
     out = subprocess.run(
-        [sys.executable, "perf/bench_scale.py", "--dataset", "mini", "--retrievers", "dom_bm25", "--workdir", str(tmp_path / "work"),
-         "--peer-queries", "32", "--context-docs", "20", "--json", str(figures),
-         "--context-args", "--pages", "4", "--tokens", "20", "--dim", "16", "--shard-size", "16", "--n-ctx", "4",
-         "--tmp", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "perf/bench_scale.py",
+            "--dataset",
+            "mini",
+            "--retrievers",
+            "dom_bm25",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--peer-queries",
+            "32",
+            "--context-docs",
+            "20",
+            "--json",
+            str(figures),
+            "--context-args",
+            "--pages",
+            "4",
+            "--tokens",
+            "20",
+            "--dim",
+            "16",
+            "--shard-size",
+            "16",
+            "--n-ctx",
+            "4",
+            "--tmp",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PASS: 4 of 4 targets hold" in out.stdout
@@ -56,7 +95,10 @@ def test_bench_scale_runs_end_to_end_on_the_mini(tmp_path):
     n_queries = len(pd.read_parquet(MINI_DIR / "queries.parquet", columns=["query_id"]))
     assert run["benchmark"]["queries"] == n_queries
     assert run["fresh"]["timings"]["validate_from_memo"] is False  # a fresh cache validates
-    assert run["rerun"]["timings"]["validate_from_memo"] is True and run["rerun"]["timings"]["fingerprint_from_memo"] is True
+    assert (
+        run["rerun"]["timings"]["validate_from_memo"] is True
+        and run["rerun"]["timings"]["fingerprint_from_memo"] is True
+    )
     assert run["fresh"]["retrieval"]["search"]["queries"] == n_queries and "index" in run["fresh"]["retrieval"]
     assert run["rerun"]["retrieval"] in (None, {})  # reused: no index, no search
     assert run["peer"]["queries"] == 32 and run["peer"]["backend"] == run["fresh"]["retrieval"]["search"]["backend"]

@@ -20,9 +20,25 @@ from helpers import REPO_ROOT, SUBSET_PAGES, SUBSET_QUERIES
 def test_smoke_run_reports_every_setting(tmp_path, subset_dir):
     out = tmp_path / "figures.json"
     done = subprocess.run(
-        [sys.executable, "perf/bench_settings.py", "--smoke", "--mini-dir", str(subset_dir), "--n-ctx", "4,32",
-         "--top-docs", "2,10", "--tmp", str(tmp_path), "--out", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "perf/bench_settings.py",
+            "--smoke",
+            "--mini-dir",
+            str(subset_dir),
+            "--n-ctx",
+            "4,32",
+            "--top-docs",
+            "2,10",
+            "--tmp",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "WANDB_MODE": "disabled"},
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -32,8 +48,11 @@ def test_smoke_run_reports_every_setting(tmp_path, subset_dir):
     random = figures["random"]
     assert random["config"]["pages"] == 2000 and random["config"]["queries"] == 20
     rows = {r["setting"]: r for r in random["rows"]}
-    assert set(rows) == {"ctx n_ctx=4", "ctx n_ctx=32", *(f"hier {d} top{t}" for d in ("context n4", "context n32", "pooled")
-                                                          for t in (2, 10))}
+    assert set(rows) == {
+        "ctx n_ctx=4",
+        "ctx n_ctx=32",
+        *(f"hier {d} top{t}" for d in ("context n4", "context n32", "pooled") for t in (2, 10)),
+    }
     for row in rows.values():
         assert row["search_s"] > 0 and row["ratio"] > 0 and 0 <= row["overlap@10"] <= 1
         if row["kind"] == "ctx":

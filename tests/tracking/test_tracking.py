@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
+from helpers import evaluate, newest_entry, run_py
 from vldocir import store
 from vldocir.manifest import REDACTED, redact_overrides, redact_secrets
 from vldocir.tracking.wandb import WandbTracker
-from helpers import evaluate, newest_entry, run_py
 
 CONFIG_SECRET = "cfg-secret-5f1e2d3c4b5a"
 
@@ -139,9 +139,15 @@ def test_offline_wandb_run_writes_its_run_directory(isolated_paths, small_bench_
 
 def test_redaction_helpers():
     config = {
-        "retriever": {"id": "x", "api_key": "k", "hf_token": "", "model": {"password": None, "b": 1, "max_visual_tokens": 768}},
+        "retriever": {
+            "id": "x",
+            "api_key": "k",
+            "hf_token": "",
+            "model": {"password": None, "b": 1, "max_visual_tokens": 768},
+        },
         "l": [{"secret": "s", "aws_access_key_id": "a", "hf_auth": "h"}],
-        "run": {"key": "3f93543a981a65f9"}, "cache": [{"kind": "run", "key": "2130a3e5f9735b8d"}],
+        "run": {"key": "3f93543a981a65f9"},
+        "cache": [{"kind": "run", "key": "2130a3e5f9735b8d"}],
     }
     redacted = redact_secrets(config)
     assert redacted["retriever"]["api_key"] == REDACTED
@@ -150,6 +156,13 @@ def test_redaction_helpers():
     assert redacted["l"][0] == {"secret": REDACTED, "aws_access_key_id": REDACTED, "hf_auth": REDACTED}
     assert redacted["run"] == config["run"] and redacted["cache"] == config["cache"], "content hashes are no secrets"
     assert config["retriever"]["api_key"] == "k", "the input is not modified"
-    assert redact_overrides(["+retriever.api_key=abc", "n_ctx=32", "logger.TOKEN=x", "~foo.password", "depth=5", "+hf_auth=y"]) == [
-        f"+retriever.api_key={REDACTED}", "n_ctx=32", f"logger.TOKEN={REDACTED}", "~foo.password", "depth=5", f"+hf_auth={REDACTED}"
+    assert redact_overrides(
+        ["+retriever.api_key=abc", "n_ctx=32", "logger.TOKEN=x", "~foo.password", "depth=5", "+hf_auth=y"]
+    ) == [
+        f"+retriever.api_key={REDACTED}",
+        "n_ctx=32",
+        f"logger.TOKEN={REDACTED}",
+        "~foo.password",
+        "depth=5",
+        f"+hf_auth={REDACTED}",
     ]

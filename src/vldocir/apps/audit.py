@@ -26,8 +26,10 @@ def main(cfg: DictConfig) -> None:
         record = audit.export_review(bench, cfg.out_dir, OmegaConf.to_container(cfg.counts), cfg.seed)
         for stratum in record["strata"]:
             if stratum["short"]:
-                print(f"{stratum['source']} {stratum['evidence_structure']}: only {stratum['available']} queries, "
-                      f"all taken ({stratum['requested']} asked for)")
+                print(
+                    f"{stratum['source']} {stratum['evidence_structure']}: only {stratum['available']} queries, "
+                    f"all taken ({stratum['requested']} asked for)"
+                )
         print(f"sampled {len(record['query_ids'])} queries of {bench.name} (seed {cfg.seed})")
         print(f"review sheet: {cfg.out_dir}/{audit.SHEET_FILE} (fill verdict: correct|incorrect)")
         print(f"evidence pages: {cfg.out_dir}/{audit.REVIEW_DIR}/index.html")
@@ -41,8 +43,9 @@ def main(cfg: DictConfig) -> None:
         print(f"wrote {cfg.out_dir}/report.json and report.md")
     elif cfg.do == "census":
         result = audit.census(bench, structures, cfg.census.examples)
-        audit.write_report(cfg.out_dir, "census", f"Bounding-box census: {bench.name}", result,
-                           [audit.format_census(result)])
+        audit.write_report(
+            cfg.out_dir, "census", f"Bounding-box census: {bench.name}", result, [audit.format_census(result)]
+        )
         print(audit.format_census(result))
         print(f"wrote {cfg.out_dir}/census.json and census.md")
     else:

@@ -24,11 +24,20 @@ def main(cfg: DictConfig) -> None:
     queries = instantiate(cfg.queries) if cfg.queries.get("_target_") else None  # queries=templates: none
     common = dict(render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr))
     if cfg.input:  # your own HTML and PDF documents, listed in a document index
-        bench = build_from_html(cfg.input, cfg.out_dir, cfg.paths.cache_dir, cfg.spec.name, queries,
-                                near_max_gap=cfg.spec.near_max_gap, pdf=instantiate(cfg.pdf), **common)
+        bench = build_from_html(
+            cfg.input,
+            cfg.out_dir,
+            cfg.paths.cache_dir,
+            cfg.spec.name,
+            queries,
+            near_max_gap=cfg.spec.near_max_gap,
+            pdf=instantiate(cfg.pdf),
+            **common,
+        )
     else:  # generated HTML (the mini benchmark and its kind)
-        bench = build_rendered_benchmark(instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir, queries=queries,
-                                         **common)
+        bench = build_rendered_benchmark(
+            instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir, queries=queries, **common
+        )
     if queries is not None:
         from vldocir.construction.query_stage import summary
 

@@ -19,8 +19,9 @@ def main(cfg: DictConfig) -> None:
 
     results = run_cleaning(cfg.cleaning)
     print(f"labelled set: {cfg.cleaning.labelled}")
-    print("rows actual, columns predicted; P = removed. LLM methods on the whole set, classifiers on the held-out "
-          "part.")
+    print(
+        "rows actual, columns predicted; P = removed. LLM methods on the whole set, classifiers on the held-out part."
+    )
     print(format_summary(results))
     print(f"wrote {len(results)} files to {cfg.cleaning.out_dir}; `make tables` shows them beside Tables 6-10")
 

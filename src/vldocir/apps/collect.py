@@ -24,8 +24,9 @@ def main(cfg: DictConfig) -> None:
     try:
         summary = collect_from_config(cfg.collect)
     except CollectError as error:  # the source's listing could not be read
-        raise CollectError(f"{error}; what was collected so far is kept: run the same command again to resume",
-                           error.reason) from error
+        raise CollectError(
+            f"{error}; what was collected so far is kept: run the same command again to resume", error.reason
+        ) from error
     print(summary.report())
 
 

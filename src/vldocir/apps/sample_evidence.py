@@ -18,8 +18,9 @@ from vldocir.apps.app import hydra_app
 def main(cfg: DictConfig) -> None:
     from vldocir.construction.evidence_configs import run_evidence_sampling
 
-    configs, counts, out_dir = run_evidence_sampling(cfg.benchmark, instantiate(cfg.sampling),
-                                                     instantiate(cfg.encoder), cfg.out_dir)
+    configs, counts, out_dir = run_evidence_sampling(
+        cfg.benchmark, instantiate(cfg.sampling), instantiate(cfg.encoder), cfg.out_dir
+    )
     print(counts.to_string())
     print(f"wrote {len(configs)} evidence configurations to {out_dir}/configs.parquet")
 

@@ -8,8 +8,8 @@ image. Documents that fail to render are reported and left out; the build goes o
 
 from __future__ import annotations
 
-import logging
 import dataclasses
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,11 +20,11 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from vldocir.cache import content_key
+from vldocir.construction.grounding import NEAR_MAX_GAP, page_id, resolve_element_pages
 from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
 from vldocir.construction.ocr import OcrConfig, ocr_pages
-from vldocir.construction.grounding import NEAR_MAX_GAP, page_id, resolve_element_pages
-from vldocir.construction.template_queries import DocumentInfo, PlacedFact, sample_queries
 from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch, render_report
+from vldocir.construction.template_queries import DocumentInfo, PlacedFact, sample_queries
 from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.io import atomic_path
@@ -35,8 +35,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-RENDER_KEY_EXCLUDED = ("chromium_path", "extra_args", "no_sandbox", "context_reuse", "cut_probes", "timeout_s",
-                       "timeout_per_page_s", "workers", "worker_memory_mb")
+RENDER_KEY_EXCLUDED = (
+    "chromium_path",
+    "extra_args",
+    "no_sandbox",
+    "context_reuse",
+    "cut_probes",
+    "timeout_s",
+    "timeout_per_page_s",
+    "workers",
+    "worker_memory_mb",
+)
 """Render settings that change how fast pages are made, not the pages: left out of the cache key."""
 
 
@@ -106,8 +115,12 @@ class DocumentRecord:
 PAGE_COLUMNS = ["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text", "full_size_path"]
 
 
-def assemble_rendered(records: list[DocumentRecord], rendered_dir: Path, out_dir: Path, images: ShippedImages,
-                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+def assemble_rendered(
+    records: list[DocumentRecord],
+    rendered_dir: Path,
+    out_dir: Path,
+    images: ShippedImages,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """The ``documents``, ``pages`` and ``elements`` tables of rendered documents (each
     ``rendered_dir/<doc_id>/layout.json``), writing the stored page images into ``out_dir/pages/``,
     and the render report of those documents (:func:`~vldocir.construction.render.render_report`:
@@ -119,22 +132,43 @@ def assemble_rendered(records: list[DocumentRecord], rendered_dir: Path, out_dir
     for record in tqdm(records, desc="assemble tables", unit="doc"):
         layout = load_layout(rendered_dir / record.doc_id)
         layouts.append(layout)
-        documents.append((record.doc_id, record.source, record.domain, record.title, len(layout.pages), record.url, record.license))
+        documents.append(
+            (record.doc_id, record.source, record.domain, record.title, len(layout.pages), record.url, record.license)
+        )
         written = set()
         for page in layout.pages:
             relative = f"pages/{record.doc_id}/page-{page.page_index:03d}{suffix}"
             _write_page_image(layout.page_path(page.page_index), out_dir / relative, images)
             written.add(out_dir / relative)
-            pages.append((page_id(record.doc_id, page.page_index), record.doc_id, page.page_index, {"bytes": None, "path": relative},
-                          page.width, page.height, page.dom_text, layout.page_path(page.page_index)))
+            pages.append(
+                (
+                    page_id(record.doc_id, page.page_index),
+                    record.doc_id,
+                    page.page_index,
+                    {"bytes": None, "path": relative},
+                    page.width,
+                    page.height,
+                    page.dom_text,
+                    layout.page_path(page.page_index),
+                )
+            )
         for stale in set((out_dir / "pages" / record.doc_id).glob("page-*")) - written:
             stale.unlink()  # a page of an earlier build of this document into the same directory
-        elements.append(pd.DataFrame(
-            [(record.doc_id, e.element_id, e.page_index, e.bbox, e.element_type, e.spans_pages, e.text, e.fact) for e in layout.elements],
-            columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
-        ))
-    return (pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
-            pd.DataFrame(pages, columns=PAGE_COLUMNS), pd.concat(elements, ignore_index=True), render_report(layouts))
+        elements.append(
+            pd.DataFrame(
+                [
+                    (record.doc_id, e.element_id, e.page_index, e.bbox, e.element_type, e.spans_pages, e.text, e.fact)
+                    for e in layout.elements
+                ],
+                columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
+            )
+        )
+    return (
+        pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
+        pd.DataFrame(pages, columns=PAGE_COLUMNS),
+        pd.concat(elements, ignore_index=True),
+        render_report(layouts),
+    )
 
 
 def build_rendered_benchmark(
@@ -162,13 +196,20 @@ def build_rendered_benchmark(
     if spec.render_pins:
         render = dataclasses.replace(render, **spec.render_pins)
     images = images or ShippedImages()
-    html_params = {k: v for k, v in asdict(spec).items() if k in ("seed", "documents", "pages", "facts_per_page", "quirks")}
+    html_params = {
+        k: v for k, v in asdict(spec).items() if k in ("seed", "documents", "pages", "facts_per_page", "quirks")
+    }
     render_params = {k: v for k, v in render.to_dict().items() if k not in RENDER_KEY_EXCLUDED}
     key = {"html": html_params, "render": render_params, "layout_version": LAYOUT_VERSION}
     work_dir = Path(cache_dir) / "build" / content_key(key)
     corpus = write_corpus(
-        HtmlCorpusSpec(seed=spec.seed, documents=dict(spec.documents), pages={k: tuple(v) for k, v in spec.pages.items()},
-                       quirks=spec.quirks, facts_per_page=spec.facts_per_page),
+        HtmlCorpusSpec(
+            seed=spec.seed,
+            documents=dict(spec.documents),
+            pages={k: tuple(v) for k, v in spec.pages.items()},
+            quirks=spec.quirks,
+            facts_per_page=spec.facts_per_page,
+        ),
         work_dir / "html",
     )
     report = render_batch([(d.doc_id, d.source, d.html_path) for d in corpus], work_dir / "rendered", render)
@@ -176,8 +217,12 @@ def build_rendered_benchmark(
         log.warning("%d document(s) failed to render and are left out: %s", len(report.failed), report.errors)
 
     kept = [d for d in corpus if d.doc_id not in report.failed]
-    records = [DocumentRecord(d.doc_id, d.source, d.domain, d.title, f"synthetic://{d.doc_id}", "CC-BY-4.0") for d in kept]
-    document_frame, page_frame, element_frame, rendering = assemble_rendered(records, work_dir / "rendered", out_dir, images)
+    records = [
+        DocumentRecord(d.doc_id, d.source, d.domain, d.title, f"synthetic://{d.doc_id}", "CC-BY-4.0") for d in kept
+    ]
+    document_frame, page_frame, element_frame, rendering = assemble_rendered(
+        records, work_dir / "rendered", out_dir, images
+    )
     facts: dict[str, list[PlacedFact]] = {}
     n_pages = dict(zip(document_frame["doc_id"], document_frame["n_pages"]))
     infos = [DocumentInfo(d.doc_id, d.source, d.domain, d.entity, int(n_pages[d.doc_id])) for d in kept]
@@ -193,22 +238,32 @@ def build_rendered_benchmark(
                 continue
             element = by_fact.loc[fact.fact_id]
             page = resolve_element_pages(doc_elements, doc.doc_id, [element["element_id"]])[element["element_id"]]
-            placed.append(PlacedFact(doc.doc_id, page, element["element_id"], fact.attribute, fact.value, element["element_type"]))
+            placed.append(
+                PlacedFact(doc.doc_id, page, element["element_id"], fact.attribute, fact.value, element["element_type"])
+            )
         facts[doc.doc_id] = placed
     if unplaced:
         log.warning("%d fact(s) have no recorded element and are not used as evidence", unplaced)
 
-    page_frame["ocr_text"] = ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig()) \
-        if spec.ocr else None
+    page_frame["ocr_text"] = (
+        ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig()) if spec.ocr else None
+    )
     if queries is None:  # template queries over the planted facts
         rng = np.random.default_rng(spec.seed)
-        counts = {s: {e: spec.queries_per_cell for e in EVIDENCE_STRUCTURES} for s in spec.documents if spec.documents[s]}
+        counts = {
+            s: {e: spec.queries_per_cell for e in EVIDENCE_STRUCTURES} for s in spec.documents if spec.documents[s]
+        }
         query_frame, qrels = sample_queries(rng, infos, facts, counts, spec.near_max_gap, spec.generators)
         query_report = {"method": "templates", "queries_per_cell": spec.queries_per_cell}
     else:
         query_frame, qrels, query_report = queries(
-            document_frame, page_frame, element_frame, dict(zip(page_frame["page_id"], page_frame["full_size_path"])),
-            spec.near_max_gap, record_dir=Path(cache_dir) / "generation" / spec.name)
+            document_frame,
+            page_frame,
+            element_frame,
+            dict(zip(page_frame["page_id"], page_frame["full_size_path"])),
+            spec.near_max_gap,
+            record_dir=Path(cache_dir) / "generation" / spec.name,
+        )
     tables = {
         "documents": document_frame,
         "pages": page_frame.drop(columns="full_size_path"),
@@ -220,7 +275,11 @@ def build_rendered_benchmark(
         "name": spec.name,
         "version": "1",
         "rendered": True,
-        "images": {"stored_scale": images.scale, "format": images.format, "page_size": [render.page_width, render.page_height]},
+        "images": {
+            "stored_scale": images.scale,
+            "format": images.format,
+            "page_size": [render.page_width, render.page_height],
+        },
         "built_by": {
             "generator": "vldocir.construction.build_generated",
             "spec": asdict(spec),

@@ -55,8 +55,12 @@ log = logging.getLogger(__name__)
 
 CRITERIA = ("clarity", "answer_correctness", "closedness", "no_layout_reference")
 SCALE = (0.0, 0.25, 0.5, 0.75, 1.0)
-COUNT_COLUMNS = ("actual_removed_pred_removed", "actual_removed_pred_kept", "actual_kept_pred_removed",
-                 "actual_kept_pred_kept")
+COUNT_COLUMNS = (
+    "actual_removed_pred_removed",
+    "actual_removed_pred_kept",
+    "actual_kept_pred_removed",
+    "actual_kept_pred_kept",
+)
 REQUIRED_COLUMNS = ("query_id", "question", "answer", "label")
 LABELS = {"remove": True, "removed": True, "1": True, "keep": False, "kept": False, "0": False}
 PAPER_TRAIN, PAPER_TOTAL = 800, 1438  # the paper's split of its labelled set (App. A.5)
@@ -119,7 +123,9 @@ def load_labelled(path: str | Path) -> pd.DataFrame:
         raise LabelledSetError(f"{path}: unknown format {suffix!r}; use .csv, .jsonl or .parquet")
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
-        raise LabelledSetError(f"{path}: missing column(s) {missing}; needs {list(REQUIRED_COLUMNS)} (found {list(frame.columns)})")
+        raise LabelledSetError(
+            f"{path}: missing column(s) {missing}; needs {list(REQUIRED_COLUMNS)} (found {list(frame.columns)})"
+        )
 
     def where(i: int) -> str:
         return f"{path}: row {i + 1}" + (f" (line {lines[i]})" if lines else "")
@@ -140,10 +146,16 @@ def load_labelled(path: str | Path) -> pd.DataFrame:
         value = str(label).strip().lower()
         if isinstance(label, (bool, np.bool_)):
             value = "1" if label else "0"
-        elif isinstance(label, (int, float, np.integer, np.floating)) and not _blank(label) and float(label) in (0.0, 1.0):
+        elif (
+            isinstance(label, (int, float, np.integer, np.floating))
+            and not _blank(label)
+            and float(label) in (0.0, 1.0)
+        ):
             value = str(int(label))
         if value not in LABELS:
-            raise LabelledSetError(f"{where(i)}: query {qid!r} has label {label!r}; use remove/keep or 1/0 (1 = remove)")
+            raise LabelledSetError(
+                f"{where(i)}: query {qid!r} has label {label!r}; use remove/keep or 1/0 (1 = remove)"
+            )
         removed.append(LABELS[value])
     out = frame.drop(columns=["label"]).copy()
     out["query_id"] = [str(q).strip() for q in out["query_id"]]
@@ -296,8 +308,11 @@ class LLMJudge:
         return [{"role": "user", "content": render_prompt(self.templates[task], question, answer)}]
 
     def describe(self) -> dict[str, Any]:
-        return {"llm": self.llm.cache_params(), "parser": PARSER_VERSION,
-                "prompt_sha256": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in self.templates.items()}}
+        return {
+            "llm": self.llm.cache_params(),
+            "parser": PARSER_VERSION,
+            "prompt_sha256": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in self.templates.items()},
+        }
 
     def replay(self, labelled: pd.DataFrame, recorded: dict[str, Any]) -> int:
         """Put recorded answers (``{"generator": <model name>, "responses": {query_id: {"rating":
@@ -306,8 +321,10 @@ class LLMJudge:
         model's. Returns the number of answers stored."""
         generator = recorded.get("generator")
         if generator != self.llm.model:
-            raise ConfigError(f"recorded answers are by {generator!r} but llm.model is {self.llm.model!r}; "
-                              "set llm.model to the recording's generator (or llm_recorded=null to ask a server)")
+            raise ConfigError(
+                f"recorded answers are by {generator!r} but llm.model is {self.llm.model!r}; "
+                "set llm.model to the recording's generator (or llm_recorded=null to ask a server)"
+            )
         stored = 0
         responses = recorded.get("responses", {})
         for row in labelled.itertuples(index=False):
@@ -318,29 +335,41 @@ class LLMJudge:
                     stored += 1
         return stored
 
-    def requests(self, labelled: pd.DataFrame, tasks: Sequence[str] = ("rating", "classifier")) -> list[list[dict[str, Any]]]:
+    def requests(
+        self, labelled: pd.DataFrame, tasks: Sequence[str] = ("rating", "classifier")
+    ) -> list[list[dict[str, Any]]]:
         """The requests :meth:`judge` sends: every row's rating, then every row's classifier request."""
         rows = list(labelled.itertuples(index=False))
-        return [self.messages(task, r.question, r.answer) for task in ("rating", "classifier") if task in tasks for r in rows]
+        return [
+            self.messages(task, r.question, r.answer)
+            for task in ("rating", "classifier")
+            if task in tasks
+            for r in rows
+        ]
 
     def judge(self, labelled: pd.DataFrame, tasks: Sequence[str] = ("rating", "classifier")) -> LLMJudgements:
         """Ask for the ``tasks`` (rating, classifier) of every row; a task not asked is ``None`` per row."""
         rows = list(labelled.itertuples(index=False))
-        answers = self.llm.complete_many(self.requests(labelled, tasks),
-                                         progress="cleaning: LLM judgements" if self.progress else False)
+        answers = self.llm.complete_many(
+            self.requests(labelled, tasks), progress="cleaning: LLM judgements" if self.progress else False
+        )
         skipped = [ChatResult(error="not asked", error_kind="not_asked")] * len(rows)
-        ratings = answers[:len(rows)] if "rating" in tasks else skipped
-        decisions = answers[-len(rows):] if "classifier" in tasks and rows else skipped
+        ratings = answers[: len(rows)] if "rating" in tasks else skipped
+        decisions = answers[-len(rows) :] if "classifier" in tasks and rows else skipped
         out = LLMJudgements(scores=[], decisions=[])
         for answer in ratings:
-            scores, failure = parse_rating(answer.content) if answer.ok else (None, answer.error_kind == "not_asked" or "llm_error")
+            scores, failure = (
+                parse_rating(answer.content) if answer.ok else (None, answer.error_kind == "not_asked" or "llm_error")
+            )
             out.scores.append(scores)
             if failure is True:  # not asked: nothing failed
                 continue
             if failure:
                 out.rating_failures[failure] += 1
         for answer in decisions:
-            decision, failure = parse_decision(answer.content) if answer.ok else (None, answer.error_kind == "not_asked" or "llm_error")
+            decision, failure = (
+                parse_decision(answer.content) if answer.ok else (None, answer.error_kind == "not_asked" or "llm_error")
+            )
             out.decisions.append(decision)
             if failure is True:
                 continue
@@ -349,15 +378,18 @@ class LLMJudge:
         return out
 
 
-def llm_predictions(judgements: LLMJudgements, thresholds: Sequence[float], combined_threshold: float,
-                    unparsed_removed: bool) -> dict[str, np.ndarray]:
+def llm_predictions(
+    judgements: LLMJudgements, thresholds: Sequence[float], combined_threshold: float, unparsed_removed: bool
+) -> dict[str, np.ndarray]:
     """``method id -> predicted removed`` (bool array over the set) for the LLM methods."""
     out = {}
     for t in thresholds:
         out[rating_method_id(t)] = np.array([removed_by_rating(s, t, unparsed_removed) for s in judgements.scores])
     classifier = np.array([unparsed_removed if d is None else d for d in judgements.decisions], dtype=bool)
     out["llm_classifier"] = classifier
-    rating = np.array([removed_by_rating(s, combined_threshold, unparsed_removed) for s in judgements.scores], dtype=bool)
+    rating = np.array(
+        [removed_by_rating(s, combined_threshold, unparsed_removed) for s in judgements.scores], dtype=bool
+    )
     out["llm_combined"] = classifier | rating
     return out
 
@@ -372,7 +404,10 @@ def train_size(n: int, train_size: int | None = None) -> int:
     """The paper's 800 of 1,438 for training, as the same fraction of ``n`` (exactly 800 for 1,438)."""
     size = round(n * PAPER_TRAIN / PAPER_TOTAL) if train_size is None else int(train_size)
     if not 2 <= size <= n - 2:
-        raise ConfigError(f"cleaning.train_size: {size} of {n} labelled queries leaves no room for both a training and an evaluation part")
+        raise ConfigError(
+            f"cleaning.train_size: {size} of {n} labelled queries leaves no room for both a training "
+            "and an evaluation part"
+        )
     return size
 
 
@@ -381,7 +416,9 @@ def split(labelled: pd.DataFrame, size: int, seed: int) -> tuple[np.ndarray, np.
     from sklearn.model_selection import train_test_split
 
     index = np.arange(len(labelled))
-    train, held_out = train_test_split(index, train_size=size, random_state=seed, stratify=labelled["removed"].to_numpy())
+    train, held_out = train_test_split(
+        index, train_size=size, random_state=seed, stratify=labelled["removed"].to_numpy()
+    )
     return np.sort(train), np.sort(held_out)
 
 
@@ -392,8 +429,9 @@ def embed(embedder, texts: list[str]) -> np.ndarray:
     return np.concatenate([np.asarray(v, dtype=np.float32).reshape(1, -1) for v in vectors], axis=0)
 
 
-def classifier_predictions(classifiers: dict[str, Any], vectors: np.ndarray, removed: np.ndarray,
-                           train: np.ndarray, held_out: np.ndarray) -> dict[str, np.ndarray]:
+def classifier_predictions(
+    classifiers: dict[str, Any], vectors: np.ndarray, removed: np.ndarray, train: np.ndarray, held_out: np.ndarray
+) -> dict[str, np.ndarray]:
     """``name -> predicted removed`` on ``held_out``: each classifier fitted on ``train`` (``vectors``
     ``(n, d)``, ``removed`` ``(n,)`` bool)."""
     out = {}
@@ -406,8 +444,13 @@ def classifier_predictions(classifiers: dict[str, Any], vectors: np.ndarray, rem
 # -- the stage --------------------------------------------------------------------------------------
 def write_method(out_dir: Path, method: str, counts: dict[str, int], extra: dict[str, Any]) -> Path:
     """``<out_dir>/<method>.json``: the counts under the CSV's column names, total, FOR, retention, then ``extra``."""
-    record = {"method": method, **counts, "false_omission_rate": false_omission_rate(counts),
-              "retention_rate": retention_rate(counts), **extra}
+    record = {
+        "method": method,
+        **counts,
+        "false_omission_rate": false_omission_rate(counts),
+        "retention_rate": retention_rate(counts),
+        **extra,
+    }
     path = out_dir / f"{method}.json"
     atomic_write_json(record, path)
     return path
@@ -415,12 +458,17 @@ def write_method(out_dir: Path, method: str, counts: dict[str, int], extra: dict
 
 def format_summary(results: dict[str, dict[str, Any]]) -> str:
     """One line per method: the matrix (TP FN / FP TN), total, FOR, retention."""
-    lines = [f"{'method':<18} {'P as P':>7} {'P as N':>7} {'N as P':>7} {'N as N':>7} {'total':>6} {'FOR':>7} {'kept':>7}  unparsed"]
+    lines = [
+        f"{'method':<18} {'P as P':>7} {'P as N':>7} {'N as P':>7} {'N as N':>7} "
+        f"{'total':>6} {'FOR':>7} {'kept':>7}  unparsed"
+    ]
     for method, r in results.items():
         unparsed = ", ".join(f"{k} {v}" for k, v in r.get("unparsed", {}).items()) or "-"
-        lines.append(f"{method:<18} {r['actual_removed_pred_removed']:>7} {r['actual_removed_pred_kept']:>7} "
-                     f"{r['actual_kept_pred_removed']:>7} {r['actual_kept_pred_kept']:>7} {r['total']:>6} "
-                     f"{r['false_omission_rate']:>7.4f} {r['retention_rate']:>7.2%}  {unparsed}")
+        lines.append(
+            f"{method:<18} {r['actual_removed_pred_removed']:>7} {r['actual_removed_pred_kept']:>7} "
+            f"{r['actual_kept_pred_removed']:>7} {r['actual_kept_pred_kept']:>7} {r['total']:>6} "
+            f"{r['false_omission_rate']:>7.4f} {r['retention_rate']:>7.2%}  {unparsed}"
+        )
     return "\n".join(lines)
 
 
@@ -433,10 +481,14 @@ def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
     from vldocir.manifest import git_state, package_versions
 
     methods = list(cfg.methods)
-    unknown = [m for m in methods if m not in ("llm_rating", "llm_classifier", "llm_combined") and m not in cfg.classifiers]
+    unknown = [
+        m for m in methods if m not in ("llm_rating", "llm_classifier", "llm_combined") and m not in cfg.classifiers
+    ]
     if unknown:
-        raise ConfigError(f"cleaning.methods: {unknown} are neither LLM methods (llm_rating, llm_classifier, llm_combined) "
-                          f"nor nodes of cleaning.classifiers ({sorted(cfg.classifiers)})")
+        raise ConfigError(
+            f"cleaning.methods: {unknown} are neither LLM methods (llm_rating, llm_classifier, llm_combined) "
+            f"nor nodes of cleaning.classifiers ({sorted(cfg.classifiers)})"
+        )
     if cfg.unparsed_as not in ("keep", "remove"):
         raise ConfigError(f"cleaning.unparsed_as must be keep or remove, got {cfg.unparsed_as!r}")
     thresholds = [float(t) for t in cfg.thresholds]
@@ -447,11 +499,18 @@ def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
     removed = labelled["removed"].to_numpy()
     out_dir = Path(cfg.out_dir)
     common = {
-        "labelled_set": {"path": str(path), "sha256": file_digest(path), "rows": len(labelled),
-                         "removed": int(removed.sum()), "kept": int((~removed).sum())},
+        "labelled_set": {
+            "path": str(path),
+            "sha256": file_digest(path),
+            "rows": len(labelled),
+            "removed": int(removed.sum()),
+            "kept": int((~removed).sum()),
+        },
         "seed": int(cfg.seed),
         "git": git_state(Path(cfg.root_dir)),
-        "packages": {k: v for k, v in package_versions().items() if k in ("vldocir", "scikit-learn", "xgboost", "openai")},
+        "packages": {
+            k: v for k, v in package_versions().items() if k in ("vldocir", "scikit-learn", "xgboost", "openai")
+        },
     }
     results: dict[str, dict[str, Any]] = {}
 
@@ -464,28 +523,51 @@ def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
             stored = judge.replay(labelled, json.loads(recorded_from.read_text(encoding="utf-8")))
             log.info("replaying %d recorded answers from %s", stored, recorded_from)
         judgements = judge.judge(labelled)
-        predictions = llm_predictions(judgements, thresholds, float(cfg.combined_threshold), cfg.unparsed_as == "remove")
-        llm = {**judge.describe(), "usage": judge.llm.usage(),
-               "recorded_answers": None if recorded_from is None else {"path": str(recorded_from), "sha256": file_digest(recorded_from)}}
-        wanted = ([rating_method_id(t) for t in thresholds] if "llm_rating" in methods else []) \
-            + [m for m in ("llm_classifier", "llm_combined") if m in methods]
+        predictions = llm_predictions(
+            judgements, thresholds, float(cfg.combined_threshold), cfg.unparsed_as == "remove"
+        )
+        llm = {
+            **judge.describe(),
+            "usage": judge.llm.usage(),
+            "recorded_answers": None
+            if recorded_from is None
+            else {"path": str(recorded_from), "sha256": file_digest(recorded_from)},
+        }
+        wanted = ([rating_method_id(t) for t in thresholds] if "llm_rating" in methods else []) + [
+            m for m in ("llm_classifier", "llm_combined") if m in methods
+        ]
         for method in wanted:
             if method.startswith("llm_rating"):
-                params = {"threshold": float(method.removeprefix("llm_rating_t")), "rule": "removed if any score <= threshold"}
+                params = {
+                    "threshold": float(method.removeprefix("llm_rating_t")),
+                    "rule": "removed if any score <= threshold",
+                }
                 unparsed = dict(judgements.rating_failures)
             elif method == "llm_classifier":
                 params, unparsed = {}, dict(judgements.decision_failures)
             else:
-                params = {"rule": "removed if llm_classifier removes or llm_rating at combined_threshold removes",
-                          "combined_threshold": float(cfg.combined_threshold)}
-                unparsed = {f"rating_{k}": v for k, v in judgements.rating_failures.items()} | \
-                           {f"classifier_{k}": v for k, v in judgements.decision_failures.items()}
+                params = {
+                    "rule": "removed if llm_classifier removes or llm_rating at combined_threshold removes",
+                    "combined_threshold": float(cfg.combined_threshold),
+                }
+                unparsed = {f"rating_{k}": v for k, v in judgements.rating_failures.items()} | {
+                    f"classifier_{k}": v for k, v in judgements.decision_failures.items()
+                }
             counts = confusion(removed, predictions[method])
-            extra = {"evaluated_on": "all", "params": {**params, "unparsed_as": cfg.unparsed_as},
-                     "unparsed": unparsed, "models": {"llm": llm}, **common}
+            extra = {
+                "evaluated_on": "all",
+                "params": {**params, "unparsed_as": cfg.unparsed_as},
+                "unparsed": unparsed,
+                "models": {"llm": llm},
+                **common,
+            }
             write_method(out_dir, method, counts, extra)
-            results[method] = {**counts, "false_omission_rate": false_omission_rate(counts),
-                               "retention_rate": retention_rate(counts), "unparsed": unparsed}
+            results[method] = {
+                **counts,
+                "false_omission_rate": false_omission_rate(counts),
+                "retention_rate": retention_rate(counts),
+                "unparsed": unparsed,
+            }
 
     classifier_methods = [m for m in methods if m in cfg.classifiers]
     if classifier_methods:
@@ -499,20 +581,37 @@ def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
         for method in classifier_methods:
             counts = confusion(removed[held_out], predictions[method])
             params = OmegaConf.to_container(cfg.classifiers[method], resolve=True)
-            extra = {"evaluated_on": "held_out",
-                     "params": {"classifier": params, "train": int(train.size), "held_out": int(held_out.size),
-                                "split": "stratified by label, seeded", "embed_columns": list(cfg.embed_columns)},
-                     "unparsed": {}, "models": {"embedder": embedder.describe(), "dimension": int(vectors.shape[1])},
-                     **common}
+            extra = {
+                "evaluated_on": "held_out",
+                "params": {
+                    "classifier": params,
+                    "train": int(train.size),
+                    "held_out": int(held_out.size),
+                    "split": "stratified by label, seeded",
+                    "embed_columns": list(cfg.embed_columns),
+                },
+                "unparsed": {},
+                "models": {"embedder": embedder.describe(), "dimension": int(vectors.shape[1])},
+                **common,
+            }
             write_method(out_dir, method, counts, extra)
-            results[method] = {**counts, "false_omission_rate": false_omission_rate(counts),
-                               "retention_rate": retention_rate(counts), "unparsed": {}}
+            results[method] = {
+                **counts,
+                "false_omission_rate": false_omission_rate(counts),
+                "retention_rate": retention_rate(counts),
+                "unparsed": {},
+            }
     return results
 
 
 # -- cleaning the generated queries of a build ------------------------------------------------------
 BUILD_METHODS = ("llm_combined", "llm_rating", "llm_classifier", "none")
-BUILD_TASKS = {"llm_combined": ("rating", "classifier"), "llm_rating": ("rating",), "llm_classifier": ("classifier",), "none": ()}
+BUILD_TASKS = {
+    "llm_combined": ("rating", "classifier"),
+    "llm_rating": ("rating",),
+    "llm_classifier": ("classifier",),
+    "none": (),
+}
 
 
 @dataclass
@@ -536,35 +635,56 @@ class QueryCleaningSpec:
 
 def cleaning_frame(queries: pd.DataFrame) -> pd.DataFrame:
     """What the judge reads of built queries (``query_id``, ``question``, ``answer``)."""
-    return pd.DataFrame({"query_id": queries["query_id"], "question": queries["text"].astype(str),
-                         "answer": queries["answer"].fillna("").astype(str)})
+    return pd.DataFrame(
+        {
+            "query_id": queries["query_id"],
+            "question": queries["text"].astype(str),
+            "answer": queries["answer"].fillna("").astype(str),
+        }
+    )
 
 
-def clean_generated_queries(judge: LLMJudge | None, queries: pd.DataFrame, spec: QueryCleaningSpec,
-                            ) -> tuple[np.ndarray, dict[str, Any]]:
+def clean_generated_queries(
+    judge: LLMJudge | None,
+    queries: pd.DataFrame,
+    spec: QueryCleaningSpec,
+) -> tuple[np.ndarray, dict[str, Any]]:
     """Which of ``queries`` (``query_id``, ``text``, ``answer``) the step removes (a bool array) and
     its report: counts before and after, removed per reason (``llm_classifier``, ``llm_rating``,
     or both), unusable answers per reason, and which criteria the removed queries failed."""
     n = len(queries)
-    report: dict[str, Any] = {"method": spec.method, "threshold": float(spec.threshold), "unparsed_as": spec.unparsed_as,
-                              "before": n}
+    report: dict[str, Any] = {
+        "method": spec.method,
+        "threshold": float(spec.threshold),
+        "unparsed_as": spec.unparsed_as,
+        "before": n,
+    }
     if spec.method == "none" or n == 0:
         return np.zeros(n, dtype=bool), {**report, "removed": {}, "after": n}
     if judge is None:
         raise ConfigError(f"cleaning.method={spec.method} needs an LLM (cleaning.llm)")
     tasks = BUILD_TASKS[spec.method]
     judgements = judge.judge(cleaning_frame(queries), tasks)
-    predictions = llm_predictions(judgements, [float(spec.threshold)], float(spec.threshold), spec.unparsed_as == "remove")
+    predictions = llm_predictions(
+        judgements, [float(spec.threshold)], float(spec.threshold), spec.unparsed_as == "remove"
+    )
     rating = predictions[rating_method_id(spec.threshold)] if "rating" in tasks else np.zeros(n, dtype=bool)
     classifier = predictions["llm_classifier"] if "classifier" in tasks else np.zeros(n, dtype=bool)
     removed = rating | classifier
-    failed = Counter(c for s, r in zip(judgements.scores, rating) if r and s for c, v in s.items() if v <= spec.threshold + 1e-9)
-    report.update({
-        "removed": {"llm_classifier_only": int((classifier & ~rating).sum()), "llm_rating_only": int((rating & ~classifier).sum()),
-                    "both": int((rating & classifier).sum())},
-        "after": int(n - removed.sum()),
-        "unparsed": {"rating": dict(judgements.rating_failures), "classifier": dict(judgements.decision_failures)},
-        "criteria_at_or_below_threshold": {c: int(failed.get(c, 0)) for c in CRITERIA},
-        "judge": judge.describe(),
-    })
+    failed = Counter(
+        c for s, r in zip(judgements.scores, rating) if r and s for c, v in s.items() if v <= spec.threshold + 1e-9
+    )
+    report.update(
+        {
+            "removed": {
+                "llm_classifier_only": int((classifier & ~rating).sum()),
+                "llm_rating_only": int((rating & ~classifier).sum()),
+                "both": int((rating & classifier).sum()),
+            },
+            "after": int(n - removed.sum()),
+            "unparsed": {"rating": dict(judgements.rating_failures), "classifier": dict(judgements.decision_failures)},
+            "criteria_at_or_below_threshold": {c: int(failed.get(c, 0)) for c in CRITERIA},
+            "judge": judge.describe(),
+        }
+    )
     return removed, report

@@ -45,16 +45,37 @@ from vldocir.errors import VldocirError
 
 log = logging.getLogger(__name__)
 
-CONFIG_COLUMNS = ["config_id", "structure", "source", "doc_ids", "page_indices", "page_ids", "score",
-                  "text_similarity", "doc_similarity", "visual_scores", "element_ids"]
+CONFIG_COLUMNS = [
+    "config_id",
+    "structure",
+    "source",
+    "doc_ids",
+    "page_indices",
+    "page_ids",
+    "score",
+    "text_similarity",
+    "doc_similarity",
+    "visual_scores",
+    "element_ids",
+]
 """``doc_ids``, ``page_indices``, ``page_ids``, ``visual_scores`` and ``element_ids`` (the candidate
 evidence element ids, one list per page) are aligned lists, one entry per evidence page. ``score``:
 the page's visual score (single-page structures) or the pair score (the others);
 ``text_similarity``: the pair's TF-IDF cosine (NaN for single pages); ``doc_similarity``: the
 start-text cosine of the two documents (Cross-Doc only, else NaN)."""
 
-DEFAULT_TYPE_WEIGHTS = {"image": 3.0, "figure": 3.0, "chart": 3.0, "table": 2.5, "formula": 2.5, "list": 1.0,
-                        "caption": 1.0, "text": 1.0, "headline": 0.5, "table_row": 0.0}
+DEFAULT_TYPE_WEIGHTS = {
+    "image": 3.0,
+    "figure": 3.0,
+    "chart": 3.0,
+    "table": 2.5,
+    "formula": 2.5,
+    "list": 1.0,
+    "caption": 1.0,
+    "text": 1.0,
+    "headline": 0.5,
+    "table_row": 0.0,
+}
 
 
 class EvidenceSamplingError(VldocirError, ValueError):
@@ -108,23 +129,34 @@ def visual_scores(pages: pd.DataFrame, elements: pd.DataFrame, spec: EvidenceSam
     dx = np.clip(np.minimum(boxes[:, 2], w) - np.maximum(boxes[:, 0], 0), 0, None)
     dy = np.clip(np.minimum(boxes[:, 3], h) - np.maximum(boxes[:, 1], 0), 0, None)
     weights = el["element_type"].map(lambda t: spec.type_weights.get(t, spec.default_type_weight)).to_numpy(np.float64)
-    el = el.assign(weighted=weights * dx * dy / (w * h), weighted_type=np.where(weights > 0, el["element_type"], None),
-                   multi=el["element_type"] != "headline")
+    el = el.assign(
+        weighted=weights * dx * dy / (w * h),
+        weighted_type=np.where(weights > 0, el["element_type"], None),
+        multi=el["element_type"] != "headline",
+    )
     per_page = el.groupby(["doc_id", "page_index"]).agg(
-        area=("weighted", "sum"), types=("weighted_type", "nunique"), n_elements=("element_type", "size"),
-        n_multi_elements=("multi", "sum"))
+        area=("weighted", "sum"),
+        types=("weighted_type", "nunique"),
+        n_elements=("element_type", "size"),
+        n_multi_elements=("multi", "sum"),
+    )
     known = max(1, sum(1 for v in spec.type_weights.values() if v > 0))
     per_page["visual_score"] = per_page["area"] + spec.diversity_weight * per_page["types"] / known
-    out = out.merge(per_page[["visual_score", "n_elements", "n_multi_elements"]].reset_index(),
-                    on=["doc_id", "page_index"], how="left")
+    out = out.merge(
+        per_page[["visual_score", "n_elements", "n_multi_elements"]].reset_index(),
+        on=["doc_id", "page_index"],
+        how="left",
+    )
     return out.fillna({"visual_score": 0.0, "n_elements": 0, "n_multi_elements": 0}).astype(
-        {"n_elements": int, "n_multi_elements": int})
+        {"n_elements": int, "n_multi_elements": int}
+    )
 
 
 def top_pages(scored: pd.DataFrame, k: int) -> pd.DataFrame:
     """Each document's ``k`` pages with elements, highest visual score first (ties: earlier page)."""
-    ranked = scored[scored["n_elements"] > 0].sort_values(["doc_id", "visual_score", "page_index"],
-                                                         ascending=[True, False, True], kind="mergesort")
+    ranked = scored[scored["n_elements"] > 0].sort_values(
+        ["doc_id", "visual_score", "page_index"], ascending=[True, False, True], kind="mergesort"
+    )
     return ranked.groupby("doc_id", sort=False).head(k)
 
 
@@ -188,18 +220,34 @@ class _Source:
             for j, b in enumerate(pb_):
                 structure = "cross_doc" if doc_a != doc_b else (pair_structure(b - a, near_max_gap) if b > a else None)
                 if structure:
-                    out.setdefault(structure, []).append((float(score[i, j]), float(cosine[i, j]), (doc_a, a), (doc_b, b)))
+                    out.setdefault(structure, []).append(
+                        (float(score[i, j]), float(cosine[i, j]), (doc_a, a), (doc_b, b))
+                    )
         for structure, pairs in out.items():  # best first; ties by page positions (deterministic)
             out[structure] = sorted(pairs, key=lambda t: (-t[0], t[2][1], t[3][1]))[: spec.pairs_per_document]
         return out
 
-    def row_of(self, structure: str, source: str, pages: list[tuple[str, int]], score: float,
-               text_similarity: float = float("nan"), doc_similarity: float = float("nan")) -> dict:
-        return {"structure": structure, "source": source, "doc_ids": [d for d, _ in pages],
-                "page_indices": [int(p) for _, p in pages], "page_ids": [page_id(d, p) for d, p in pages],
-                "score": float(score), "text_similarity": float(text_similarity), "doc_similarity": float(doc_similarity),
-                "visual_scores": [float(self.scored.at[self.row[k], "visual_score"]) for k in pages],
-                "element_ids": [list(self.element_ids[k]) for k in pages]}
+    def row_of(
+        self,
+        structure: str,
+        source: str,
+        pages: list[tuple[str, int]],
+        score: float,
+        text_similarity: float = float("nan"),
+        doc_similarity: float = float("nan"),
+    ) -> dict:
+        return {
+            "structure": structure,
+            "source": source,
+            "doc_ids": [d for d, _ in pages],
+            "page_indices": [int(p) for _, p in pages],
+            "page_ids": [page_id(d, p) for d, p in pages],
+            "score": float(score),
+            "text_similarity": float(text_similarity),
+            "doc_similarity": float(doc_similarity),
+            "visual_scores": [float(self.scored.at[self.row[k], "visual_score"]) for k in pages],
+            "element_ids": [list(self.element_ids[k]) for k in pages],
+        }
 
 
 def start_texts(pages: pd.DataFrame, text_column: str, start_pages: int, start_chars: int) -> pd.Series:
@@ -227,25 +275,36 @@ def nearest_documents(doc_ids: list[str], texts: list[str], encoder) -> list[tup
     return [(a, b, s) for (a, b), s in sorted(pairs.items())]
 
 
-def sample_evidence_configs(documents: pd.DataFrame, pages: pd.DataFrame, elements: pd.DataFrame,
-                            spec: EvidenceSamplingSpec, encoder=None, near_max_gap: int = NEAR_MAX_GAP) -> pd.DataFrame:
+def sample_evidence_configs(
+    documents: pd.DataFrame,
+    pages: pd.DataFrame,
+    elements: pd.DataFrame,
+    spec: EvidenceSamplingSpec,
+    encoder=None,
+    near_max_gap: int = NEAR_MAX_GAP,
+) -> pd.DataFrame:
     """The evidence configurations of every source x structure (:data:`CONFIG_COLUMNS`).
 
     ``encoder`` embeds document start texts for Cross-Doc (``None``: no Cross-Doc configurations).
     Raises :class:`EvidenceSamplingError` for a benchmark without elements or without page text.
     """
     if elements.empty:
-        raise EvidenceSamplingError("the benchmark has no elements: evidence configurations need the element boxes "
-                                    "of a rendered benchmark (elements table: doc_id, element_id, page_index, bbox, element_type)")
+        raise EvidenceSamplingError(
+            "the benchmark has no elements: evidence configurations need the element boxes "
+            "of a rendered benchmark (elements table: doc_id, element_id, page_index, bbox, element_type)"
+        )
     if spec.text_column not in pages.columns:
         raise EvidenceSamplingError(f"pages have no column {spec.text_column!r} (text_column: dom_text or ocr_text)")
     pages = pages.assign(**{spec.text_column: pages[spec.text_column].fillna("").astype(str)})
     if not pages[spec.text_column].str.strip().any():
-        raise EvidenceSamplingError(f"no page has text in {spec.text_column!r}: TF-IDF page pairs and start-text "
-                                    "document pairs need page text (try text_column=ocr_text or dom_text)")
+        raise EvidenceSamplingError(
+            f"no page has text in {spec.text_column!r}: TF-IDF page pairs and start-text "
+            "document pairs need page text (try text_column=ocr_text or dom_text)"
+        )
     rng = np.random.default_rng(spec.seed)
-    scored = visual_scores(pages, elements, spec).merge(pages[["doc_id", "page_index", spec.text_column]],
-                                                        on=["doc_id", "page_index"])
+    scored = visual_scores(pages, elements, spec).merge(
+        pages[["doc_id", "page_index", spec.text_column]], on=["doc_id", "page_index"]
+    )
     scored = scored.merge(documents[["doc_id", "source"]], on="doc_id").sort_values(["source", "doc_id", "page_index"])
     ordered = elements.sort_values(["doc_id", "page_index", "element_id"], kind="mergesort")
     element_ids = {(d, int(p)): list(g) for (d, p), g in ordered.groupby(["doc_id", "page_index"])["element_id"]}
@@ -259,8 +318,11 @@ def sample_evidence_configs(documents: pd.DataFrame, pages: pd.DataFrame, elemen
         doc_ids = sorted(group["doc_id"].unique())
         source_top = top[top["source"] == source]
         for structure in ("page_single", "page_multi"):
-            candidates = source_top if structure == "page_single" else \
-                source_top[source_top["n_multi_elements"] >= spec.min_multi_elements]
+            candidates = (
+                source_top
+                if structure == "page_single"
+                else source_top[source_top["n_multi_elements"] >= spec.min_multi_elements]
+            )
             groups = {}
             for doc_id, doc_top in candidates.groupby("doc_id", sort=True):
                 picked = list(doc_top["page_index"])
@@ -288,8 +350,11 @@ def sample_evidence_configs(documents: pd.DataFrame, pages: pd.DataFrame, elemen
     configs = configs.sort_values(["source", "structure"], kind="mergesort").reset_index(drop=True)
     configs["structure"] = configs["structure"].astype(str)
     configs.insert(0, "config_id", [f"ec{i:06d}" for i in range(len(configs))])
-    short = [f"{s}/{e}: {n} of {spec.budget(e)}" for (s, e), n in config_counts(configs).stack().items()
-             if n < spec.budget(e) and (e != "cross_doc" or encoder is not None)]
+    short = [
+        f"{s}/{e}: {n} of {spec.budget(e)}"
+        for (s, e), n in config_counts(configs).stack().items()
+        if n < spec.budget(e) and (e != "cross_doc" or encoder is not None)
+    ]
     if short:
         log.warning("fewer candidates than the budget (documents too short or too few): %s", "; ".join(short))
     return configs
@@ -318,8 +383,15 @@ def run_evidence_sampling(benchmark: str | Path, spec: EvidenceSamplingSpec, enc
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_parquet(pa.Table.from_pandas(configs, preserve_index=False), out_dir / "configs.parquet")
-    atomic_write_json({"benchmark": bench.name, "fingerprint": bench.fingerprint, "near_max_gap": gap,
-                       "spec": asdict(spec), "encoder": encoder.describe() if encoder is not None else None,
-                       "counts": {s: {e: int(n) for e, n in row.items()} for s, row in counts.iterrows()}},
-                      out_dir / "manifest.json")
+    atomic_write_json(
+        {
+            "benchmark": bench.name,
+            "fingerprint": bench.fingerprint,
+            "near_max_gap": gap,
+            "spec": asdict(spec),
+            "encoder": encoder.describe() if encoder is not None else None,
+            "counts": {s: {e: int(n) for e, n in row.items()} for s, row in counts.iterrows()},
+        },
+        out_dir / "manifest.json",
+    )
     return configs, counts, out_dir

@@ -68,8 +68,13 @@ def evidence_structures(evidence: pd.DataFrame, near_max_gap: int = NEAR_MAX_GAP
     """
     frame = evidence.assign(n_elements=evidence["n_elements"] if "n_elements" in evidence else 1)
     grouped = frame.groupby("query_id", sort=True)
-    stats = grouped.agg(n_docs=("doc_id", "nunique"), n_pages=("page_number", "size"),
-                        first=("page_number", "min"), last=("page_number", "max"), n_elements=("n_elements", "max"))
+    stats = grouped.agg(
+        n_docs=("doc_id", "nunique"),
+        n_pages=("page_number", "size"),
+        first=("page_number", "min"),
+        last=("page_number", "max"),
+        n_elements=("n_elements", "max"),
+    )
     structure = pd.Series("page_single", index=stats.index, dtype=object, name="evidence_structure")
     structure[(stats["n_pages"] == 1) & (stats["n_elements"] >= 2)] = "page_multi"
     within = (stats["n_docs"] == 1) & (stats["n_pages"] >= 2)

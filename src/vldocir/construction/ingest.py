@@ -37,15 +37,19 @@ from pathlib import Path
 import pandas as pd
 
 from vldocir.cache import content_key
-from vldocir.construction.collect.index import IndexFileError, read_index
-from vldocir.construction.ocr import OcrConfig, ocr_pages
-from vldocir.construction.pdf import PdfBatchReport, PdfConfig, rasterize_pdfs
-from vldocir.construction.grounding import NEAR_MAX_GAP, page_id
-from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfig, render_batch
 from vldocir.construction.build_generated import (
-    PAGE_COLUMNS, RENDER_KEY_EXCLUDED, DocumentRecord, ShippedImages, assemble_rendered,
+    PAGE_COLUMNS,
+    RENDER_KEY_EXCLUDED,
+    DocumentRecord,
+    ShippedImages,
+    assemble_rendered,
 )
 from vldocir.construction.build_generated import _write_page_image as write_page_image
+from vldocir.construction.collect.index import IndexFileError, read_index
+from vldocir.construction.grounding import NEAR_MAX_GAP, page_id
+from vldocir.construction.ocr import OcrConfig, ocr_pages
+from vldocir.construction.pdf import PdfBatchReport, PdfConfig, rasterize_pdfs
+from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfig, render_batch
 from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
@@ -58,7 +62,7 @@ INDEX_NAMES = ("index.jsonl", "index.csv", "index.parquet")
 @dataclass(frozen=True)
 class InputDocument:
     record: DocumentRecord
-    html_path: Path          # the HTML file to render (a folder's index.html), or the PDF
+    html_path: Path  # the HTML file to render (a folder's index.html), or the PDF
     problem: str | None = None  # why it cannot be rendered (reported, the batch goes on)
 
     @property
@@ -93,7 +97,9 @@ def load_documents(input_path: str | Path) -> tuple[Path, list[InputDocument]]:
     documents = []
     for row in rows:
         if row.source not in SOURCES:
-            raise ConfigError(f"{index}: unknown source {row.source!r} for {row.doc_id}; valid sources: {', '.join(SOURCES)}")
+            raise ConfigError(
+                f"{index}: unknown source {row.source!r} for {row.doc_id}; valid sources: {', '.join(SOURCES)}"
+            )
         path = Path(row.path).expanduser()
         path = path if path.is_absolute() else index.parent / path
         html = path / "index.html" if path.is_dir() else path
@@ -115,16 +121,26 @@ def _render_key(documents: list[InputDocument], render_params: dict) -> str:
     return "input-" + content_key({"documents": docs, "render": render_params, "layout_version": LAYOUT_VERSION})
 
 
-def build_from_html(input_path: str | Path, out_dir: str | Path, cache_dir: str | Path, name: str, queries,
-                    render: RenderConfig | None = None, images: ShippedImages | None = None,
-                    ocr: OcrConfig | None = None, near_max_gap: int = NEAR_MAX_GAP,
-                    pdf: PdfConfig | None = None) -> Benchmark:
+def build_from_html(
+    input_path: str | Path,
+    out_dir: str | Path,
+    cache_dir: str | Path,
+    name: str,
+    queries,
+    render: RenderConfig | None = None,
+    images: ShippedImages | None = None,
+    ocr: OcrConfig | None = None,
+    near_max_gap: int = NEAR_MAX_GAP,
+    pdf: PdfConfig | None = None,
+) -> Benchmark:
     """Build the benchmark ``name`` from the documents of ``input_path`` into ``out_dir`` (module
     doc). ``queries``: the query stage (:class:`~vldocir.construction.query_stage.GeneratedQueries`);
     there are no planted facts, so template queries cannot be made here."""
     if queries is None:
-        raise ConfigError("queries=templates needs the facts the HTML generator plants; documents from input= "
-                          "get their queries from the VLM pipeline (queries=generated)")
+        raise ConfigError(
+            "queries=templates needs the facts the HTML generator plants; documents from input= "
+            "get their queries from the VLM pipeline (queries=generated)"
+        )
     index, documents = load_documents(input_path)
     out_dir = Path(out_dir)
     render = render or RenderConfig()
@@ -155,18 +171,36 @@ def build_from_html(input_path: str | Path, out_dir: str | Path, cache_dir: str 
     rendering = frames[0][3] if records else {}
     page_frame["ocr_text"] = ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig())
     query_frame, qrels, query_report = queries(
-        document_frame, page_frame, element_frame, dict(zip(page_frame["page_id"], page_frame["full_size_path"])),
-        near_max_gap, record_dir=Path(cache_dir) / "generation" / name)
-    tables = {"documents": document_frame, "pages": page_frame.drop(columns="full_size_path"),
-              "elements": element_frame, "queries": query_frame, "qrels": qrels}
+        document_frame,
+        page_frame,
+        element_frame,
+        dict(zip(page_frame["page_id"], page_frame["full_size_path"])),
+        near_max_gap,
+        record_dir=Path(cache_dir) / "generation" / name,
+    )
+    tables = {
+        "documents": document_frame,
+        "pages": page_frame.drop(columns="full_size_path"),
+        "elements": element_frame,
+        "queries": query_frame,
+        "qrels": qrels,
+    }
     info = {
         "name": name,
         "version": "1",
         "rendered": True,
-        "images": {"stored_scale": images.scale, "format": images.format, "page_size": [render.page_width, render.page_height]},
+        "images": {
+            "stored_scale": images.scale,
+            "format": images.format,
+            "page_size": [render.page_width, render.page_height],
+        },
         "built_by": {
             "generator": "vldocir.construction.ingest",
-            "input": {"index": str(index), "sha256": hashlib.sha256(index.read_bytes()).hexdigest(), "documents": len(documents)},
+            "input": {
+                "index": str(index),
+                "sha256": hashlib.sha256(index.read_bytes()).hexdigest(),
+                "documents": len(documents),
+            },
             "render": render_params,
             "render_wall_s": round(report.wall_s, 3),
             "pdf": {**pdf_report.summary(), "settings": pdf.page_settings()} if pdfs else None,
@@ -180,8 +214,12 @@ def build_from_html(input_path: str | Path, out_dir: str | Path, cache_dir: str 
     return write_benchmark(out_dir, tables, info)
 
 
-def assemble_pdfs(records: list[DocumentRecord], report: PdfBatchReport, out_dir: Path, images: ShippedImages,
-                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def assemble_pdfs(
+    records: list[DocumentRecord],
+    report: PdfBatchReport,
+    out_dir: Path,
+    images: ShippedImages,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The ``documents``, ``pages`` and ``elements`` tables of rasterized PDFs, as
     :func:`~vldocir.construction.build_generated.assemble_rendered` makes them for HTML: page images
     written into ``out_dir/pages/<doc_id>/``, ``dom_text`` the text layer, ``full_size_path`` the raster."""
@@ -189,17 +227,42 @@ def assemble_pdfs(records: list[DocumentRecord], report: PdfBatchReport, out_dir
     suffix = ".jpg" if images.format == "jpeg" else ".png"
     for record in records:
         document = report.documents[record.doc_id]
-        documents.append((record.doc_id, record.source, record.domain, record.title, document.n_pages, record.url,
-                          record.license))
+        documents.append(
+            (record.doc_id, record.source, record.domain, record.title, document.n_pages, record.url, record.license)
+        )
         for page in document.pages:
             relative = f"pages/{record.doc_id}/page-{page.page_index:03d}{suffix}"
             write_page_image(document.image_path(page.page_index), out_dir / relative, images)
-            pages.append((page_id(record.doc_id, page.page_index), record.doc_id, page.page_index,
-                          {"bytes": None, "path": relative}, page.width, page.height, page.text,
-                          document.image_path(page.page_index)))
-            elements += [(record.doc_id, f"p{page.page_index:03d}-{e['element_id']}", page.page_index, e["bbox"],
-                          e["element_type"], False, e["text"], None) for e in page.elements]
-    return (pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
-            pd.DataFrame(pages, columns=PAGE_COLUMNS),
-            pd.DataFrame(elements, columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages",
-                                            "text", "fact"]))
+            pages.append(
+                (
+                    page_id(record.doc_id, page.page_index),
+                    record.doc_id,
+                    page.page_index,
+                    {"bytes": None, "path": relative},
+                    page.width,
+                    page.height,
+                    page.text,
+                    document.image_path(page.page_index),
+                )
+            )
+            elements += [
+                (
+                    record.doc_id,
+                    f"p{page.page_index:03d}-{e['element_id']}",
+                    page.page_index,
+                    e["bbox"],
+                    e["element_type"],
+                    False,
+                    e["text"],
+                    None,
+                )
+                for e in page.elements
+            ]
+    return (
+        pd.DataFrame(documents, columns=["doc_id", "source", "domain", "title", "n_pages", "url", "license"]),
+        pd.DataFrame(pages, columns=PAGE_COLUMNS),
+        pd.DataFrame(
+            elements,
+            columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
+        ),
+    )

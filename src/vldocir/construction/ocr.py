@@ -24,6 +24,7 @@ from vldocir.io import atomic_write_text
 class OcrError(VldocirError, RuntimeError):
     """Tesseract failed on some page images; the message lists the first of them with the reason."""
 
+
 INSTALL_HINT = "install Tesseract: apt-get install tesseract-ocr (or set ocr.tesseract_cmd to its binary)"
 
 
@@ -42,7 +43,9 @@ def _tesseract(config: OcrConfig):
     try:
         import pytesseract
     except ImportError as error:
-        raise MissingDependencyError(f"OCR needs pytesseract: uv sync (or pip install pytesseract); and {INSTALL_HINT}") from error
+        raise MissingDependencyError(
+            f"OCR needs pytesseract: uv sync (or pip install pytesseract); and {INSTALL_HINT}"
+        ) from error
     command = config.tesseract_cmd or shutil.which("tesseract")
     if not command:
         raise MissingDependencyError(f"Tesseract was not found on PATH: {INSTALL_HINT}")
@@ -95,6 +98,7 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig = OcrCo
             bar.update()
     if failures:
         listed = "; ".join(f"{p}: {e}" for p, e in failures[:5])
-        raise OcrError(f"OCR failed for {len(failures)} page image(s) (the others are cached; a rerun retries "
-                       f"these): {listed}")
+        raise OcrError(
+            f"OCR failed for {len(failures)} page image(s) (the others are cached; a rerun retries these): {listed}"
+        )
     return results  # type: ignore[return-value]

@@ -92,8 +92,9 @@ def blank_rows(pixels: np.ndarray, background: Sequence[int] = (255, 255, 255), 
     return ~_ink(pixels, background, tolerance).any(axis=1)
 
 
-def ink_rows(pixels: np.ndarray, background: Sequence[int] = (255, 255, 255),
-             tolerance: int = 8) -> tuple[np.ndarray, np.ndarray]:
+def ink_rows(
+    pixels: np.ndarray, background: Sequence[int] = (255, 255, 255), tolerance: int = 8
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row of ``pixels`` (``(H, W, 3|4)`` uint8): ``(blank, same_as_next)``, both ``(H,)`` bool.
 
     ``blank[r]``: row ``r`` has no ink (see :func:`blank_rows`); ``same_as_next[r]``: row ``r`` has
@@ -344,8 +345,9 @@ class Assignment:
     spans_pages: np.ndarray
 
 
-def assign_elements(boxes: np.ndarray, cuts: Sequence[float], page_width: float | None = None,
-                    slack: float = 0.0) -> Assignment:
+def assign_elements(
+    boxes: np.ndarray, cuts: Sequence[float], page_width: float | None = None, slack: float = 0.0
+) -> Assignment:
     """Place each element on the page where its top lies.
 
     Args:

@@ -31,11 +31,19 @@ from typing import Any, Mapping
 import pandas as pd
 
 from vldocir.construction.cleaning import (
-    BUILD_TASKS, LLMJudge, QueryCleaningSpec, clean_generated_queries, cleaning_frame,
+    BUILD_TASKS,
+    LLMJudge,
+    QueryCleaningSpec,
+    clean_generated_queries,
+    cleaning_frame,
 )
 from vldocir.construction.evidence_configs import EvidenceSamplingSpec, config_counts, sample_evidence_configs
 from vldocir.construction.vlm_generation import (
-    GenerationSpec, QueryGenerator, candidate_records, generate_queries, usage_report,
+    GenerationSpec,
+    QueryGenerator,
+    candidate_records,
+    generate_queries,
+    usage_report,
 )
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.errors import ConfigError
@@ -60,8 +68,10 @@ class Replay:
         generator = self.recorded.get("generator")
         wrong = sorted({c.model for c in clients if c.model != generator})
         if not generator or wrong:
-            raise ConfigError(f"recorded answers in {self.path} are by {generator!r} but the clients' model is {wrong}; "
-                              "set queries.llm.model to the recording's generator (or queries.recorded=null to ask a server)")
+            raise ConfigError(
+                f"recorded answers in {self.path} are by {generator!r} but the clients' model is {wrong}; "
+                "set queries.llm.model to the recording's generator (or queries.recorded=null to ask a server)"
+            )
         self.answers: dict[str, str] = {}
         self.missing: Counter = Counter()
         self.server = replay_server(self.answers)
@@ -81,8 +91,12 @@ class Replay:
                 self.answers[request_digest(request)] = str(content)
 
     def describe(self) -> dict[str, Any]:
-        return {"path": self.path.name, "sha256": file_digest(self.path), "generator": self.recorded["generator"],
-                "requests_without_recording": dict(self.missing)}
+        return {
+            "path": self.path.name,
+            "sha256": file_digest(self.path),
+            "generator": self.recorded["generator"],
+            "requests_without_recording": dict(self.missing),
+        }
 
 
 class GeneratedQueries:
@@ -98,18 +112,34 @@ class GeneratedQueries:
             server, cache); recorded in the report, not used otherwise.
     """
 
-    def __init__(self, sampling: EvidenceSamplingSpec, generation: GenerationSpec, cleaning: QueryCleaningSpec,
-                 describer: ChatClient, generator: ChatClient, judge: ChatClient | None = None, encoder=None,
-                 recorded: str | Path | None = None, progress: bool = True, llm: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        sampling: EvidenceSamplingSpec,
+        generation: GenerationSpec,
+        cleaning: QueryCleaningSpec,
+        describer: ChatClient,
+        generator: ChatClient,
+        judge: ChatClient | None = None,
+        encoder=None,
+        recorded: str | Path | None = None,
+        progress: bool = True,
+        llm: Mapping[str, Any] | None = None,
+    ):
         self.sampling, self.generation, self.cleaning = sampling, generation, cleaning
         self.describer, self.generator, self.judge = describer, generator, judge
         self.encoder, self.recorded, self.progress = encoder, recorded, progress
         if cleaning.method != "none" and judge is None:
             raise ConfigError(f"queries.cleaning.method={cleaning.method} needs queries.judge (an LLM client)")
 
-    def __call__(self, documents: pd.DataFrame, pages: pd.DataFrame, elements: pd.DataFrame,
-                 images: Mapping[str, bytes | Path | str], near_max_gap: int, record_dir: str | Path | None = None,
-                 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    def __call__(
+        self,
+        documents: pd.DataFrame,
+        pages: pd.DataFrame,
+        elements: pd.DataFrame,
+        images: Mapping[str, bytes | Path | str],
+        near_max_gap: int,
+        record_dir: str | Path | None = None,
+    ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
         """``(queries, qrels, report)``; ``images``: page id -> its full-size image (bytes or file)."""
         configs = sample_evidence_configs(documents, pages, elements, self.sampling, self.encoder, near_max_gap)
         log.info("%d evidence configurations", len(configs))
@@ -124,8 +154,9 @@ class GeneratedQueries:
                 clients = [c.with_base_url(server.url, answers_from=recording) for c in clients]
             describer, generator = clients[0], clients[1]
             judge = clients[2] if len(clients) > 2 else None
-            query_generator = QueryGenerator(self.generation, describer, generator, self.progress,
-                                             before_requests=replay.expect if replay else None)
+            query_generator = QueryGenerator(
+                self.generation, describer, generator, self.progress, before_requests=replay.expect if replay else None
+            )
             result = generate_queries(query_generator, configs, documents, elements, images, near_max_gap)
 
             judge_obj = LLMJudge(judge, progress=self.progress) if judge is not None else None
@@ -157,9 +188,12 @@ class GeneratedQueries:
             "sampling": asdict(self.sampling),
             **result.report,
             "cleaning": cleaning_report,
-            "counts": {"generated": len(result.candidates), "after_filter": len(result.queries),
-                       "after_cleaning": len(queries),
-                       "per_structure": {s: int(final.get(s, 0)) for s in EVIDENCE_STRUCTURES}},
+            "counts": {
+                "generated": len(result.candidates),
+                "after_filter": len(result.queries),
+                "after_cleaning": len(queries),
+                "per_structure": {s: int(final.get(s, 0)) for s in EVIDENCE_STRUCTURES},
+            },
             "usage": usage,
             "recorded": replay.describe() if replay is not None else None,
         }
@@ -174,15 +208,18 @@ def _no_queries(generation: Mapping[str, Any], replay: Replay | None, n_configs:
     discarded = {k: v for k, v in generation["outputs"]["discarded"].items() if v}
     text = f"no query survived generation over {n_configs} configuration(s): outputs discarded {discarded or 'none'}"
     if replay is not None and replay.missing:
-        text += (f"; {sum(replay.missing.values())} request(s) had no recorded answer in {replay.path.name} "
-                 "(queries.recorded replays a recording; set queries.recorded=null and queries.llm.* to ask a server)")
+        text += (
+            f"; {sum(replay.missing.values())} request(s) had no recorded answer in {replay.path.name} "
+            "(queries.recorded replays a recording; set queries.recorded=null and queries.llm.* to ask a server)"
+        )
     elif discarded.get("request_failed"):
         text += "; check queries.llm.base_url and queries.llm.model (the server must be reachable and serve that model)"
     return text
 
 
-def _write_record(out: Path, configs: pd.DataFrame, result, fates: dict[str, str], renumber: dict[str, str],
-                  report: dict[str, Any]) -> None:
+def _write_record(
+    out: Path, configs: pd.DataFrame, result, fates: dict[str, str], renumber: dict[str, str], report: dict[str, Any]
+) -> None:
     """``configs.parquet``, ``outputs.jsonl``, ``candidates.jsonl`` (fate: a discard reason, ``cleaning``,
     or the final query id) and ``report.json`` in ``out``."""
     import pyarrow as pa
@@ -193,7 +230,9 @@ def _write_record(out: Path, configs: pd.DataFrame, result, fates: dict[str, str
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in result.outputs.to_dict("records")))
     records = candidate_records(result.candidates)
     for record in records:
-        record["fate"] = record["discard"] or (renumber.get(record["query_id"]) or fates.get(record["query_id"], "kept"))
+        record["fate"] = record["discard"] or (
+            renumber.get(record["query_id"]) or fates.get(record["query_id"], "kept")
+        )
     with atomic_path(out / "candidates.jsonl") as tmp:
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
     atomic_write_json(report, out / "report.json")
@@ -210,8 +249,13 @@ def page_images(root: Path, pages: pd.DataFrame) -> dict[str, bytes | Path]:
     return images
 
 
-def regenerate_queries(source: str | Path, out_dir: str | Path, stage: GeneratedQueries, name: str | None = None,
-                       record_dir: str | Path | None = None):
+def regenerate_queries(
+    source: str | Path,
+    out_dir: str | Path,
+    stage: GeneratedQueries,
+    name: str | None = None,
+    record_dir: str | Path | None = None,
+):
     """Write a copy of the rendered benchmark at ``source`` into ``out_dir`` (tables and page images)
     whose queries and qrels are made by ``stage``; returns the loaded new benchmark. Its
     ``benchmark.json`` keeps the source's build record and adds ``built_by.queries`` (the report)
@@ -227,8 +271,9 @@ def regenerate_queries(source: str | Path, out_dir: str | Path, stage: Generated
         raise ConfigError(f"{bench.root} has no elements table: query generation needs a rendered benchmark")
     pages = bench.pages
     images = page_images(bench.root, pages)
-    queries, qrels, report = stage(bench.documents, pages, bench.elements, images, benchmark_near_max_gap(bench.info),
-                                   record_dir=record_dir)
+    queries, qrels, report = stage(
+        bench.documents, pages, bench.elements, images, benchmark_near_max_gap(bench.info), record_dir=record_dir
+    )
     for image in pages["image"]:
         if isinstance(image, Mapping) and image.get("path") and not image.get("bytes"):
             target = out_dir / str(image["path"])
@@ -238,9 +283,18 @@ def regenerate_queries(source: str | Path, out_dir: str | Path, stage: Generated
                     tmp.write_bytes((bench.root / str(image["path"])).read_bytes())
     info = {k: v for k, v in bench.info.items() if k not in ("counts", "fingerprint")}
     info["name"] = name or bench.name
-    info["built_by"] = {**info.get("built_by", {}), "queries": report,
-                        "queries_over": {"name": bench.name, "fingerprint": bench.fingerprint}}
-    tables = {"documents": bench.documents, "pages": pages, "elements": bench.elements, "queries": queries, "qrels": qrels}
+    info["built_by"] = {
+        **info.get("built_by", {}),
+        "queries": report,
+        "queries_over": {"name": bench.name, "fingerprint": bench.fingerprint},
+    }
+    tables = {
+        "documents": bench.documents,
+        "pages": pages,
+        "elements": bench.elements,
+        "queries": queries,
+        "qrels": qrels,
+    }
     return write_benchmark(out_dir, tables, info)
 
 
@@ -252,13 +306,16 @@ def summary(report: Mapping[str, Any]) -> str:
         f"configurations {report['configs_total']}; "
         f"outputs valid {outputs['valid']} of {outputs['requested']} (discarded: {reasons(outputs['discarded'])})",
         f"queries generated {counts['generated']}, after the filter {counts['after_filter']} "
-        f"(dropped: {reasons(report['queries']['discarded'])}), after cleaning ({cleaning['method']}) {counts['after_cleaning']} "
+        f"(dropped: {reasons(report['queries']['discarded'])}), "
+        f"after cleaning ({cleaning['method']}) {counts['after_cleaning']} "
         f"(removed: {reasons(cleaning.get('removed', {}))})",
         "per structure: " + ", ".join(f"{k} {v}" for k, v in counts["per_structure"].items()),
     ]
     for role, usage in report["usage"].items():
         cost = "" if usage.get("cost_usd") is None else f", ${usage['cost_usd']:.4f}"
-        lines.append(f"{role} ({usage['model']}): {usage['called']} asked, {usage['cached']} replayed from cache, "
-                     f"{usage['failed']} failed, {usage['retries']} retries, "
-                     f"{usage['prompt_tokens']}+{usage['completion_tokens']} tokens{cost}")
+        lines.append(
+            f"{role} ({usage['model']}): {usage['called']} asked, {usage['cached']} replayed from cache, "
+            f"{usage['failed']} failed, {usage['retries']} retries, "
+            f"{usage['prompt_tokens']}+{usage['completion_tokens']} tokens{cost}"
+        )
     return "\n".join(lines)

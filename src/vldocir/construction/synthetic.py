@@ -12,8 +12,8 @@ up to the paper's size for tests and scale benchmarks.
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.construction.grounding import NEAR_MAX_GAP, page_id
 from vldocir.construction.template_queries import DocumentInfo, PlacedFact, sample_queries
+from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 
 log = logging.getLogger(__name__)
@@ -31,14 +31,33 @@ log = logging.getLogger(__name__)
 PAGE_WIDTH, PAGE_HEIGHT = 2000, 4000
 
 SOURCE_DOMAINS: dict[str, list[str]] = {
-    "wikipedia": ["Arts", "Entertainment", "Science", "Technology", "Geography", "Sports", "History", "Politics", "Economics"],
+    "wikipedia": [
+        "Arts",
+        "Entertainment",
+        "Science",
+        "Technology",
+        "Geography",
+        "Sports",
+        "History",
+        "Politics",
+        "Economics",
+    ],
     "arxiv": [
-        "Astrophysics", "Condensed Matter Physics", "Quantitative Biology", "Electrical Engineering",
-        "General Computer Science", "Artificial Intelligence", "Statistics",
+        "Astrophysics",
+        "Condensed Matter Physics",
+        "Quantitative Biology",
+        "Electrical Engineering",
+        "General Computer Science",
+        "Artificial Intelligence",
+        "Statistics",
     ],
     "pubmed": [
-        "Surgical Case Reports", "Public Health Reports", "Environmental Reports", "Medical Reports",
-        "Chemistry", "Bioinformatics",
+        "Surgical Case Reports",
+        "Public Health Reports",
+        "Environmental Reports",
+        "Medical Reports",
+        "Chemistry",
+        "Bioinformatics",
     ],
     "sec": ["Financial Reports"],
 }
@@ -47,57 +66,105 @@ SOURCE_DOMAINS: dict[str, list[str]] = {
 # documents of a source, as real documents of one kind share their sections and table layouts.
 SOURCE_ATTRIBUTES: dict[str, list[tuple[str, str, str]]] = {
     "wikipedia": [
-        ("founding year", "year", "text"), ("population", "count", "table_row"), ("area", "km2", "table_row"),
-        ("elevation", "m", "table_row"), ("annual attendance", "count", "text"), ("first recorded name", "name", "text"),
-        ("longest serving director", "name", "text"), ("number of members", "count", "table_row"),
-        ("main river length", "km", "text"), ("budget", "usd", "table_row"), ("record score", "count", "text"),
-        ("home venue capacity", "count", "table_row"), ("founder", "name", "text"), ("height of the tower", "m", "image"),
-        ("year of the great reform", "year", "text"), ("number of exhibits", "count", "text"),
+        ("founding year", "year", "text"),
+        ("population", "count", "table_row"),
+        ("area", "km2", "table_row"),
+        ("elevation", "m", "table_row"),
+        ("annual attendance", "count", "text"),
+        ("first recorded name", "name", "text"),
+        ("longest serving director", "name", "text"),
+        ("number of members", "count", "table_row"),
+        ("main river length", "km", "text"),
+        ("budget", "usd", "table_row"),
+        ("record score", "count", "text"),
+        ("home venue capacity", "count", "table_row"),
+        ("founder", "name", "text"),
+        ("height of the tower", "m", "image"),
+        ("year of the great reform", "year", "text"),
+        ("number of exhibits", "count", "text"),
     ],
     "arxiv": [
-        ("reported accuracy", "pct", "table_row"), ("training set size", "count", "text"), ("number of parameters", "count", "table_row"),
-        ("observed redshift", "float", "text"), ("critical temperature", "K", "table_row"), ("learning rate", "float", "table_row"),
-        ("peak luminosity", "float", "image"), ("sample size", "count", "text"), ("error rate", "pct", "table_row"),
-        ("band gap", "eV", "table_row"), ("signal to noise ratio", "float", "image"), ("convergence time", "s", "text"),
-        ("baseline score", "pct", "table_row"), ("lattice constant", "nm", "text"), ("number of epochs", "count", "text"),
+        ("reported accuracy", "pct", "table_row"),
+        ("training set size", "count", "text"),
+        ("number of parameters", "count", "table_row"),
+        ("observed redshift", "float", "text"),
+        ("critical temperature", "K", "table_row"),
+        ("learning rate", "float", "table_row"),
+        ("peak luminosity", "float", "image"),
+        ("sample size", "count", "text"),
+        ("error rate", "pct", "table_row"),
+        ("band gap", "eV", "table_row"),
+        ("signal to noise ratio", "float", "image"),
+        ("convergence time", "s", "text"),
+        ("baseline score", "pct", "table_row"),
+        ("lattice constant", "nm", "text"),
+        ("number of epochs", "count", "text"),
         ("coupling strength", "float", "text"),
     ],
     "pubmed": [
-        ("patient age", "years", "text"), ("hemoglobin level", "g/dL", "table_row"), ("follow-up duration", "months", "text"),
-        ("tumor diameter", "mm", "image"), ("dose administered", "mg", "table_row"), ("cohort size", "count", "text"),
-        ("hospital stay", "days", "text"), ("white cell count", "count", "table_row"), ("blood pressure", "mmHg", "table_row"),
-        ("recovery rate", "pct", "text"), ("exposure concentration", "ppm", "table_row"), ("incidence rate", "pct", "image"),
-        ("body mass index", "float", "table_row"), ("operating time", "minutes", "text"), ("sequencing depth", "count", "text"),
+        ("patient age", "years", "text"),
+        ("hemoglobin level", "g/dL", "table_row"),
+        ("follow-up duration", "months", "text"),
+        ("tumor diameter", "mm", "image"),
+        ("dose administered", "mg", "table_row"),
+        ("cohort size", "count", "text"),
+        ("hospital stay", "days", "text"),
+        ("white cell count", "count", "table_row"),
+        ("blood pressure", "mmHg", "table_row"),
+        ("recovery rate", "pct", "text"),
+        ("exposure concentration", "ppm", "table_row"),
+        ("incidence rate", "pct", "image"),
+        ("body mass index", "float", "table_row"),
+        ("operating time", "minutes", "text"),
+        ("sequencing depth", "count", "text"),
         ("odds ratio", "float", "table_row"),
     ],
     "sec": [
-        ("base salary of the chief executive", "usd", "table_row"), ("annual bonus of the chief financial officer", "usd", "table_row"),
-        ("total shareholder return", "pct", "image"), ("number of board members", "count", "text"),
-        ("votes cast for the auditor ratification", "count", "table_row"), ("stock award value", "usd", "table_row"),
-        ("audit fees", "usd", "table_row"), ("annual meeting date", "date", "text"), ("pay ratio", "count", "text"),
-        ("option award value", "usd", "table_row"), ("independent director retainer", "usd", "table_row"),
-        ("shares outstanding", "count", "text"), ("pension value change", "usd", "table_row"),
-        ("votes against the say on pay proposal", "count", "table_row"), ("record date", "date", "text"),
+        ("base salary of the chief executive", "usd", "table_row"),
+        ("annual bonus of the chief financial officer", "usd", "table_row"),
+        ("total shareholder return", "pct", "image"),
+        ("number of board members", "count", "text"),
+        ("votes cast for the auditor ratification", "count", "table_row"),
+        ("stock award value", "usd", "table_row"),
+        ("audit fees", "usd", "table_row"),
+        ("annual meeting date", "date", "text"),
+        ("pay ratio", "count", "text"),
+        ("option award value", "usd", "table_row"),
+        ("independent director retainer", "usd", "table_row"),
+        ("shares outstanding", "count", "text"),
+        ("pension value change", "usd", "table_row"),
+        ("votes against the say on pay proposal", "count", "table_row"),
+        ("record date", "date", "text"),
         ("number of committee meetings", "count", "text"),
     ],
 }
 
-_SYLLABLES = "ka lo mi ran tor vel sen dra qua lith mon per zu fen gal hor ix ne ost pra ru sol ten ur vax wen yor zel".split()
-_FIRST_NAMES = "Ada Bruno Celia Dario Elin Farid Greta Hugo Ines Jonas Kira Lars Mona Nils Olga Pavel Rosa Sven Tara Ugo".split()
-_LAST_NAMES = "Arnott Brask Corvin Dahl Ebner Falk Grun Holt Iver Janek Kovac Lund Marek Nordin Orla Pires Quist Rahm Soto Thal".split()
+_SYLLABLES = (
+    "ka lo mi ran tor vel sen dra qua lith mon per zu fen gal hor ix ne ost pra ru sol ten ur vax wen yor zel".split()
+)
+_FIRST_NAMES = (
+    "Ada Bruno Celia Dario Elin Farid Greta Hugo Ines Jonas Kira Lars Mona Nils Olga Pavel Rosa Sven Tara Ugo".split()
+)
+_LAST_NAMES = (
+    "Arnott Brask Corvin Dahl Ebner Falk Grun Holt Iver Janek Kovac Lund Marek Nordin Orla Pires Quist Rahm Soto Thal"
+).split()
 _FILLER = (
     "the analysis below summarises the main observations of this section . further details are reported in the "
     "appendix and in the accompanying material . the results were reviewed by an independent committee . values are "
     "rounded to the precision used in the original records . several comparisons with earlier work are discussed . "
     "the methodology follows the procedure described in the introduction . measurements were repeated to confirm them ."
 ).split(" . ")
+
+
 def _value(rng: np.random.Generator, kind: str) -> str:
     if kind == "year":
         return str(int(rng.integers(1650, 2025)))
     if kind == "date":
         return f"{int(rng.integers(1, 29))} {['March', 'April', 'May', 'June'][int(rng.integers(4))]} 2025"
     if kind == "name":
-        return f"{_FIRST_NAMES[int(rng.integers(len(_FIRST_NAMES)))]} {_LAST_NAMES[int(rng.integers(len(_LAST_NAMES)))]}"
+        return (
+            f"{_FIRST_NAMES[int(rng.integers(len(_FIRST_NAMES)))]} {_LAST_NAMES[int(rng.integers(len(_LAST_NAMES)))]}"
+        )
     if kind == "pct":
         return f"{rng.uniform(5, 99):.1f} percent"
     if kind == "float":

@@ -14,13 +14,13 @@ cross_doc (one fact in each of two documents of the same source, preferably the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from vldocir.construction.grounding import NEAR_MAX_GAP, evidence_types, page_id, pair_structure, resolve_element_pages
+from vldocir.construction.grounding import evidence_types, page_id, pair_structure
 
 QUERY_COLUMNS = ["query_id", "text", "answer", "evidence_structure", "source", "domain", "generator", "evidence_types"]
 QREL_COLUMNS = ["query_id", "page_id", "doc_id", "element_ids"]
@@ -90,7 +90,9 @@ class _Sampler:
             i, j = self.rng.choice(len(facts), size=2, replace=False)
             return self._pair(facts[int(i)], facts[int(j)], info)
         if structure in ("doc_adjacent", "doc_near", "doc_far"):
-            pairs = [(a, b) for a in pages for b in pages if b > a and pair_structure(b - a, self.near_max_gap) == structure]
+            pairs = [
+                (a, b) for a in pages for b in pages if b > a and pair_structure(b - a, self.near_max_gap) == structure
+            ]
             if not pairs:
                 return None
             a, b = self.pick(pairs)
@@ -148,7 +150,9 @@ def sample_queries(
                 types = evidence_types(f.element_type for f in evidence)
                 generator = generators[0] if len(generators) == 1 else generators[int(rng.random() < 0.22)]
                 answer = "; ".join(f.value for f in evidence)
-                queries.append((query_id, text, answer, structure, source, sampler.info[doc_id].domain, generator, types))
+                queries.append(
+                    (query_id, text, answer, structure, source, sampler.info[doc_id].domain, generator, types)
+                )
                 cited: dict[tuple[str, int], list[str]] = {}
                 for f in evidence:
                     cited.setdefault((f.doc_id, f.page_index), []).append(f.element_id)

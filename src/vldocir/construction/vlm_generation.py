@@ -60,8 +60,14 @@ from vldocir.llm import ChatClient, ChatResult, image_part
 
 log = logging.getLogger(__name__)
 
-FAMILIES = {"page_single": "page_single", "page_multi": "page_multi", "doc_adjacent": "within_doc",
-            "doc_near": "within_doc", "doc_far": "within_doc", "cross_doc": "cross_doc"}
+FAMILIES = {
+    "page_single": "page_single",
+    "page_multi": "page_multi",
+    "doc_adjacent": "within_doc",
+    "doc_near": "within_doc",
+    "doc_far": "within_doc",
+    "cross_doc": "cross_doc",
+}
 """Evidence structure of a configuration -> prompt family (Doc-Adjacent/Near/Far are asked alike)."""
 NEUTRAL_DOC_IDS = ("12345", "54321")
 """How a Cross-Doc prompt names its two documents (the paper's ids): no real id leaks into a query."""
@@ -69,8 +75,18 @@ OUTPUT_DISCARDS = ("request_failed", "missing_splitter", "invalid_json", "invali
 FILTER_DISCARDS = ("evidence_on_one_page", "evidence_in_one_document")
 PARSER_VERSION = 1
 
-_TAGS = {"headline": "h2", "text": "p", "list": "ul", "caption": "figcaption", "image": "figure", "figure": "figure",
-         "chart": "figure", "table": "table", "table_row": "tr", "formula": "math"}
+_TAGS = {
+    "headline": "h2",
+    "text": "p",
+    "list": "ul",
+    "caption": "figcaption",
+    "image": "figure",
+    "figure": "figure",
+    "chart": "figure",
+    "table": "table",
+    "table_row": "tr",
+    "formula": "math",
+}
 _COMMENT = re.compile(r"\A\s*<!--.*?-->\s*", re.S)
 _INCLUDE = re.compile(r"\{\{>\s*([a-z_]+)\s*\}\}")
 _THINK = re.compile(r"<think>.*?(</think>|\Z)", re.S | re.I)
@@ -137,8 +153,9 @@ def page_html(page_elements: pd.DataFrame, id_prefix: str = "", max_chars: int |
     element in reading order (top, then left), ``id`` = the element id (``<prefix>/<id>`` in
     Cross-Doc prompts), its recorded text as content; table rows nest in the table above them.
     Cut at an element boundary after ``max_chars`` characters, with a closing comment saying so."""
-    ordered = page_elements.assign(sort_top=[float(b[1]) for b in page_elements["bbox"]],
-                                   sort_left=[float(b[0]) for b in page_elements["bbox"]])
+    ordered = page_elements.assign(
+        sort_top=[float(b[1]) for b in page_elements["bbox"]], sort_left=[float(b[0]) for b in page_elements["bbox"]]
+    )
     ordered = ordered.sort_values(["sort_top", "sort_left", "element_id"], kind="mergesort")
     lines: list[str] = []
     table_bottom: float | None = None  # the open table's bottom edge: what starts above it is inside
@@ -187,7 +204,7 @@ def parse_output(content: str | None, splitter: str, known_ids: set[str]) -> Par
     at = [i for i, line in enumerate(lines) if line.strip() == splitter.strip()]
     if not at:
         return ParsedOutput(None, "missing_splitter", f"no line {splitter!r}")
-    tail = "\n".join(lines[at[-1] + 1:]).strip()
+    tail = "\n".join(lines[at[-1] + 1 :]).strip()
     if fenced := _FENCE.match(tail):
         tail = fenced.group(1).strip()
     try:
@@ -207,14 +224,19 @@ def parse_output(content: str | None, splitter: str, known_ids: set[str]) -> Par
             return ParsedOutput(None, "invalid_format", f"item {i}: no answer")
         if isinstance(evidence, str):
             evidence = [evidence]
-        if not isinstance(evidence, list) or not evidence or not all(isinstance(e, str) and e.strip() for e in evidence):
+        if (
+            not isinstance(evidence, list)
+            or not evidence
+            or not all(isinstance(e, str) and e.strip() for e in evidence)
+        ):
             return ParsedOutput(None, "invalid_format", f"item {i}: evidence is not a non-empty list of element ids")
         evidence = list(dict.fromkeys(e.strip() for e in evidence))
         unknown = [e for e in evidence if e not in known_ids]
         if unknown:
             return ParsedOutput(None, "unknown_element_id", f"item {i} cites {', '.join(unknown[:5])}")
-        items.append({"question": " ".join(question.split()), "answer": " ".join(str(answer).split()),
-                      "evidence": evidence})
+        items.append(
+            {"question": " ".join(question.split()), "answer": " ".join(str(answer).split()), "evidence": evidence}
+        )
     return ParsedOutput(items)
 
 
@@ -224,9 +246,9 @@ class ConfigInput:
     """One configuration as the generator sees it: its pages and how its element ids are written."""
 
     config: dict[str, Any]
-    pages: list[tuple[str, int]]           # (doc_id, page_index) per evidence page
-    labels: dict[str, str]                 # doc_id -> the id prefix in the prompt ("" outside Cross-Doc)
-    known: dict[str, tuple[str, str]]      # id as written -> (doc_id, element_id)
+    pages: list[tuple[str, int]]  # (doc_id, page_index) per evidence page
+    labels: dict[str, str]  # doc_id -> the id prefix in the prompt ("" outside Cross-Doc)
+    known: dict[str, tuple[str, str]]  # id as written -> (doc_id, element_id)
 
     @property
     def signature(self) -> str:
@@ -241,8 +263,14 @@ def config_signature(structure: str, pages: Sequence[tuple[str, int]]) -> str:
 class QueryGenerator:
     """Writes the requests of both steps, parses the answers, and turns valid ones into queries."""
 
-    def __init__(self, spec: GenerationSpec, describer: ChatClient, generator: ChatClient, progress: bool = True,
-                 before_requests: Callable[[str, list[str], list[list[dict[str, Any]]]], None] | None = None):
+    def __init__(
+        self,
+        spec: GenerationSpec,
+        describer: ChatClient,
+        generator: ChatClient,
+        progress: bool = True,
+        before_requests: Callable[[str, list[str], list[list[dict[str, Any]]]], None] | None = None,
+    ):
         self.spec, self.describer, self.generator, self.progress = spec, describer, generator, progress
         self.before_requests = before_requests
         """Called as ``(step, keys, requests)`` before each batch is sent: step ``describe`` (keys:
@@ -255,11 +283,20 @@ class QueryGenerator:
 
     # step 1
     def describe_messages(self, image: bytes) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": [{"type": "text", "text": prompt_template("describe")},
-                                             image_part(image, _mime(image), self.spec.image_detail)]}]
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": prompt_template("describe")},
+                    image_part(image, _mime(image), self.spec.image_detail),
+                ],
+            }
+        ]
 
     # step 2
-    def config_input(self, config: Mapping[str, Any], elements_by_page: Mapping[tuple[str, int], pd.DataFrame]) -> ConfigInput:
+    def config_input(
+        self, config: Mapping[str, Any], elements_by_page: Mapping[tuple[str, int], pd.DataFrame]
+    ) -> ConfigInput:
         pages = [(str(d), int(p)) for d, p in zip(config["doc_ids"], config["page_indices"])]
         cross = config["structure"] == "cross_doc"
         docs = list(dict.fromkeys(d for d, _ in pages))
@@ -271,8 +308,14 @@ class QueryGenerator:
                 known[written] = (doc_id, str(element_id))
         return ConfigInput(dict(config), pages, labels, known)
 
-    def generate_messages(self, item: ConfigInput, titles: Mapping[str, str], descriptions: Mapping[str, str | None],
-                          elements_by_page: Mapping[tuple[str, int], pd.DataFrame], images: Mapping[str, bytes]):
+    def generate_messages(
+        self,
+        item: ConfigInput,
+        titles: Mapping[str, str],
+        descriptions: Mapping[str, str | None],
+        elements_by_page: Mapping[tuple[str, int], pd.DataFrame],
+        images: Mapping[str, bytes],
+    ):
         structure, source = item.config["structure"], item.config["source"]
         blocks = []
         cross = structure == "cross_doc"
@@ -281,17 +324,26 @@ class QueryGenerator:
             label = item.labels[doc_id]
             doc_name = f'document {label}, "{titles[doc_id]}"' if cross else f'"{titles[doc_id]}"'
             description = descriptions.get(pid) if self.spec.describe else None
-            blocks.append("\n".join([
-                f"## Page image {number} ({doc_name})",
-                "### Description of its visual elements",
-                (description or "(no description available)").strip(),
-                "### HTML with element ids",
-                page_html(elements_by_page.get((doc_id, index), _NO_ELEMENTS), label, self.spec.html_max_chars),
-            ]))
-        text = _fill(prompt_template(prompt_name(source, structure)), {
-            "n": self.spec.queries_per_config, "splitter": self.spec.splitter, "pages": len(item.pages),
-            "input": "\n\n".join(blocks),
-        })
+            blocks.append(
+                "\n".join(
+                    [
+                        f"## Page image {number} ({doc_name})",
+                        "### Description of its visual elements",
+                        (description or "(no description available)").strip(),
+                        "### HTML with element ids",
+                        page_html(elements_by_page.get((doc_id, index), _NO_ELEMENTS), label, self.spec.html_max_chars),
+                    ]
+                )
+            )
+        text = _fill(
+            prompt_template(prompt_name(source, structure)),
+            {
+                "n": self.spec.queries_per_config,
+                "splitter": self.spec.splitter,
+                "pages": len(item.pages),
+                "input": "\n\n".join(blocks),
+            },
+        )
         content: list[dict[str, Any]] = [{"type": "text", "text": text}]
         for number, (doc_id, index) in enumerate(item.pages, 1):
             content.append({"type": "text", "text": f"Page image {number}:"})
@@ -301,10 +353,13 @@ class QueryGenerator:
 
     def describe(self) -> dict[str, Any]:
         prompts = ["describe"] + sorted({prompt_name(s, e) for s in SOURCES for e in FAMILIES})
-        return {"spec": {k: v for k, v in asdict(self.spec).items() if k != "prices_per_million_tokens"},
-                "describer": self.describer.cache_params(), "generator": self.generator.cache_params(),
-                "parser": PARSER_VERSION,
-                "prompts_sha256": {p: hashlib.sha256(prompt_file(p).encode()).hexdigest()[:16] for p in prompts}}
+        return {
+            "spec": {k: v for k, v in asdict(self.spec).items() if k != "prices_per_million_tokens"},
+            "describer": self.describer.cache_params(),
+            "generator": self.generator.cache_params(),
+            "parser": PARSER_VERSION,
+            "prompts_sha256": {p: hashlib.sha256(prompt_file(p).encode()).hexdigest()[:16] for p in prompts},
+        }
 
 
 _NO_ELEMENTS = pd.DataFrame(columns=["element_id", "bbox", "element_type", "text"])
@@ -317,10 +372,10 @@ def _mime(image: bytes) -> str:
 # -- the stage ----------------------------------------------------------------------------------------
 @dataclass
 class GenerationResult:
-    queries: pd.DataFrame                  # QUERY_COLUMNS + config_id (before cleaning)
-    qrels: pd.DataFrame                    # QREL_COLUMNS
-    candidates: pd.DataFrame               # every parsed query, kept or not, with its discard reason and boxes
-    outputs: pd.DataFrame                  # one row per configuration: signature, reason, detail, attempts
+    queries: pd.DataFrame  # QUERY_COLUMNS + config_id (before cleaning)
+    qrels: pd.DataFrame  # QREL_COLUMNS
+    candidates: pd.DataFrame  # every parsed query, kept or not, with its discard reason and boxes
+    outputs: pd.DataFrame  # one row per configuration: signature, reason, detail, attempts
     report: dict[str, Any]
 
 
@@ -334,14 +389,22 @@ def usage_report(client: ChatClient, prices: Mapping[str, Sequence[float]]) -> d
         usage["cost_usd"] = round(usage["prompt_tokens"] * inp + usage["completion_tokens"] * out, 6)
         usage["cost_usd_if_uncached"] = round(
             (usage["prompt_tokens"] + usage["cached_prompt_tokens"]) * inp
-            + (usage["completion_tokens"] + usage["cached_completion_tokens"]) * out, 6)
+            + (usage["completion_tokens"] + usage["cached_completion_tokens"]) * out,
+            6,
+        )
     else:
         usage["cost_usd"] = None
     return usage
 
 
-def generate_queries(generator: QueryGenerator, configs: pd.DataFrame, documents: pd.DataFrame, elements: pd.DataFrame,
-                     images: Mapping[str, bytes | Path | str], near_max_gap: int) -> GenerationResult:
+def generate_queries(
+    generator: QueryGenerator,
+    configs: pd.DataFrame,
+    documents: pd.DataFrame,
+    elements: pd.DataFrame,
+    images: Mapping[str, bytes | Path | str],
+    near_max_gap: int,
+) -> GenerationResult:
     """Run both steps over ``configs`` (:data:`vldocir.construction.evidence_configs.CONFIG_COLUMNS`).
 
     ``images``: page id -> the page image (bytes or a file) for every page of a configuration.
@@ -356,9 +419,17 @@ def generate_queries(generator: QueryGenerator, configs: pd.DataFrame, documents
     if "text" not in elements.columns:
         elements["text"] = ""
     elements_by_page = {(str(d), int(p)): g for (d, p), g in elements.groupby(["doc_id", "page_index"], sort=False)}
-    elements_by_doc = {str(d): g for d, g in elements.groupby("doc_id", sort=False)}  # resolve per document, not per corpus
-    boxes = {(str(d), str(e)): [float(x) for x in b] for d, e, b in zip(elements["doc_id"], elements["element_id"], elements["bbox"])}
-    types = {(str(d), str(e)): str(t) for d, e, t in zip(elements["doc_id"], elements["element_id"], elements["element_type"])}
+    elements_by_doc = {
+        str(d): g for d, g in elements.groupby("doc_id", sort=False)
+    }  # resolve per document, not per corpus
+    boxes = {
+        (str(d), str(e)): [float(x) for x in b]
+        for d, e, b in zip(elements["doc_id"], elements["element_id"], elements["bbox"])
+    }
+    types = {
+        (str(d), str(e)): str(t)
+        for d, e, t in zip(elements["doc_id"], elements["element_id"], elements["element_type"])
+    }
 
     rows = configs.to_dict("records")
     inputs = [generator.config_input(row, elements_by_page) for row in rows]
@@ -372,55 +443,113 @@ def generate_queries(generator: QueryGenerator, configs: pd.DataFrame, documents
     descriptions: dict[str, str | None] = {}
     describe_failed = 0
     if spec.describe and needed:
-        answers = generator._send(generator.describer, "describe", needed,
-                                  [generator.describe_messages(page_bytes[p]) for p in needed], "describe pages")
+        answers = generator._send(
+            generator.describer,
+            "describe",
+            needed,
+            [generator.describe_messages(page_bytes[p]) for p in needed],
+            "describe pages",
+        )
         for pid, answer in zip(needed, answers):
             descriptions[pid] = answer.content if answer.ok else None
             describe_failed += not answer.ok
         if describe_failed:
-            log.warning("%d of %d page description(s) failed; those pages are described as unavailable",
-                        describe_failed, len(needed))
+            log.warning(
+                "%d of %d page description(s) failed; those pages are described as unavailable",
+                describe_failed,
+                len(needed),
+            )
 
     # step 2
-    requests = [generator.generate_messages(item, titles, descriptions, elements_by_page, page_bytes) for item in inputs]
-    answers = generator._send(generator.generator, "generate", [item.signature for item in inputs], requests,
-                              "generate queries")
+    requests = [
+        generator.generate_messages(item, titles, descriptions, elements_by_page, page_bytes) for item in inputs
+    ]
+    answers = generator._send(
+        generator.generator, "generate", [item.signature for item in inputs], requests, "generate queries"
+    )
 
     outputs, candidates = [], []
     for item, answer in zip(inputs, answers):
         parsed = _parse_answer(answer, spec.splitter, set(item.known))
         config_id = item.config["config_id"]
-        outputs.append({"config_id": config_id, "signature": item.signature, "structure": item.config["structure"],
-                        "source": item.config["source"], "reason": parsed.reason, "detail": parsed.detail[:300],
-                        "attempts": answer.attempts, "cached": answer.cached, "queries": len(parsed.items or [])})
-        for n, query in enumerate((parsed.items or [])[:spec.queries_per_config]):
+        outputs.append(
+            {
+                "config_id": config_id,
+                "signature": item.signature,
+                "structure": item.config["structure"],
+                "source": item.config["source"],
+                "reason": parsed.reason,
+                "detail": parsed.detail[:300],
+                "attempts": answer.attempts,
+                "cached": answer.cached,
+                "queries": len(parsed.items or []),
+            }
+        )
+        for n, query in enumerate((parsed.items or [])[: spec.queries_per_config]):
             candidates.append(_resolve(item, n, query, elements_by_doc, boxes, types, near_max_gap))
-    candidates_frame = pd.DataFrame(candidates, columns=["query_id", "config_id", "structure", "question", "answer",
-                                                         "evidence", "pages", "boxes", "evidence_types", "discard"])
+    candidates_frame = pd.DataFrame(
+        candidates,
+        columns=[
+            "query_id",
+            "config_id",
+            "structure",
+            "question",
+            "answer",
+            "evidence",
+            "pages",
+            "boxes",
+            "evidence_types",
+            "discard",
+        ],
+    )
     kept = candidates_frame[candidates_frame["discard"].isna()]
     config_by_id = {item.config["config_id"]: item.config for item in inputs}
     queries, qrels = [], []
     for row in kept.itertuples(index=False):
         config = config_by_id[row.config_id]
-        queries.append((row.query_id, row.question, row.answer, row.structure, config["source"],
-                        domains[config["doc_ids"][0]], generator.generator.model, row.evidence_types))
+        queries.append(
+            (
+                row.query_id,
+                row.question,
+                row.answer,
+                row.structure,
+                config["source"],
+                domains[config["doc_ids"][0]],
+                generator.generator.model,
+                row.evidence_types,
+            )
+        )
         for (doc_id, index), element_ids in row.pages.items():
             qrels.append((row.query_id, page_id(doc_id, index), doc_id, element_ids))
     output_frame = pd.DataFrame(outputs)
     report = {
         "pages_described": len(needed) if spec.describe else 0,
         "descriptions_failed": describe_failed,
-        "outputs": {"requested": len(inputs), "valid": int(output_frame["reason"].isna().sum()) if len(output_frame) else 0,
-                    "discarded": {r: int((output_frame["reason"] == r).sum()) if len(output_frame) else 0 for r in OUTPUT_DISCARDS}},
-        "queries": {"generated": len(candidates_frame),
-                    "discarded": {r: int((candidates_frame["discard"] == r).sum()) for r in FILTER_DISCARDS},
-                    "after_filter": len(kept)},
-        "usage": {"describer": usage_report(generator.describer, spec.prices_per_million_tokens),
-                  "generator": usage_report(generator.generator, spec.prices_per_million_tokens)},
+        "outputs": {
+            "requested": len(inputs),
+            "valid": int(output_frame["reason"].isna().sum()) if len(output_frame) else 0,
+            "discarded": {
+                r: int((output_frame["reason"] == r).sum()) if len(output_frame) else 0 for r in OUTPUT_DISCARDS
+            },
+        },
+        "queries": {
+            "generated": len(candidates_frame),
+            "discarded": {r: int((candidates_frame["discard"] == r).sum()) for r in FILTER_DISCARDS},
+            "after_filter": len(kept),
+        },
+        "usage": {
+            "describer": usage_report(generator.describer, spec.prices_per_million_tokens),
+            "generator": usage_report(generator.generator, spec.prices_per_million_tokens),
+        },
         "generation": generator.describe(),
     }
-    return GenerationResult(pd.DataFrame(queries, columns=QUERY_COLUMNS), pd.DataFrame(qrels, columns=QREL_COLUMNS),
-                            candidates_frame, output_frame, report)
+    return GenerationResult(
+        pd.DataFrame(queries, columns=QUERY_COLUMNS),
+        pd.DataFrame(qrels, columns=QREL_COLUMNS),
+        candidates_frame,
+        output_frame,
+        report,
+    )
 
 
 def _read_image(image: bytes | Path | str, pid: str) -> bytes:
@@ -438,8 +567,15 @@ def _parse_answer(answer: ChatResult, splitter: str, known: set[str]) -> ParsedO
     return parse_output(answer.content, splitter, known)
 
 
-def _resolve(item: ConfigInput, n: int, query: Mapping[str, Any], elements_by_doc: Mapping[str, pd.DataFrame],
-             boxes: Mapping, types: Mapping, near_max_gap: int) -> dict[str, Any]:
+def _resolve(
+    item: ConfigInput,
+    n: int,
+    query: Mapping[str, Any],
+    elements_by_doc: Mapping[str, pd.DataFrame],
+    boxes: Mapping,
+    types: Mapping,
+    near_max_gap: int,
+) -> dict[str, Any]:
     """One parsed query -> its evidence pages (through ``resolve_element_pages``), boxes, types,
     its structure label and, where the deterministic filter drops it, why."""
     cited: dict[str, list[str]] = {}
@@ -464,11 +600,18 @@ def _resolve(item: ConfigInput, n: int, query: Mapping[str, Any], elements_by_do
     elif family == "cross_doc" and len(cited) < 2:
         discard = "evidence_in_one_document"
     element_types = evidence_types(types[(d, e)] for d, ids in cited.items() for e in ids)
-    return {"query_id": f"g{item.config['config_id']}-{n:02d}", "config_id": item.config["config_id"],
-            "structure": structure, "question": query["question"], "answer": query["answer"],
-            "evidence": list(query["evidence"]), "pages": pages,
-            "boxes": {page_id(d, p): [boxes[(d, e)] for e in ids] for (d, p), ids in pages.items()},
-            "evidence_types": element_types, "discard": discard}
+    return {
+        "query_id": f"g{item.config['config_id']}-{n:02d}",
+        "config_id": item.config["config_id"],
+        "structure": structure,
+        "question": query["question"],
+        "answer": query["answer"],
+        "evidence": list(query["evidence"]),
+        "pages": pages,
+        "boxes": {page_id(d, p): [boxes[(d, e)] for e in ids] for (d, p), ids in pages.items()},
+        "evidence_types": element_types,
+        "discard": discard,
+    }
 
 
 def candidate_records(candidates: pd.DataFrame) -> list[dict[str, Any]]:
@@ -479,5 +622,3 @@ def candidate_records(candidates: pd.DataFrame) -> list[dict[str, Any]]:
         row["discard"] = None if (isinstance(row["discard"], float) and np.isnan(row["discard"])) else row["discard"]
         out.append(row)
     return out
-
-

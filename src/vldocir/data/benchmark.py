@@ -23,7 +23,13 @@ import pyarrow as pa
 from vldocir.data.fingerprint import BenchmarkFiles, compute_fingerprint
 from vldocir.data.schema import DECLARED_SOURCES_KEY, TABLES
 from vldocir.data.tables import (
-    BenchmarkError, check_schema, read_image_refs, read_schema, read_table, sort_canonically, table_location,
+    BenchmarkError,
+    check_schema,
+    read_image_refs,
+    read_schema,
+    read_table,
+    sort_canonically,
+    table_location,
 )
 from vldocir.data.validation import rules_digest, validate_tables
 from vldocir.io import atomic_write_json, atomic_write_parquet
@@ -114,9 +120,7 @@ def resolve_source(source: str | Path, revision: str | None = None, cache_dir: s
 
         repo_id = text[len(HUB_PREFIX) :]
         try:
-            local = snapshot_download(
-                repo_id=repo_id, repo_type="dataset", revision=revision, cache_dir=cache_dir
-            )
+            local = snapshot_download(repo_id=repo_id, repo_type="dataset", revision=revision, cache_dir=cache_dir)
         except Exception as error:  # offline, gated, missing: say which dataset and how to fix it
             raise BenchmarkError(
                 "benchmark.json",
@@ -133,7 +137,11 @@ def resolve_source(source: str | Path, revision: str | None = None, cache_dir: s
 
 
 def load_benchmark(
-    source: str | Path, *, validate: bool = True, revision: str | None = None, cache_dir: str | Path | None = None,
+    source: str | Path,
+    *,
+    validate: bool = True,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
     memo: bool = True,
 ) -> Benchmark:
     """Open a benchmark from a directory or ``hf://<org>/<name>``, validate it and fingerprint it.
@@ -173,8 +181,12 @@ def load_benchmark(
     # After validation: the fingerprint opens the image paths that validation vouched for.
     tick = time.perf_counter()
     bench.__dict__["fingerprint"] = files.fingerprint(passed)  # (the cached_property's slot)
-    bench.load_timings = {"validate_s": validate_s, "validate_from_memo": from_memo,
-                          "fingerprint_s": time.perf_counter() - tick, "fingerprint_from_memo": files.from_memo}
+    bench.load_timings = {
+        "validate_s": validate_s,
+        "validate_from_memo": from_memo,
+        "fingerprint_s": time.perf_counter() - tick,
+        "fingerprint_from_memo": files.from_memo,
+    }
     return bench
 
 
@@ -186,8 +198,10 @@ def check_info(info) -> None:
     name = info["name"]
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name in (".", ".."):
         raise BenchmarkError(
-            INFO_FILE, None,
-            f"'name' {name!r} must match [A-Za-z0-9._-]+ and not be '.' or '..' (it names a directory of the results store)",
+            INFO_FILE,
+            None,
+            f"'name' {name!r} must match [A-Za-z0-9._-]+ and not be '.' or '..' "
+            "(it names a directory of the results store)",
         )
 
 

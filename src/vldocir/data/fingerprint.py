@@ -146,8 +146,9 @@ class BenchmarkFiles:
         if passed is not None:
             rules, started_ns = passed
             validated = self._identity(rules, paths, stats, not_after_ns=started_ns - RACY_WINDOW_NS) or validated
-        updated = _Memo(None if racy_tables else self.table_stats, tables_digest, paths, stats, digests, memoizable,
-                        validated)
+        updated = _Memo(
+            None if racy_tables else self.table_stats, tables_digest, paths, stats, digests, memoizable, validated
+        )
         if memo != updated:
             updated.save(memo_path(self.real_root), self.real_root)
         if not paths:
@@ -156,7 +157,9 @@ class BenchmarkFiles:
             b"tables" + bytes.fromhex(tables_digest) + b"images" + digests.tobytes(), digest_size=16
         ).hexdigest()
 
-    def _identity(self, rules: str, paths: list[str], image_stats: np.ndarray, not_after_ns: int | None = None) -> str | None:
+    def _identity(
+        self, rules: str, paths: list[str], image_stats: np.ndarray, not_after_ns: int | None = None
+    ) -> str | None:
         """A digest of ``rules`` and of the identity of the table files, the image files
         (``image_stats``, in ``paths`` order) and every directory on the way to an image file.
         With ``not_after_ns``: None when any of them was modified after it, or is missing."""
@@ -253,8 +256,9 @@ def _image_dirs(paths: list[str]) -> list[str]:
     return sorted(dirs)
 
 
-def _image_digests(real_root: Path, paths: list[str], memo: "_Memo | None",
-                   stats: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _image_digests(
+    real_root: Path, paths: list[str], memo: "_Memo | None", stats: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Per image file: its stat (``stats`` if already taken), its digest (from the memo where the
     stat matches, else hashed now) as an (n, 16) array, and whether the digest may be memoized;
     and how many files were hashed."""
@@ -316,10 +320,15 @@ def _hash_files(real_root: Path, paths: list[str]) -> list[tuple[bytes, tuple | 
     batch = 256
     batches = [paths[i : i + batch] for i in range(0, len(paths), batch)]
     results: list[tuple[bytes, tuple | None]] = []
-    with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool, tqdm(
-        total=len(paths), desc="fingerprint: hashing page images", unit="file",
-        disable=len(paths) < PROGRESS_MIN_FILES,
-    ) as progress:
+    with (
+        ThreadPoolExecutor(max_workers=HASH_THREADS) as pool,
+        tqdm(
+            total=len(paths),
+            desc="fingerprint: hashing page images",
+            unit="file",
+            disable=len(paths) < PROGRESS_MIN_FILES,
+        ) as progress,
+    ):
         for done in pool.map(lambda part: _hash_batch(prefix, part), batches):
             results.extend(done)
             progress.update(len(done))
@@ -373,8 +382,11 @@ class _Memo:
                 return None  # another format, or (improbably) another directory's hash
             table_stats = None if header["table_stats"] is None else [tuple(s) for s in header["table_stats"]]
             n = table.num_rows
-            stats = np.stack([table.column(f).to_numpy().astype(np.int64) for f in IDENTITY_FIELDS], axis=1) \
-                if n else np.zeros((0, len(IDENTITY_FIELDS)), np.int64)
+            stats = (
+                np.stack([table.column(f).to_numpy().astype(np.int64) for f in IDENTITY_FIELDS], axis=1)
+                if n
+                else np.zeros((0, len(IDENTITY_FIELDS)), np.int64)
+            )
             digest = table.column("digest").combine_chunks()
             if digest.type != pa.binary(DIGEST_SIZE):
                 raise ValueError(f"digest column of type {digest.type}")
@@ -384,22 +396,36 @@ class _Memo:
             validated = header["validated"]
             if validated is not None and not isinstance(validated, str):
                 raise ValueError(f"validated is {type(validated).__name__}")
-            return cls(table_stats, str(header["tables_digest"]), table.column("path").to_pylist(), stats, digests,
-                       memoizable, validated)
+            return cls(
+                table_stats,
+                str(header["tables_digest"]),
+                table.column("path").to_pylist(),
+                stats,
+                digests,
+                memoizable,
+                validated,
+            )
         except Exception as error:  # a memo is only a shortcut: any damage means "rebuild it"
             log.warning("fingerprint memo %s is unreadable (%s: %s); rebuilding it", path, type(error).__name__, error)
             return None
 
     def save(self, path: Path, real_root: Path) -> None:
         """Write atomically; a cache directory that cannot be written only costs the next run time."""
-        header = {"version": MEMO_VERSION, "root": str(real_root), "table_stats": self.table_stats,
-                  "tables_digest": self.tables_digest, "validated": self.validated}
+        header = {
+            "version": MEMO_VERSION,
+            "root": str(real_root),
+            "table_stats": self.table_stats,
+            "tables_digest": self.tables_digest,
+            "validated": self.validated,
+        }
         columns = {"path": pa.array(self.paths, pa.string())}
         for k, name in enumerate(IDENTITY_FIELDS):
             columns[name] = pa.array(self.stats[:, k], pa.int64())
         values = pa.py_buffer(np.ascontiguousarray(self.digests).tobytes())
         validity = pa.array(self.memoizable).buffers()[1] if not self.memoizable.all() else None
-        columns["digest"] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(DIGEST_SIZE), len(self.paths), [validity, values])
+        columns["digest"] = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(DIGEST_SIZE), len(self.paths), [validity, values]
+        )
         table = pa.table(columns).replace_schema_metadata({"vldocir.fingerprint": json.dumps(header)})
         try:
             atomic_write_parquet(table, path)

@@ -74,7 +74,9 @@ def reduce_to_evidence(parent: Benchmark, dest: Path) -> Benchmark:
     evidence = pc.unique(qrels.column("page_id").combine_chunks())
     pages = _kept_pages(parent, evidence)
     if pages.num_rows != len(evidence):  # the parent validated, so every qrel's page exists
-        raise BenchmarkError("pages", None, f"{len(evidence) - pages.num_rows} evidence pages of {parent.root} are missing")
+        raise BenchmarkError(
+            "pages", None, f"{len(evidence) - pages.num_rows} evidence pages of {parent.root} are missing"
+        )
 
     # Renumber each document's kept pages 0..k-1 in the parent's order.
     pages = pages.sort_by([("doc_id", "ascending"), ("page_index", "ascending")])
@@ -85,11 +87,15 @@ def reduce_to_evidence(parent: Benchmark, dest: Path) -> Benchmark:
 
     documents = parent.arrow("documents")
     kept_counts = page_map.groupby("doc_id").size()
-    documents = documents.filter(pc.is_in(documents.column("doc_id"), pa.array(kept_counts.index.tolist(), pa.string())))
+    documents = documents.filter(
+        pc.is_in(documents.column("doc_id"), pa.array(kept_counts.index.tolist(), pa.string()))
+    )
     n_pages = kept_counts.reindex(documents.column("doc_id").to_pylist()).to_numpy(np.int32)
     if "full_n_pages" not in documents.column_names:
         documents = documents.append_column("full_n_pages", documents.column("n_pages").cast(pa.int32()))
-    documents = documents.set_column(documents.schema.get_field_index("n_pages"), "n_pages", pa.array(n_pages, pa.int32()))
+    documents = documents.set_column(
+        documents.schema.get_field_index("n_pages"), "n_pages", pa.array(n_pages, pa.int32())
+    )
 
     elements = _kept_elements(parent.arrow("elements"), page_map)
 
@@ -102,10 +108,21 @@ def reduce_to_evidence(parent: Benchmark, dest: Path) -> Benchmark:
     }
     dest.mkdir(parents=True, exist_ok=True)
     _link_images(parent, pages, dest)
-    tables = {"documents": documents, "pages": pages, "elements": elements, "queries": parent.arrow("queries"), "qrels": qrels}
+    tables = {
+        "documents": documents,
+        "pages": pages,
+        "elements": elements,
+        "queries": parent.arrow("queries"),
+        "qrels": qrels,
+    }
     reduced = write_benchmark(dest, tables, info)
-    log.info("reduced %s to its %d evidence pages (of %d) in %s", parent.name, pages.num_rows,
-             parent.info.get("counts", {}).get("pages", -1), dest)
+    log.info(
+        "reduced %s to its %d evidence pages (of %d) in %s",
+        parent.name,
+        pages.num_rows,
+        parent.info.get("counts", {}).get("pages", -1),
+        dest,
+    )
     return reduced
 
 
@@ -136,16 +153,25 @@ def open_reduced(parent: Benchmark, cache_root: Path) -> Benchmark:
 
     if cache.lookup(CACHE_KIND, key, verify) is not None:
         return found[0]
-    log.info("building the reduced corpus of %s (fingerprint %s) into %s (first use)", parent.name, key,
-             cache.directory(CACHE_KIND, key))
-    description = {"parent": {"name": parent.name, "fingerprint": key, "root": str(parent.root)},
-                   "keep": "evidence_pages", "version": DERIVATION_VERSION}
+    log.info(
+        "building the reduced corpus of %s (fingerprint %s) into %s (first use)",
+        parent.name,
+        key,
+        cache.directory(CACHE_KIND, key),
+    )
+    description = {
+        "parent": {"name": parent.name, "fingerprint": key, "root": str(parent.root)},
+        "keep": "evidence_pages",
+        "version": DERIVATION_VERSION,
+    }
     with cache.build(CACHE_KIND, key, description) as staging:
         reduce_to_evidence(parent, staging)
     return load_benchmark(cache.directory(CACHE_KIND, key))
 
 
-def open_dataset(dataset: Mapping[str, Any], cache_dir: Path, open_parent: Callable[[Mapping[str, Any]], Benchmark]) -> Benchmark:
+def open_dataset(
+    dataset: Mapping[str, Any], cache_dir: Path, open_parent: Callable[[Mapping[str, Any]], Benchmark]
+) -> Benchmark:
     """The benchmark a dataset config names: ``open_parent(dataset)`` for a plain one; for a derived
     one (``derive: {parent: <a dataset config>, keep: evidence_pages}``), the reduced benchmark of
     its parent (opened the same way, so a parent may itself be built on first use or derived),
@@ -157,7 +183,9 @@ def open_dataset(dataset: Mapping[str, Any], cache_dir: Path, open_parent: Calla
     if keep not in KEEP_RULES:
         raise ConfigError(f"dataset.derive.keep must be one of {', '.join(KEEP_RULES)}, got {keep!r}")
     if derive.get("parent") is None:
-        raise ConfigError("dataset.derive.parent must name the dataset config to derive from (e.g. /dataset/mini@derive.parent)")
+        raise ConfigError(
+            "dataset.derive.parent must name the dataset config to derive from (e.g. /dataset/mini@derive.parent)"
+        )
     parent = open_dataset(derive["parent"], cache_dir, open_parent)
     bench = open_reduced(parent, cache_dir)
     bench.load_timings = {**bench.load_timings, "parent": parent.load_timings}  # the parent was loaded too
@@ -189,7 +217,9 @@ def _kept_elements(elements: pa.Table, page_map: pd.DataFrame) -> pa.Table:
     keys = elements.select(["doc_id", "page_index"]).to_pandas()
     keys["row"] = np.arange(len(keys))
     keys["page_index"] = keys["page_index"].astype(np.int64)
-    kept = keys.merge(page_map.astype({"full": np.int64}), left_on=["doc_id", "page_index"], right_on=["doc_id", "full"])
+    kept = keys.merge(
+        page_map.astype({"full": np.int64}), left_on=["doc_id", "page_index"], right_on=["doc_id", "full"]
+    )
     kept = kept.sort_values("row")
     return _renumber(elements.take(pa.array(kept["row"].to_numpy())), kept["new"].to_numpy(np.int32))
 
@@ -220,5 +250,10 @@ def _link_images(parent: Benchmark, pages: pa.Table, dest: Path) -> None:
             shutil.copy2(source, target)  # (keeps the mtime: the fingerprint memo trusts it)
             copied += 1
     if copied:
-        log.warning("%d of %d page image files of %s could not be hard-linked into %s (another filesystem?) "
-                    "and were copied", copied, len(paths), parent.name, dest)
+        log.warning(
+            "%d of %d page image files of %s could not be hard-linked into %s (another filesystem?) and were copied",
+            copied,
+            len(paths),
+            parent.name,
+            dest,
+        )

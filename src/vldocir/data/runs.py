@@ -17,7 +17,9 @@ from vldocir.errors import VldocirError
 from vldocir.io import atomic_path, atomic_write_parquet
 
 
-def make_run(query_ids: Sequence[str], page_ids: Sequence[Sequence[str]], scores: Sequence[Sequence[float]]) -> pa.Table:
+def make_run(
+    query_ids: Sequence[str], page_ids: Sequence[Sequence[str]], scores: Sequence[Sequence[float]]
+) -> pa.Table:
     """Build a run from each query's candidate pages and scores (any order, any length).
 
     Rows are ordered by query (in the given order), then score descending, then page_id ascending,
@@ -45,7 +47,9 @@ def make_run(query_ids: Sequence[str], page_ids: Sequence[Sequence[str]], scores
     )
 
 
-def run_from_indices(query_ids: Sequence[str], page_ids: Sequence[str], indices: np.ndarray, scores: np.ndarray) -> pa.Table:
+def run_from_indices(
+    query_ids: Sequence[str], page_ids: Sequence[str], indices: np.ndarray, scores: np.ndarray
+) -> pa.Table:
     """The run of ``make_run``, from each query's candidates as positions into ``page_ids``.
 
     ``indices`` (n_queries, n) int64 positions into ``page_ids`` (-1: no candidate), ``scores``
@@ -70,9 +74,12 @@ def run_from_indices(query_ids: Sequence[str], page_ids: Sequence[str], indices:
     query_of_row = rows[order]
     counts = np.bincount(query_of_row, minlength=n_queries)
     starts = np.repeat(np.cumsum(counts) - counts, counts)
-    query_col = pa.DictionaryArray.from_arrays(pa.array(query_of_row.astype(np.int32)),
-                                               pa.array(np.asarray(query_ids, dtype=object), pa.string()))
-    page_col = pa.DictionaryArray.from_arrays(pa.array(indices.ravel()[order].astype(np.int32)), pa.array(page_ids, pa.string()))
+    query_col = pa.DictionaryArray.from_arrays(
+        pa.array(query_of_row.astype(np.int32)), pa.array(np.asarray(query_ids, dtype=object), pa.string())
+    )
+    page_col = pa.DictionaryArray.from_arrays(
+        pa.array(indices.ravel()[order].astype(np.int32)), pa.array(page_ids, pa.string())
+    )
     return pa.table(
         {
             "query_id": query_col.cast(pa.string()),
@@ -199,8 +206,14 @@ def float32_keeping_order(score: np.ndarray, qcode: np.ndarray, page_up: np.ndar
     distinct = ~first & (score != score[previous])
     merged = distinct & (cast == cast[previous])
     needs_gap = distinct & ~page_up  # a float32 tie here would rank the two rows the other way round
-    stats = {"input_dtype": str(score.dtype), "merged_pairs": int(merged.sum()),
-             "reordered_pairs": int((needs_gap & merged).sum()), "changed_rows": 0, "changed_queries": 0, "method": "cast"}
+    stats = {
+        "input_dtype": str(score.dtype),
+        "merged_pairs": int(merged.sum()),
+        "reordered_pairs": int((needs_gap & merged).sum()),
+        "changed_rows": 0,
+        "changed_queries": 0,
+        "method": "cast",
+    }
     if not stats["reordered_pairs"]:
         return cast, stats
     keys, stats["method"] = _lowered_keys(cast, first, needs_gap), "float32 steps"
@@ -308,9 +321,12 @@ def _read_trec_with_arrow(path: Path) -> pa.Table | None:
             path,
             read_options=csv.ReadOptions(column_names=list(TREC_COLUMNS)),
             parse_options=csv.ParseOptions(delimiter=delimiter, quote_char=False),
-            convert_options=csv.ConvertOptions(column_types=dict.fromkeys(TREC_COLUMNS, pa.string()),
-                                               include_columns=["query_id", "q0", "page_id", "score", "tag"],
-                                               strings_can_be_null=False, quoted_strings_can_be_null=False),
+            convert_options=csv.ConvertOptions(
+                column_types=dict.fromkeys(TREC_COLUMNS, pa.string()),
+                include_columns=["query_id", "q0", "page_id", "score", "tag"],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
         )
         score = pc.cast(table.column("score"), pa.float64())
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -318,12 +334,20 @@ def _read_trec_with_arrow(path: Path) -> pa.Table | None:
     # A field holding other whitespace (a tab in a space-separated file, a trailing space) or an
     # empty field means the whitespace-split columns differ from the CSV ones: let the reference decide.
     odd = "^$|[" + "".join(chr(b) for b in _WHITESPACE) + "]"
-    if any(pc.any(pc.match_substring_regex(table.column(c), odd)).as_py() for c in ("query_id", "q0", "page_id", "tag")):
+    if any(
+        pc.any(pc.match_substring_regex(table.column(c), odd)).as_py() for c in ("query_id", "q0", "page_id", "tag")
+    ):
         return None
     if table.num_rows and pc.any(pc.is_nan(score)).as_py():
         return None
-    return pa.table({"query_id": table.column("query_id"), "page_id": table.column("page_id"), "score": score,
-                     "tag": table.column("tag")})
+    return pa.table(
+        {
+            "query_id": table.column("query_id"),
+            "page_id": table.column("page_id"),
+            "score": score,
+            "tag": table.column("tag"),
+        }
+    )
 
 
 def _read_trec_lines(path: Path) -> pa.Table:
@@ -336,8 +360,10 @@ def _read_trec_lines(path: Path) -> pa.Table:
             where = f"{path}, line {number}"
             if len(fields) != len(TREC_COLUMNS):
                 shown = line.rstrip(b"\r\n")[:200].decode("utf-8", "replace")
-                raise TrecRunError(f"{where}: expected 6 whitespace-separated columns (qid Q0 docid rank score tag), "
-                                   f"found {len(fields)}: {shown!r}")
+                raise TrecRunError(
+                    f"{where}: expected 6 whitespace-separated columns (qid Q0 docid rank score tag), "
+                    f"found {len(fields)}: {shown!r}"
+                )
             try:
                 query_id, _, page_id, _, score_text, tag = (field.decode("utf-8") for field in fields)
             except UnicodeDecodeError:
@@ -352,8 +378,14 @@ def _read_trec_lines(path: Path) -> pa.Table:
             columns["page_id"].append(page_id)
             columns["score"].append(score)
             columns["tag"].append(tag)
-    return pa.table({"query_id": pa.array(columns["query_id"], pa.string()), "page_id": pa.array(columns["page_id"], pa.string()),
-                     "score": pa.array(columns["score"], pa.float64()), "tag": pa.array(columns["tag"], pa.string())})
+    return pa.table(
+        {
+            "query_id": pa.array(columns["query_id"], pa.string()),
+            "page_id": pa.array(columns["page_id"], pa.string()),
+            "score": pa.array(columns["score"], pa.float64()),
+            "tag": pa.array(columns["tag"], pa.string()),
+        }
+    )
 
 
 def trec_scores(run: pa.Table, separate_ties: bool = True) -> tuple[pa.Table, dict]:
@@ -383,14 +415,24 @@ def trec_scores(run: pa.Table, separate_ties: bool = True) -> tuple[pa.Table, di
     if separate_ties:
         keys = np.maximum(_lowered_keys(cast, first, np.ones_like(first)), np.minimum(keys, FLOAT32_NEG_INF_KEY))
     previous = np.concatenate(([0], np.arange(len(keys) - 1)))
-    out = pa.table({"query_id": pc.take(queries.unique(), keyed.column("q")), "page_id": keyed.column("p"),
-                    "rank": pa.array(rank + 1, pa.int64()),
-                    "score": pa.array(_from_float_key(keys, np.float32).astype(np.float64), pa.float64())})
-    return out, {"rows": len(keys), "lowered": int((keys != _float_key(cast)).sum()),
-                 "ties_left": int((~first & page_up & (keys == keys[previous])).sum())}
+    out = pa.table(
+        {
+            "query_id": pc.take(queries.unique(), keyed.column("q")),
+            "page_id": keyed.column("p"),
+            "rank": pa.array(rank + 1, pa.int64()),
+            "score": pa.array(_from_float_key(keys, np.float32).astype(np.float64), pa.float64()),
+        }
+    )
+    return out, {
+        "rows": len(keys),
+        "lowered": int((keys != _float_key(cast)).sum()),
+        "ties_left": int((~first & page_up & (keys == keys[previous])).sum()),
+    }
 
 
-def write_trec_run(run: pa.Table, path: str | Path, tag: str, separate_ties: bool = True, batch_rows: int = 1 << 20) -> dict:
+def write_trec_run(
+    run: pa.Table, path: str | Path, tag: str, separate_ties: bool = True, batch_rows: int = 1 << 20
+) -> dict:
     """Write ``run`` (``query_id``, ``page_id``, ``score``) as a TREC run file, atomically.
 
     Lines ``qid Q0 docid rank score tag`` in vldocir's order (score descending, page_id ascending;
@@ -411,10 +453,16 @@ def write_trec_run(run: pa.Table, path: str | Path, tag: str, separate_ties: boo
         for start in range(0, table.num_rows, batch_rows):
             part = table.slice(start, batch_rows)
             lines = pc.binary_join_element_wise(
-                part.column("query_id"), "Q0", part.column("page_id"), pc.cast(part.column("rank"), pa.string()),
-                pc.cast(part.column("score"), pa.string()), tag + "\n", " ")  # Arrow: shortest round-trip text
+                part.column("query_id"),
+                "Q0",
+                part.column("page_id"),
+                pc.cast(part.column("rank"), pa.string()),
+                pc.cast(part.column("score"), pa.string()),
+                tag + "\n",
+                " ",
+            )  # Arrow: shortest round-trip text
             for chunk in lines.chunks:
                 # A string array's values lie end to end in one buffer (its offsets say where): the text.
-                offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
-                out.write(memoryview(chunk.buffers()[2])[offsets[0]:offsets[-1]])
+                offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset : chunk.offset + len(chunk) + 1]
+                out.write(memoryview(chunk.buffers()[2])[offsets[0] : offsets[-1]])
     return counts

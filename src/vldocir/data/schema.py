@@ -151,8 +151,11 @@ TABLES: dict[str, TableSpec] = {
             key=("query_id",),
             not_null=("evidence_structure",),  # (text has its own rule: not null, not blank)
             optional=(
-                OptionalColumn(pa.field("language", pa.string()), None,
-                               "the query's language (BCP 47 / ISO 639-1, e.g. 'en', 'fr'); null: not stated"),
+                OptionalColumn(
+                    pa.field("language", pa.string()),
+                    None,
+                    "the query's language (BCP 47 / ISO 639-1, e.g. 'en', 'fr'); null: not stated",
+                ),
             ),
         ),
         TableSpec(
@@ -168,9 +171,12 @@ TABLES: dict[str, TableSpec] = {
             key=("query_id", "page_id"),
             not_null=("doc_id",),
             optional=(
-                OptionalColumn(pa.field("grade", pa.int32()), 1,
-                               "graded relevance (trec_eval's gain for nDCG); every qrel with grade > 0 is "
-                               "evidence for RecallAll/nDCGAll; absent: 1 (binary benchmarks)"),
+                OptionalColumn(
+                    pa.field("grade", pa.int32()),
+                    1,
+                    "graded relevance (trec_eval's gain for nDCG); every qrel with grade > 0 is "
+                    "evidence for RecallAll/nDCGAll; absent: 1 (binary benchmarks)",
+                ),
             ),
         ),
     )

@@ -47,9 +47,7 @@ def _types_compatible(found: pa.DataType, wanted: pa.DataType) -> bool:
         if not pa.types.is_struct(found):
             return False
         found_fields = {found.field(i).name: found.field(i).type for i in range(found.num_fields)}
-        return all(
-            f.name in found_fields and _types_compatible(found_fields[f.name], f.type) for f in wanted
-        )
+        return all(f.name in found_fields and _types_compatible(found_fields[f.name], f.type) for f in wanted)
     return False
 
 
@@ -60,9 +58,7 @@ def check_schema(spec: TableSpec, schema: pa.Schema) -> None:
             raise BenchmarkError(spec.name, None, f"required column '{wanted.name}' is missing")
         found = schema.field(index).type
         if not _types_compatible(found, wanted.type):
-            raise BenchmarkError(
-                spec.name, None, f"column '{wanted.name}' has type {found}, expected {wanted.type}"
-            )
+            raise BenchmarkError(spec.name, None, f"column '{wanted.name}' has type {found}, expected {wanted.type}")
 
 
 def table_location(root: Path, name: str) -> Path:
@@ -88,8 +84,11 @@ def _table_name(location: Path) -> str:
 def _unreadable(table: str, file: Path, error: Exception) -> BenchmarkError:
     """The error for a file pyarrow cannot read (truncated, overwritten, not Parquet at all)."""
     detail = " ".join(str(error).split())  # pyarrow messages can span lines; errors here are one line
-    return BenchmarkError(table, None, f"cannot read {file}: not a valid Parquet file (truncated or corrupt?): "
-                                       f"{type(error).__name__}: {detail}")
+    return BenchmarkError(
+        table,
+        None,
+        f"cannot read {file}: not a valid Parquet file (truncated or corrupt?): {type(error).__name__}: {detail}",
+    )
 
 
 # What pyarrow raises on a damaged file: ArrowInvalid for a bad footer or page header, OSError for
@@ -185,8 +184,11 @@ def _uncastable(location: Path, table: pa.Table, fields: list[pa.Field]) -> Benc
             except _CAST_ERRORS:
                 high = middle
         value = column[low].as_py()
-        return BenchmarkError(name, _row_label(location, table, low),
-                              f"column '{field.name}' holds {value!r}, which does not fit {field.type} ({detail})")
+        return BenchmarkError(
+            name,
+            _row_label(location, table, low),
+            f"column '{field.name}' holds {value!r}, which does not fit {field.type} ({detail})",
+        )
     raise AssertionError(f"{name}: the cast failed but no column fails on its own")  # pragma: no cover
 
 
@@ -207,8 +209,15 @@ def read_image_refs(location: Path) -> pa.Table:
     """``page_id``, image ``path`` and ``has_bytes`` of every page, without reading inline bytes
     where the Parquet statistics already tell whether they are there (a benchmark may hold
     hundreds of GB of inline images; validation must not read them)."""
-    parts = [pa.table({"page_id": pa.array([], pa.string()), "path": pa.array([], pa.string()),
-                       "has_bytes": pa.array([], pa.bool_())})]
+    parts = [
+        pa.table(
+            {
+                "page_id": pa.array([], pa.string()),
+                "path": pa.array([], pa.string()),
+                "has_bytes": pa.array([], pa.bool_()),
+            }
+        )
+    ]
     for file in table_files(location):
         try:  # (only reads here: what fails inside is the file)
             parquet = pq.ParquetFile(file)
@@ -220,11 +229,19 @@ def read_image_refs(location: Path) -> pa.Table:
             raise _unreadable("pages", file, error) from error
         for refs, image_bytes in groups:
             has_bytes = (
-                pa.array(np.zeros(refs.num_rows, dtype=bool)) if image_bytes is None
+                pa.array(np.zeros(refs.num_rows, dtype=bool))
+                if image_bytes is None
                 else pc.fill_null(pc.greater(pc.binary_length(_leaf(image_bytes, "bytes")), 0), False)
             )
-            parts.append(pa.table({"page_id": refs.column(0).cast(pa.string()),
-                                   "path": _leaf(refs.column(1), "path").cast(pa.string()), "has_bytes": has_bytes}))
+            parts.append(
+                pa.table(
+                    {
+                        "page_id": refs.column(0).cast(pa.string()),
+                        "path": _leaf(refs.column(1), "path").cast(pa.string()),
+                        "has_bytes": has_bytes,
+                    }
+                )
+            )
     return pa.concat_tables(parts)
 
 

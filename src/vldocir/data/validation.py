@@ -87,8 +87,9 @@ def validate_tables(bench: "Benchmark", error: Error) -> None:
         "qrels": bench.arrow("qrels", ["query_id", "page_id", "doc_id", "element_ids", "grade"]).to_pandas(),
     }
 
-    def check(table: str, bad: pd.Series | np.ndarray, rule: str | Callable[[int], str],
-              frame: pd.DataFrame | None = None) -> None:
+    def check(
+        table: str, bad: pd.Series | np.ndarray, rule: str | Callable[[int], str], frame: pd.DataFrame | None = None
+    ) -> None:
         """Raise for the first row where ``bad`` holds; ``rule`` may name that row's value
         (a callable given the row's position)."""
         frame = frames[table] if frame is None else frame
@@ -136,8 +137,9 @@ def validate_tables(bench: "Benchmark", error: Error) -> None:
     check("documents", counted != docs["n_pages"].to_numpy(), "n_pages differs from the number of pages in 'pages'")
     _check_images(bench, check)
 
-    check("elements", ~_isin(elements["doc_id"], docs["doc_id"]),
-          "element refers to a document missing from 'documents'")
+    check(
+        "elements", ~_isin(elements["doc_id"], docs["doc_id"]), "element refers to a document missing from 'documents'"
+    )
     element_n_pages = elements["doc_id"].map(n_pages_of).astype("float64")
     check(
         "elements",
@@ -237,8 +239,14 @@ def _check_sources(info: dict, docs: pd.DataFrame, queries: pd.DataFrame, check:
     for table, frame in (("documents", docs), ("queries", queries)):
         source = frame["source"]
         unknown = source.notna().to_numpy() & ~_isin(source, allowed.astype(source.dtype))
-        check(table, unknown, lambda i, frame=frame: f"source {frame['source'].iloc[i]!r} is not one the benchmark "
-              f"declares ({', '.join(declared)}; benchmark.json '{DECLARED_SOURCES_KEY}')")
+        check(
+            table,
+            unknown,
+            lambda i, frame=frame: (
+                f"source {frame['source'].iloc[i]!r} is not one the benchmark "
+                f"declares ({', '.join(declared)}; benchmark.json '{DECLARED_SOURCES_KEY}')"
+            ),
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -250,7 +258,7 @@ _WINDOWS_ABSOLUTE = re.compile(r"^([A-Za-z]:|[\\/])")
 IMAGE_PATH_RULES = {
     "absolute": "is absolute: image paths must be relative to the benchmark directory",
     "outside": "resolves outside the benchmark directory (through '..' or a symbolic link): "
-               "image paths must stay inside it",
+    "image paths must stay inside it",
     "missing": "does not exist: an image path must name a file inside the benchmark directory",
     "not_file": "is not a regular file: an image path must name a file inside the benchmark directory",
     "invalid": "is not a usable file path",

@@ -56,12 +56,7 @@ def balanced_by(per_query: pd.DataFrame, by: str, columns: Sequence[str]) -> tup
     balanced.insert(0, "n_structures", cells.groupby(level=0).size())
     balanced.insert(0, "n_queries", per_query.groupby(by).size())
     structures = _present_structures(per_query)
-    empty = [
-        f"{group}/{s}"
-        for group in balanced.index
-        for s in structures
-        if (group, s) not in cells.index
-    ]
+    empty = [f"{group}/{s}" for group in balanced.index for s in structures if (group, s) not in cells.index]
     return balanced, empty
 
 

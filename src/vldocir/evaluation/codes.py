@@ -164,7 +164,7 @@ def _type_labels(column: pd.Series) -> np.ndarray:
                 parents = np.repeat(np.arange(len(lengths)), lengths)
                 codes = codes[np.lexsort((codes, parents))]  # each row's types, sorted
                 position = np.arange(len(codes)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-                digits = codes * base ** position
+                digits = codes * base**position
                 keys = np.zeros(len(lengths), dtype=np.int64)
                 nonempty = lengths > 0
                 if len(digits):
@@ -298,9 +298,7 @@ class RunIds:
     Raises :class:`RunError` for ids the index lacks, then for null ids.
     """
 
-    def __init__(
-        self, column: pa.ChunkedArray | pa.Array, index: pd.Index, what: str, index_values: pa.Array | None
-    ):
+    def __init__(self, column: pa.ChunkedArray | pa.Array, index: pd.Index, what: str, index_values: pa.Array | None):
         if isinstance(column, pa.Array):
             column = pa.chunked_array([column])
         if not pa.types.is_dictionary(column.type):

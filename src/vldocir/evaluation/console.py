@@ -7,7 +7,10 @@ import pandas as pd
 from vldocir.evaluation.metrics import metric_columns
 
 HEADLINE_AGGREGATES = {
-    "macro": "Macro", "micro": "Micro", "source_macro": "Source Macro", "domain_macro": "Domain Macro",
+    "macro": "Macro",
+    "micro": "Micro",
+    "source_macro": "Source Macro",
+    "domain_macro": "Domain Macro",
 }
 
 
@@ -46,13 +49,18 @@ def format_report(metrics: dict, run_dir, reused: bool) -> str:
     empty = metrics["empty"]["structures"]
     if empty:
         present = metrics.get("macro_structures") or list(per_structure.index)
-        lines.append(f"No queries for: {', '.join(empty)}; Macro is the mean over the {len(present)} "
-                     f"structure(s) present ({', '.join(present)})")
+        lines.append(
+            f"No queries for: {', '.join(empty)}; Macro is the mean over the {len(present)} "
+            f"structure(s) present ({', '.join(present)})"
+        )
     by_language = metrics["breakdowns"].get("language")
     if by_language and len(by_language) > 1:
         table = pd.DataFrame.from_dict(by_language, orient="index")[["n_queries", *[f"recallall@{k}" for k in ks]]]
         table.index.name = "language"
-        lines += ["", "RecallAll@k by language (structure-balanced)",
-                  table.astype({"n_queries": int}).to_string(float_format=lambda v: f"{v:6.2f}")]
+        lines += [
+            "",
+            "RecallAll@k by language (structure-balanced)",
+            table.astype({"n_queries": int}).to_string(float_format=lambda v: f"{v:6.2f}"),
+        ]
     lines += ["", f"Run directory: {run_dir}" + ("  (run reused from the store)" if reused else ""), ""]
     return "\n".join(lines)

@@ -97,10 +97,12 @@ class EvidenceIndex:
         """From a :class:`~vldocir.data.benchmark.Benchmark`, reading only :data:`INDEX_COLUMNS` and
         :data:`OPTIONAL_INDEX_COLUMNS` (their defaults where a table lacks them), not the query texts
         and answers, nor the qrels' element ids: half the time at paper scale."""
-        return cls.from_tables(*(
-            bench.arrow(name, (*columns, *OPTIONAL_INDEX_COLUMNS.get(name, ()))).to_pandas()
-            for name, columns in INDEX_COLUMNS.items()
-        ))
+        return cls.from_tables(
+            *(
+                bench.arrow(name, (*columns, *OPTIONAL_INDEX_COLUMNS.get(name, ()))).to_pandas()
+                for name, columns in INDEX_COLUMNS.items()
+            )
+        )
 
     @classmethod
     def from_tables(cls, queries: pd.DataFrame, qrels: pd.DataFrame, pages: pd.DataFrame) -> "EvidenceIndex":

@@ -109,7 +109,9 @@ class BM25Retriever(Retriever):
                     + ("run the OCR stage first" if self.text_field == "ocr_text" else "it was built without page text")
                 )
             if missing:
-                log.warning("%d of %d pages have no %s; they are indexed as empty", missing, len(texts), self.text_field)
+                log.warning(
+                    "%d of %d pages have no %s; they are indexed as empty", missing, len(texts), self.text_field
+                )
             tokenizer = self._tokenizer()
             tokens = tokenizer.tokenize(
                 [t or "" for t in texts], update_vocab=True, return_as="tuple", show_progress=True
@@ -152,9 +154,14 @@ class BM25Retriever(Retriever):
             bar.update(len(batch))
         bar.close()
         elapsed = time.perf_counter() - tick
-        self.stats["search"] = {"queries": len(texts), "search_s": round(elapsed, 3),
-                                "queries_per_s": round(len(texts) / elapsed, 1) if elapsed else None,
-                                "backend": model.backend, "n_threads": self.n_threads, "refetched_for_ties": refetched}
+        self.stats["search"] = {
+            "queries": len(texts),
+            "search_s": round(elapsed, 3),
+            "queries_per_s": round(len(texts) / elapsed, 1) if elapsed else None,
+            "backend": model.backend,
+            "n_threads": self.n_threads,
+            "refetched_for_ties": refetched,
+        }
         return run_from_indices(query_ids, page_ids, indices, scores)
 
     def _fetch(self, model, tokens, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -54,8 +54,14 @@ from tqdm.auto import tqdm
 
 from vldocir.cache import ArtifactCache, CorruptArtifactError
 from vldocir.data.benchmark import Benchmark
-from vldocir.retrieval.embeddings import (CHECKSUM, PageEmbeddingStore, RaggedWriter, read_json, read_ragged,
-                                          verify_ragged)
+from vldocir.retrieval.embeddings import (
+    CHECKSUM,
+    PageEmbeddingStore,
+    RaggedWriter,
+    read_json,
+    read_ragged,
+    verify_ragged,
+)
 from vldocir.retrieval.vectors import RaggedVectors
 
 log = logging.getLogger(__name__)
@@ -84,8 +90,12 @@ class DocumentContext:
     """
 
     def __init__(self, n_ctx: int, kmeans_iterations: int = 20, seed: int = 0, workers: int | None = None):
-        for name, value, least in (("n_ctx", n_ctx, 1), ("kmeans_iterations", kmeans_iterations, 1), ("seed", seed, 0),
-                                   ("workers", 1 if workers is None else workers, 1)):
+        for name, value, least in (
+            ("n_ctx", n_ctx, 1),
+            ("kmeans_iterations", kmeans_iterations, 1),
+            ("seed", seed, 0),
+            ("workers", 1 if workers is None else workers, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         self.n_ctx, self.kmeans_iterations, self.seed, self.workers = n_ctx, kmeans_iterations, seed, workers
@@ -93,11 +103,27 @@ class DocumentContext:
     def cache_params(self) -> dict[str, Any]:
         return {"n_ctx": self.n_ctx, "kmeans_iterations": self.kmeans_iterations, "seed": self.seed}
 
-    def vectors(self, store: PageEmbeddingStore, bench: Benchmark, cache: ArtifactCache, progress: bool = True,
-                stats: dict | None = None) -> "DocumentContextVectors":
+    def vectors(
+        self,
+        store: PageEmbeddingStore,
+        bench: Benchmark,
+        cache: ArtifactCache,
+        progress: bool = True,
+        stats: dict | None = None,
+    ) -> "DocumentContextVectors":
         doc_ids, page_doc = doc_of_page(bench, store.page_ids())
-        return document_context_vectors(store, doc_ids, page_doc, cache, self.n_ctx, self.kmeans_iterations, self.seed,
-                                        workers=self.workers, progress=progress, stats=stats)
+        return document_context_vectors(
+            store,
+            doc_ids,
+            page_doc,
+            cache,
+            self.n_ctx,
+            self.kmeans_iterations,
+            self.seed,
+            workers=self.workers,
+            progress=progress,
+            stats=stats,
+        )
 
 
 @dataclass
@@ -125,8 +151,16 @@ def spherical_kmeans(tokens: np.ndarray, n_ctx: int, iterations: int, seed: int)
     import faiss
 
     # Every token takes part (no subsampling) and no warning for few points per centroid.
-    kmeans = faiss.Kmeans(tokens.shape[1], n_ctx, niter=iterations, spherical=True, seed=seed, verbose=False,
-                          min_points_per_centroid=1, max_points_per_centroid=len(tokens))
+    kmeans = faiss.Kmeans(
+        tokens.shape[1],
+        n_ctx,
+        niter=iterations,
+        spherical=True,
+        seed=seed,
+        verbose=False,
+        min_points_per_centroid=1,
+        max_points_per_centroid=len(tokens),
+    )
     kmeans.train(tokens)
     return np.asarray(kmeans.centroids, dtype=np.float32)
 
@@ -142,8 +176,16 @@ def doc_of_page(bench: Benchmark, page_ids: list[str]) -> tuple[list[str], np.nd
 
 
 def document_context_vectors(
-    store: PageEmbeddingStore, doc_ids: list[str], page_doc: np.ndarray, cache: ArtifactCache, n_ctx: int,
-    iterations: int, seed: int, *, workers: int | None = None, progress: bool = True,
+    store: PageEmbeddingStore,
+    doc_ids: list[str],
+    page_doc: np.ndarray,
+    cache: ArtifactCache,
+    n_ctx: int,
+    iterations: int,
+    seed: int,
+    *,
+    workers: int | None = None,
+    progress: bool = True,
     stats: dict[str, Any] | None = None,
 ) -> DocumentContextVectors:
     """Build (once, resuming a partial build) or load the context vectors of every document of ``store``.
@@ -154,8 +196,13 @@ def document_context_vectors(
     """
     if n_ctx < 1:
         raise ValueError(f"n_ctx must be at least 1, got {n_ctx}")
-    parts = {"page_embeddings": store.directory.name, "n_ctx": n_ctx, "method": "faiss-spherical-kmeans",
-             "iterations": iterations, "seed": seed}
+    parts = {
+        "page_embeddings": store.directory.name,
+        "n_ctx": n_ctx,
+        "method": "faiss-spherical-kmeans",
+        "iterations": iterations,
+        "seed": seed,
+    }
     key = cache.key_for("doc-context", **parts)
 
     def verify(path) -> None:
@@ -191,8 +238,17 @@ class _Chunk:
     shards: tuple[int, ...]  # the page shards holding them
 
 
-def _build(partial: Path, store: PageEmbeddingStore, doc_ids: list[str], page_doc: np.ndarray, n_ctx: int,
-           iterations: int, seed: int, workers: int | None, progress: bool) -> dict[str, Any]:
+def _build(
+    partial: Path,
+    store: PageEmbeddingStore,
+    doc_ids: list[str],
+    page_doc: np.ndarray,
+    n_ctx: int,
+    iterations: int,
+    seed: int,
+    workers: int | None,
+    progress: bool,
+) -> dict[str, Any]:
     """Fill ``partial`` with the artifact's files, skipping the chunks a previous build finished; returns stats."""
     tick = time.perf_counter()
     chunks, lengths, dim, shard_sums = _plan(store, page_doc, len(doc_ids), n_ctx)
@@ -201,16 +257,24 @@ def _build(partial: Path, store: PageEmbeddingStore, doc_ids: list[str], page_do
     todo = [chunk for chunk in chunks if chunk.first_doc not in finished]
     reused = len(doc_ids) - sum(chunk.stop_doc - chunk.first_doc for chunk in todo)
     if reused:
-        log.info("document context (n_ctx=%d): continuing a partial build, %d of %d documents already done",
-                 n_ctx, reused, len(doc_ids))
+        log.info(
+            "document context (n_ctx=%d): continuing a partial build, %d of %d documents already done",
+            n_ctx,
+            reused,
+            len(doc_ids),
+        )
     workers = max(1, min(workers or _available_cpus(), len(todo), (len(doc_ids) - reused) // MIN_DOCS_PER_WORKER))
-    bar = tqdm(total=len(doc_ids), initial=reused, desc=f"document context (n_ctx={n_ctx})", unit="doc",
-               disable=not progress)
+    bar = tqdm(
+        total=len(doc_ids), initial=reused, desc=f"document context (n_ctx={n_ctx})", unit="doc", disable=not progress
+    )
 
     def write(chunk: _Chunk, vectors: list[np.ndarray]) -> None:
         digest = writer.write(chunk.first_doc, vectors, names=doc_ids[chunk.first_doc : chunk.stop_doc])
-        record = {"docs": [chunk.first_doc, chunk.stop_doc], CHECKSUM: digest,
-                  "shards": [[shard, shard_sums[shard]] for shard in chunk.shards]}
+        record = {
+            "docs": [chunk.first_doc, chunk.stop_doc],
+            CHECKSUM: digest,
+            "shards": [[shard, shard_sums[shard]] for shard in chunk.shards],
+        }
         with open(partial / RECORD, "a") as handle:  # after the rows: a record always describes rows written
             handle.write(json.dumps(record) + "\n")
         bar.update(chunk.stop_doc - chunk.first_doc)
@@ -222,13 +286,20 @@ def _build(partial: Path, store: PageEmbeddingStore, doc_ids: list[str], page_do
     (partial / RECORD).unlink(missing_ok=True)
     elapsed = time.perf_counter() - tick
     clustered = len(doc_ids) - reused
-    return {"n_ctx": n_ctx, "documents": len(doc_ids), "documents_clustered": clustered, "documents_reused": reused,
-            "workers": workers, "build_s": round(elapsed, 3),
-            "s_per_doc": round(elapsed / clustered, 5) if clustered else None}
+    return {
+        "n_ctx": n_ctx,
+        "documents": len(doc_ids),
+        "documents_clustered": clustered,
+        "documents_reused": reused,
+        "workers": workers,
+        "build_s": round(elapsed, 3),
+        "s_per_doc": round(elapsed / clustered, 5) if clustered else None,
+    }
 
 
-def _plan(store: PageEmbeddingStore, page_doc: np.ndarray, n_docs: int,
-          n_ctx: int) -> tuple[list[_Chunk], np.ndarray, int, list[str | None]]:
+def _plan(
+    store: PageEmbeddingStore, page_doc: np.ndarray, n_docs: int, n_ctx: int
+) -> tuple[list[_Chunk], np.ndarray, int, list[str | None]]:
     """The chunks; each document's row count, min(n_ctx, its tokens), (n_docs,) int64; the
     vectors' dim; each page shard's vectors.npy checksum as recorded (``None`` for shards written
     before checksums were). Reads only the shards' small files (cheap checks included)."""
@@ -261,8 +332,9 @@ def _plan(store: PageEmbeddingStore, page_doc: np.ndarray, n_docs: int,
     return chunks, np.minimum(doc_tokens, n_ctx), dim, shard_sums
 
 
-def _finished_chunks(partial: Path, writer: RaggedWriter, chunks: list[_Chunk],
-                     shard_sums: list[str | None]) -> list[_Chunk]:
+def _finished_chunks(
+    partial: Path, writer: RaggedWriter, chunks: list[_Chunk], shard_sums: list[str | None]
+) -> list[_Chunk]:
     """The chunks a previous build of ``partial`` finished whose record still holds: the rows on
     disk have the recorded sha256, and the page shards they were built from are unchanged."""
     if not writer.resumed:  # a fresh (or unusable) partial: nothing in it counts
@@ -280,8 +352,12 @@ def _finished_chunks(partial: Path, writer: RaggedWriter, chunks: list[_Chunk],
     for chunk in chunks:
         record = records.get((chunk.first_doc, chunk.stop_doc))
         sources = [[shard, shard_sums[shard]] for shard in chunk.shards]
-        if (record and record.get("shards") == sources and None not in (s for _, s in sources)
-                and record.get(CHECKSUM) == writer.digest(chunk.first_doc, chunk.stop_doc)):
+        if (
+            record
+            and record.get("shards") == sources
+            and None not in (s for _, s in sources)
+            and record.get(CHECKSUM) == writer.digest(chunk.first_doc, chunk.stop_doc)
+        ):
             finished.append(chunk)
     return finished
 
@@ -290,14 +366,22 @@ def _available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _cluster(chunks: list[_Chunk], store: PageEmbeddingStore, n_ctx: int, iterations: int, seed: int, workers: int,
-             done: Callable[[_Chunk, list[np.ndarray]], None]) -> None:
+def _cluster(
+    chunks: list[_Chunk],
+    store: PageEmbeddingStore,
+    n_ctx: int,
+    iterations: int,
+    seed: int,
+    workers: int,
+    done: Callable[[_Chunk, list[np.ndarray]], None],
+) -> None:
     """Cluster every chunk, calling ``done(chunk, vectors)`` in this process as each finishes.
 
     ``workers`` 1: here, in order. More: that many spawned processes, at most two chunks queued
     per worker (so the vectors waiting to be written stay a few chunks' worth); the first failure
     cancels the queued chunks and is raised once the running ones end.
     """
+
     def task(chunk: _Chunk) -> tuple:
         shards = {shard: (str(store.shard_dir(shard)), store.shard_range(shard)[0]) for shard in chunk.shards}
         return shards, chunk.pages, n_ctx, iterations, seed
@@ -309,8 +393,9 @@ def _cluster(chunks: list[_Chunk], store: PageEmbeddingStore, n_ctx: int, iterat
         return
     queue = iter(chunks)
     running: dict[Any, _Chunk] = {}
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
+    ) as pool:
         try:
             while True:
                 while len(running) < 2 * workers and (chunk := next(queue, None)) is not None:
@@ -325,8 +410,9 @@ def _cluster(chunks: list[_Chunk], store: PageEmbeddingStore, n_ctx: int, iterat
                 future.cancel()
 
 
-def _cluster_chunk(shards: dict[int, tuple[str, int]], pages: tuple[np.ndarray, ...], n_ctx: int, iterations: int,
-                   seed: int) -> list[np.ndarray]:
+def _cluster_chunk(
+    shards: dict[int, tuple[str, int]], pages: tuple[np.ndarray, ...], n_ctx: int, iterations: int, seed: int
+) -> list[np.ndarray]:
     """The context vectors of one chunk's documents: per document (min(n_ctx, n_tokens), dim) fp32.
 
     ``shards`` maps each page shard the documents' ``pages`` lie in to (its directory, its first
@@ -338,8 +424,12 @@ def _cluster_chunk(shards: dict[int, tuple[str, int]], pages: tuple[np.ndarray, 
     for doc_pages in pages:
         # A document's pages may straddle shards: take each shard's part of them.
         in_shard = np.searchsorted(firsts, doc_pages, side="right") - 1
-        tokens = np.concatenate([opened[s].subset(doc_pages[in_shard == s] - opened[s].first_index).fp32().numpy()
-                                 for s in np.unique(in_shard)])
+        tokens = np.concatenate(
+            [
+                opened[s].subset(doc_pages[in_shard == s] - opened[s].first_index).fp32().numpy()
+                for s in np.unique(in_shard)
+            ]
+        )
         vectors.append(spherical_kmeans(tokens, n_ctx, iterations, seed))
     return vectors
 

@@ -32,7 +32,6 @@ from vldocir.data.runs import run_from_indices
 from vldocir.errors import VldocirError
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.context import DocumentContext
-from vldocir.retrieval.hierarchical import HierarchicalSearch
 from vldocir.retrieval.embeddings import (
     RAGGED_FILES,
     BadPagesError,
@@ -47,6 +46,7 @@ from vldocir.retrieval.embeddings import (
     write_ragged,
 )
 from vldocir.retrieval.encoders import Encoder
+from vldocir.retrieval.hierarchical import HierarchicalSearch
 from vldocir.retrieval.search import NonFiniteVectorsError, exact_search
 from vldocir.retrieval.vectors import RaggedVectors, resolve_device
 
@@ -91,12 +91,23 @@ class EmbeddingRetriever(Retriever):
             sets it. ``None``: exhaustive search.
     """
 
-    def __init__(self, encoder: Encoder, shard_size: int = 1024, storage_dtype: str = "float16",
-                 on_bad_page: str = "fail", search: dict | None = None, decode_workers: int = 4, progress: bool = True,
-                 verify: str = "full", context: DocumentContext | None = None,
-                 hierarchical: HierarchicalSearch | None = None):
+    def __init__(
+        self,
+        encoder: Encoder,
+        shard_size: int = 1024,
+        storage_dtype: str = "float16",
+        on_bad_page: str = "fail",
+        search: dict | None = None,
+        decode_workers: int = 4,
+        progress: bool = True,
+        verify: str = "full",
+        context: DocumentContext | None = None,
+        hierarchical: HierarchicalSearch | None = None,
+    ):
         if context is not None and hierarchical is not None:
-            raise ValueError("document-context scoring and hierarchical retrieval are separate settings; set one of them")
+            raise ValueError(
+                "document-context scoring and hierarchical retrieval are separate settings; set one of them"
+            )
         if on_bad_page not in BAD_PAGE_POLICIES:
             raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
         if verify not in VERIFY_LEVELS:
@@ -111,8 +122,12 @@ class EmbeddingRetriever(Retriever):
 
     def cache_params(self) -> dict[str, Any]:
         # on_bad_page changes the run (skipped pages are never retrieved); shard size does not.
-        params = {"kind": self.encoder.kind, "encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype,
-                  "on_bad_page": self.on_bad_page}
+        params = {
+            "kind": self.encoder.kind,
+            "encoder": self.encoder.cache_params(),
+            "storage_dtype": self.storage_dtype,
+            "on_bad_page": self.on_bad_page,
+        }
         if self.context is not None:
             params["context"] = self.context.cache_params()
         if self.hierarchical is not None:
@@ -121,7 +136,11 @@ class EmbeddingRetriever(Retriever):
 
     # -- pages ---------------------------------------------------------------------------------
     def _page_key_parts(self, bench: Benchmark) -> dict[str, Any]:
-        return {"benchmark": bench.fingerprint, "encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype}
+        return {
+            "benchmark": bench.fingerprint,
+            "encoder": self.encoder.cache_params(),
+            "storage_dtype": self.storage_dtype,
+        }
 
     def page_store(self, bench: Benchmark, cache: ArtifactCache) -> tuple[PageEmbeddingStore, PageInputs]:
         parts = self._page_key_parts(bench)
@@ -129,7 +148,9 @@ class EmbeddingRetriever(Retriever):
         inputs = PageInputs(bench, self.encoder.page_input)
         return open_page_store(cache, key, parts, inputs.page_ids, self.shard_size, self.storage_dtype), inputs
 
-    def encode_pages(self, bench: Benchmark, cache: ArtifactCache, task: int = 0, num_tasks: int = 1) -> PageEmbeddingStore:
+    def encode_pages(
+        self, bench: Benchmark, cache: ArtifactCache, task: int = 0, num_tasks: int = 1
+    ) -> PageEmbeddingStore:
         """Encode this task's shards (shard ``i`` belongs to task ``i % num_tasks``); resumable."""
         if not 0 <= task < num_tasks:
             raise ValueError(f"encode task {task} is outside 0..{num_tasks - 1}")
@@ -146,20 +167,33 @@ class EmbeddingRetriever(Retriever):
         mine = [s for s in range(store.n_shards) if s % num_tasks == task]
         if overwrite or any(not store.has_shard(s) for s in mine):
             self.encoder.prepare()
-        stats = encode_shards(store, inputs, self.encoder.encode_pages, mine, overwrite=overwrite,
-                              batch_size=self.encoder.batch_size, decode_workers=self.decode_workers,
-                              progress=self.progress)
+        stats = encode_shards(
+            store,
+            inputs,
+            self.encoder.encode_pages,
+            mine,
+            overwrite=overwrite,
+            batch_size=self.encoder.batch_size,
+            decode_workers=self.decode_workers,
+            progress=self.progress,
+        )
         finish_if_complete(store, self._page_key_parts(bench))
-        stats.update(pages_per_s=round(stats["pages_encoded"] / stats["encode_s"], 3) if stats["encode_s"] else None,
-                     gpu_s=_gpu_seconds(self.encoder.device_name, stats["encode_s"]), encode_s=round(stats["encode_s"], 3))
+        stats.update(
+            pages_per_s=round(stats["pages_encoded"] / stats["encode_s"], 3) if stats["encode_s"] else None,
+            gpu_s=_gpu_seconds(self.encoder.device_name, stats["encode_s"]),
+            encode_s=round(stats["encode_s"], 3),
+        )
         self.stats["encode_pages"] = stats
         return store
 
     # -- queries -------------------------------------------------------------------------------
     def query_vectors(self, bench: Benchmark, queries: dict[str, str], cache: ArtifactCache) -> RaggedVectors:
         ids = list(queries)
-        parts = {"encoder": self.encoder.cache_params(), "storage_dtype": self.storage_dtype,
-                 "queries": content_key([[q, queries[q]] for q in ids])}
+        parts = {
+            "encoder": self.encoder.cache_params(),
+            "storage_dtype": self.storage_dtype,
+            "queries": content_key([[q, queries[q]] for q in ids]),
+        }
         key = cache.key_for("query-embeddings", **parts)
 
         def verify(path: Path) -> None:  # small: checked in full; the key covers ids, so they must match
@@ -174,15 +208,20 @@ class EmbeddingRetriever(Retriever):
             texts = [queries[q] for q in ids]
             vectors = []
             step = self.encoder.query_batch_size
-            for start in tqdm(range(0, len(texts), step), desc="encode queries", unit="batch", disable=not self.progress):
+            for start in tqdm(
+                range(0, len(texts), step), desc="encode queries", unit="batch", disable=not self.progress
+            ):
                 vectors += self.encoder.encode_queries(texts[start : start + step])
             with cache.build("query-embeddings", key, parts) as staging:
                 write_ragged(staging, vectors, self.storage_dtype, {})
                 (staging / "query_ids.json").write_text(json.dumps(ids))
             path = cache.directory("query-embeddings", key)
             elapsed = time.perf_counter() - tick
-            self.stats["encode_queries"] = {"queries": len(ids), "encode_s": round(elapsed, 3),
-                                            "gpu_s": _gpu_seconds(self.encoder.device_name, elapsed)}
+            self.stats["encode_queries"] = {
+                "queries": len(ids),
+                "encode_s": round(elapsed, 3),
+                "gpu_s": _gpu_seconds(self.encoder.device_name, elapsed),
+            }
         return read_ragged(path)
 
     # -- retrieve ------------------------------------------------------------------------------
@@ -193,8 +232,10 @@ class EmbeddingRetriever(Retriever):
         if not store.complete:
             missing = store.missing_shards()
             listed = f"{missing[:10]}{'...' if len(missing) > 10 else ''}"
-            raise IncompleteStoreError(f"{store.directory}: shards {listed} are not encoded yet (stage=encode tasks "
-                                       "still running or failed; rerun them, or run without stage=encode)")
+            raise IncompleteStoreError(
+                f"{store.directory}: shards {listed} are not encoded yet (stage=encode tasks "
+                "still running or failed; rerun them, or run without stage=encode)"
+            )
         bad = store.bad_pages()
         if bad:
             if self.on_bad_page == "fail":
@@ -206,29 +247,53 @@ class EmbeddingRetriever(Retriever):
         tick = time.perf_counter()
         try:
             if self.hierarchical is not None:
-                doc_vectors, doc_of_item = self.hierarchical.document_vectors(store, bench, cache, self.progress, self.stats)
+                doc_vectors, doc_of_item = self.hierarchical.document_vectors(
+                    store, bench, cache, self.progress, self.stats
+                )
                 tick = time.perf_counter()
                 self.stats["hierarchical"] = {}
-                top = self.hierarchical.search(query_vectors, doc_vectors, doc_of_item, store.shards(full=self.verify == "full"),
-                                               depth, n_items=store.n_pages, progress=self.progress,
-                                               stats=self.stats["hierarchical"], **self.search)
+                top = self.hierarchical.search(
+                    query_vectors,
+                    doc_vectors,
+                    doc_of_item,
+                    store.shards(full=self.verify == "full"),
+                    depth,
+                    n_items=store.n_pages,
+                    progress=self.progress,
+                    stats=self.stats["hierarchical"],
+                    **self.search,
+                )
             else:
                 if context is not None:
                     context_vectors = context.vectors(store, bench, cache, progress=self.progress, stats=self.stats)
                     tick = time.perf_counter()
-                top = exact_search(query_vectors, store.shards(full=self.verify == "full"), depth, total_items=store.n_pages,
-                                   progress=self.progress, context=context_vectors.for_shard if context_vectors else None,
-                                   **self.search)
+                top = exact_search(
+                    query_vectors,
+                    store.shards(full=self.verify == "full"),
+                    depth,
+                    total_items=store.n_pages,
+                    progress=self.progress,
+                    context=context_vectors.for_shard if context_vectors else None,
+                    **self.search,
+                )
         except (CorruptArtifactError, NonFiniteVectorsError) as error:
             raise _drop_damaged(store, cache, error) from error
         elapsed = time.perf_counter() - tick
         device = self.search.get("device", "auto")
-        self.stats["search"] = {"search_s": round(elapsed, 3), "gpu_s": _gpu_seconds(device, elapsed),
-                                "device": str(resolve_device(device)), "queries": len(queries),
-                                "pages": store.n_pages}
+        self.stats["search"] = {
+            "search_s": round(elapsed, 3),
+            "gpu_s": _gpu_seconds(device, elapsed),
+            "device": str(resolve_device(device)),
+            "queries": len(queries),
+            "pages": store.n_pages,
+        }
         self.stats["encoder"] = self.encoder.describe()
-        self.stats["page_embeddings"] = {"dir": str(store.directory), "shards": store.n_shards, "shard_size": store.shard_size,
-                                         "dtype": store.dtype}
+        self.stats["page_embeddings"] = {
+            "dir": str(store.directory),
+            "shards": store.n_shards,
+            "shard_size": store.shard_size,
+            "dtype": store.dtype,
+        }
 
         return run_from_indices(list(queries), np.asarray(store.page_ids(), dtype=object), top.indices, top.scores)
 
@@ -247,8 +312,10 @@ def _drop_damaged(store: PageEmbeddingStore, cache: ArtifactCache, error: Except
     shard = store.shard_of(path if path.name not in (*RAGGED_FILES, "shard.json") else path.parent)
     if shard is not None:
         store.discard_shard(shard, reason)
-        action = (f"The shard was removed and the store {store.directory} marked incomplete; rerun the same command: "
-                  "it re-encodes this shard only and keeps the others.")
+        action = (
+            f"The shard was removed and the store {store.directory} marked incomplete; rerun the same command: "
+            "it re-encodes this shard only and keeps the others."
+        )
     else:
         artifact = path if (path / DONE_FILE).is_file() else path.parent
         if not ((artifact / DONE_FILE).is_file() and cache.root in artifact.parents):

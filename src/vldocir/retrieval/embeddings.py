@@ -106,8 +106,9 @@ def _nonfinite_row(vectors: np.ndarray, bfloat16: bool, step: int = 1 << 16) -> 
     return None
 
 
-def write_ragged(directory: Path, items: Sequence[np.ndarray], dtype: str, extra: dict,
-                 names: Sequence[str] | None = None) -> dict:
+def write_ragged(
+    directory: Path, items: Sequence[np.ndarray], dtype: str, extra: dict, names: Sequence[str] | None = None
+) -> dict:
     """Write ``items`` (each (n_i, dim) fp32) as vectors.npy + offsets.npy + shard.json; returns shard.json.
 
     The values are checked finite after the 16-bit conversion (float16 overflows to Inf beyond
@@ -122,8 +123,13 @@ def write_ragged(directory: Path, items: Sequence[np.ndarray], dtype: str, extra
     return writer.finish(extra)
 
 
-def _checked_storage(items: Sequence[np.ndarray], dtype: str, names: Sequence[str] | None = None,
-                     first_item: int = 0, dim: int | None = None) -> np.ndarray:
+def _checked_storage(
+    items: Sequence[np.ndarray],
+    dtype: str,
+    names: Sequence[str] | None = None,
+    first_item: int = 0,
+    dim: int | None = None,
+) -> np.ndarray:
     """``items`` (each (n_i, dim) fp32) packed and converted to ``dtype``'s storage, (sum n_i, dim);
     raises ValueError naming the first item that holds NaN or Inf after the conversion."""
     packed = RaggedVectors.from_list(items)
@@ -133,8 +139,10 @@ def _checked_storage(items: Sequence[np.ndarray], dtype: str, names: Sequence[st
     if row is not None:
         item = int(np.searchsorted(packed.offsets, row, side="right")) - 1
         label = names[item] if names is not None else f"item {first_item + item}"
-        raise ValueError(f"{label}: non-finite values after conversion to {dtype} (float16 overflows beyond "
-                         "+-65504); nothing was written")
+        raise ValueError(
+            f"{label}: non-finite values after conversion to {dtype} (float16 overflows beyond "
+            "+-65504); nothing was written"
+        )
     return stored
 
 
@@ -206,7 +214,9 @@ class RaggedWriter:
             raise ValueError(f"items {first_item}..{stop_item - 1} do not have the lengths given up front")
         if any(x.shape[1:] != (self.dim,) for x in items if len(x)):
             raise ValueError(f"items {first_item}..{stop_item - 1} are not all of dimension {self.dim}")
-        return self._write_stored(first_item, stop_item, _checked_storage(items, self.dtype, names, first_item, self.dim))
+        return self._write_stored(
+            first_item, stop_item, _checked_storage(items, self.dtype, names, first_item, self.dim)
+        )
 
     def _write_stored(self, first_item: int, stop_item: int, stored: np.ndarray) -> str:
         position, size = self._span(first_item, stop_item)
@@ -229,10 +239,22 @@ class RaggedWriter:
 
     def finish(self, extra: dict) -> dict:
         """Checksum both files and write shard.json (every item must have been written); returns it."""
-        files = {name: {"bytes": (self.directory / name).stat().st_size, CHECKSUM: file_digest(self.directory / name, CHECKSUM)}
-                 for name in RAGGED_FILES}
-        meta = {"dtype": self.dtype, "n_items": len(self.offsets) - 1, "n_tokens": int(self.offsets[-1]), "dim": self.dim,
-                "finite": True, "files": files, **extra}
+        files = {
+            name: {
+                "bytes": (self.directory / name).stat().st_size,
+                CHECKSUM: file_digest(self.directory / name, CHECKSUM),
+            }
+            for name in RAGGED_FILES
+        }
+        meta = {
+            "dtype": self.dtype,
+            "n_items": len(self.offsets) - 1,
+            "n_tokens": int(self.offsets[-1]),
+            "dim": self.dim,
+            "finite": True,
+            "files": files,
+            **extra,
+        }
         atomic_write_json(meta, self.directory / SHARD_FILE)
         return meta
 
@@ -254,8 +276,11 @@ def _npy_header(path: Path, recorded: dict | None) -> tuple[tuple[int, ...], np.
         raise CorruptArtifactError(path, "is missing")
     size = path.stat().st_size
     if recorded is not None and size != recorded["bytes"]:
-        raise CorruptArtifactError(path, f"is {size} bytes; {SHARD_FILE} recorded {recorded.get('bytes')} "
-                                         "when it was written (truncated or overwritten)")
+        raise CorruptArtifactError(
+            path,
+            f"is {size} bytes; {SHARD_FILE} recorded {recorded.get('bytes')} "
+            "when it was written (truncated or overwritten)",
+        )
     try:
         with open(path, "rb") as handle:
             version = np.lib.format.read_magic(handle)
@@ -266,8 +291,10 @@ def _npy_header(path: Path, recorded: dict | None) -> tuple[tuple[int, ...], np.
         raise CorruptArtifactError(path, f"has no readable .npy header ({type(error).__name__}: {error})") from None
     promised = data_start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if fortran or size != promised:
-        raise CorruptArtifactError(path, f"is {size} bytes; its header describes {promised} "
-                                         f"({shape} {dtype}{', Fortran order' if fortran else ''})")
+        raise CorruptArtifactError(
+            path,
+            f"is {size} bytes; its header describes {promised} ({shape} {dtype}{', Fortran order' if fortran else ''})",
+        )
     return shape, dtype
 
 
@@ -302,12 +329,17 @@ def verify_ragged(directory: Path, full: bool = False) -> dict:
         raise CorruptArtifactError(offsets_file, f"holds {shape} {dtype}; {SHARD_FILE} says ({n_items + 1},) int64")
     offsets = np.load(offsets_file)
     if offsets[0] != 0 or offsets[-1] != n_tokens or (np.diff(offsets) < 0).any():
-        raise CorruptArtifactError(offsets_file, f"offsets must start at 0, never decrease and end at n_tokens={n_tokens}")
+        raise CorruptArtifactError(
+            offsets_file, f"offsets must start at 0, never decrease and end at n_tokens={n_tokens}"
+        )
     if full:
         for name in RAGGED_FILES:
             if file_digest(directory / name, CHECKSUM) != recorded[name][CHECKSUM]:
-                raise CorruptArtifactError(directory / name, f"its {CHECKSUM} differs from the one recorded "
-                                           f"in {SHARD_FILE} when it was written: its bytes have changed")
+                raise CorruptArtifactError(
+                    directory / name,
+                    f"its {CHECKSUM} differs from the one recorded "
+                    f"in {SHARD_FILE} when it was written: its bytes have changed",
+                )
     return meta
 
 
@@ -476,7 +508,9 @@ class PageEmbeddingStore:
         leaves debris that :func:`~vldocir.cache.remove_stale_staging` removes, never a half shard.
         """
         path = self.shard_dir(shard)
-        log.warning("damaged embedding shard %s (%s): removing it; it is encoded again, other shards are kept", path, reason)
+        log.warning(
+            "damaged embedding shard %s (%s): removing it; it is encoded again, other shards are kept", path, reason
+        )
         (self.directory / DONE_FILE).unlink(missing_ok=True)
         aside = staging_path(path)
         try:
@@ -493,7 +527,9 @@ class PageEmbeddingStore:
         return found
 
     def shard_meta(self) -> list[dict]:
-        return [json.loads((self.shard_dir(s) / SHARD_FILE).read_text()) for s in range(self.n_shards) if self.has_shard(s)]
+        return [
+            json.loads((self.shard_dir(s) / SHARD_FILE).read_text()) for s in range(self.n_shards) if self.has_shard(s)
+        ]
 
     def bad_pages(self) -> list[dict]:
         return [bad for meta in self.shard_meta() for bad in meta.get("bad_pages", [])]
@@ -593,5 +629,7 @@ def encode_shards(
 def finish_if_complete(store: PageEmbeddingStore, description: dict) -> None:
     """Mark the store done (``artifact.json``) once every shard exists."""
     if not store.complete and not store.missing_shards():
-        atomic_write_json({"kind": "page-embeddings", "key": store.directory.name, "description": description},
-                          store.directory / DONE_FILE)
+        atomic_write_json(
+            {"kind": "page-embeddings", "key": store.directory.name, "description": description},
+            store.directory / DONE_FILE,
+        )

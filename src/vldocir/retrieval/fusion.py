@@ -77,8 +77,9 @@ def round_robin(runs: Sequence[pa.Table], depth: int, query_ids: Sequence[str] |
     return ordered_run(queries, [round_robin_lists([r.get(q, []) for r in per_run], depth) for q in queries])
 
 
-def reciprocal_rank_fusion(runs: Sequence[pa.Table], depth: int, k: int = 60,
-                           query_ids: Sequence[str] | None = None) -> pa.Table:
+def reciprocal_rank_fusion(
+    runs: Sequence[pa.Table], depth: int, k: int = 60, query_ids: Sequence[str] | None = None
+) -> pa.Table:
     """Equal-weight RRF of ``runs``, top ``depth`` per query, ordered by the float64 sums, ties by page_id."""
     per_run = [ranked_lists(run) for run in runs]
     queries = _ordered_queries(runs, query_ids)

@@ -55,8 +55,9 @@ class HierarchicalSearch:
             params["context"] = self.context.cache_params()
         return params
 
-    def document_vectors(self, store: PageEmbeddingStore, bench: Benchmark, cache: ArtifactCache, progress: bool,
-                         stats: dict) -> tuple[RaggedVectors, np.ndarray]:
+    def document_vectors(
+        self, store: PageEmbeddingStore, bench: Benchmark, cache: ArtifactCache, progress: bool, stats: dict
+    ) -> tuple[RaggedVectors, np.ndarray]:
         """(one item per document, each page's document position)."""
         if self.doc_vectors == "context":
             built = self.context.vectors(store, bench, cache, progress=progress, stats=stats)
@@ -64,13 +65,35 @@ class HierarchicalSearch:
         doc_ids, page_doc = doc_of_page(bench, store.page_ids())
         return pooled_page_vectors(store.shards(full=False), page_doc, len(doc_ids)), page_doc
 
-    def search(self, queries: RaggedVectors, doc_vectors: RaggedVectors, doc_of_item: np.ndarray,
-               shards: Iterable[RaggedVectors], depth: int, *, n_items: int, device: str = "auto",
-               query_batch_size: int = 32, page_block_tokens: int = 4096, progress: bool = True,
-               stats: dict | None = None) -> TopN:
-        return hierarchical_search(queries, doc_vectors, doc_of_item, shards, depth, self.top_docs, n_items=n_items,
-                                   device=device, query_batch_size=query_batch_size, page_block_tokens=page_block_tokens,
-                                   progress=progress, stats=stats)
+    def search(
+        self,
+        queries: RaggedVectors,
+        doc_vectors: RaggedVectors,
+        doc_of_item: np.ndarray,
+        shards: Iterable[RaggedVectors],
+        depth: int,
+        *,
+        n_items: int,
+        device: str = "auto",
+        query_batch_size: int = 32,
+        page_block_tokens: int = 4096,
+        progress: bool = True,
+        stats: dict | None = None,
+    ) -> TopN:
+        return hierarchical_search(
+            queries,
+            doc_vectors,
+            doc_of_item,
+            shards,
+            depth,
+            self.top_docs,
+            n_items=n_items,
+            device=device,
+            query_batch_size=query_batch_size,
+            page_block_tokens=page_block_tokens,
+            progress=progress,
+            stats=stats,
+        )
 
 
 def pooled_page_vectors(shards: Iterable[RaggedVectors], page_doc: np.ndarray, n_docs: int) -> RaggedVectors:
@@ -130,8 +153,15 @@ def hierarchical_search(
     """
     target = resolve_device(device)
     n_queries = len(queries)
-    top = exact_search(queries, [doc_vectors], min(top_docs, len(doc_vectors)), device=device,
-                       query_batch_size=query_batch_size, page_block_tokens=page_block_tokens, progress=False)
+    top = exact_search(
+        queries,
+        [doc_vectors],
+        min(top_docs, len(doc_vectors)),
+        device=device,
+        query_batch_size=query_batch_size,
+        page_block_tokens=page_block_tokens,
+        progress=False,
+    )
     pairs_q, pairs_d = np.nonzero(top.indices >= 0)
     chosen_doc = top.indices[pairs_q, pairs_d]
     # queries selecting each document, as one CSR-like structure
@@ -153,8 +183,10 @@ def hierarchical_search(
                 members = np.flatnonzero((docs_here == doc) & nonempty)
                 if not len(selecting) or not len(members):
                     continue
-                blocks = [(torch.from_numpy(members[pos.cpu().numpy()]).to(target), block)
-                          for pos, block in _page_blocks(shard.subset(members), page_block_tokens, target)]
+                blocks = [
+                    (torch.from_numpy(members[pos.cpu().numpy()]).to(target), block)
+                    for pos, block in _page_blocks(shard.subset(members), page_block_tokens, target)
+                ]
                 scores = torch.full((len(selecting), len(shard)), float("-inf"), device=target)
                 for start in range(0, len(selecting), query_batch_size):
                     batch = selecting[start : start + query_batch_size]
@@ -183,7 +215,11 @@ def hierarchical_search(
         values[q[keep], rank[keep]] = s[keep]
     if stats is not None:
         exhaustive = n_queries * n_items
-        stats.update(page_scores=int(computed), exhaustive_page_scores=int(exhaustive),
-                     page_score_fraction=round(computed / exhaustive, 6) if exhaustive else 0.0,
-                     document_scores=int(n_queries * len(doc_vectors)), top_docs=top_docs)
+        stats.update(
+            page_scores=int(computed),
+            exhaustive_page_scores=int(exhaustive),
+            page_score_fraction=round(computed / exhaustive, 6) if exhaustive else 0.0,
+            document_scores=int(n_queries * len(doc_vectors)),
+            top_docs=top_docs,
+        )
     return TopN(indices, values)

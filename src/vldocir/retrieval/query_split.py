@@ -125,8 +125,14 @@ class QuerySplit(Setting):
         progress: a progress bar over the LLM requests.
     """
 
-    def __init__(self, llm: ChatClient, variant: int = 3, max_subqueries: int = 4, max_failed_fraction: float = 1.0,
-                 progress: bool = True):
+    def __init__(
+        self,
+        llm: ChatClient,
+        variant: int = 3,
+        max_subqueries: int = 4,
+        max_failed_fraction: float = 1.0,
+        progress: bool = True,
+    ):
         if variant not in VARIANTS:
             raise ConfigError(f"setting.method.variant must be one of {VARIANTS}, got {variant!r}")
         if isinstance(max_subqueries, bool) or not isinstance(max_subqueries, int) or max_subqueries < 1:
@@ -154,10 +160,13 @@ class QuerySplit(Setting):
     def split(self, queries: dict[str, str]) -> dict[str, tuple[list[str] | None, str | None, bool]]:
         """``query_id -> (sub_queries or None, failure reason or None, truncated)``."""
         query_ids = list(queries)
-        answers = self.llm.complete_many([self.messages(queries[q]) for q in query_ids],
-                                         progress="Q-Split: sub-queries" if self.progress else False)
-        return {q: parse_subqueries(a.content, self.limit) if a.ok else (None, "llm_error", False)
-                for q, a in zip(query_ids, answers)}
+        answers = self.llm.complete_many(
+            [self.messages(queries[q]) for q in query_ids], progress="Q-Split: sub-queries" if self.progress else False
+        )
+        return {
+            q: parse_subqueries(a.content, self.limit) if a.ok else (None, "llm_error", False)
+            for q, a in zip(query_ids, answers)
+        }
 
     def make_run(self, job: RunJob) -> pa.Table:
         query_ids = list(job.queries)
@@ -190,7 +199,8 @@ class QuerySplit(Setting):
         if query_ids and failed > self.max_failed_fraction * len(query_ids):
             raise QuerySplitError(
                 f"query splitting failed for {failed} of {len(query_ids)} queries ({dict(failures)}), more than "
-                f"max_failed_fraction={self.max_failed_fraction:g}; is the LLM server up ({self.llm!r})?")
+                f"max_failed_fraction={self.max_failed_fraction:g}; is the LLM server up ({self.llm!r})?"
+            )
         flags = getattr(job, "query_flags", None)
         if flags is not None:
             flags["qsplit_failed"] = {q: splits[q][0] is None for q in query_ids}

@@ -70,12 +70,16 @@ class RunFileRetriever(Retriever):
 
     def _file(self) -> Path:
         if self.path is None or not str(self.path).strip() or str(self.path) == "???":
-            raise RunFileError("retriever.path is not set: name the run file, e.g. python run.py retriever=run_file "
-                               "retriever.path=/runs/mysystem.trec retriever.id=mysystem")
+            raise RunFileError(
+                "retriever.path is not set: name the run file, e.g. python run.py retriever=run_file "
+                "retriever.path=/runs/mysystem.trec retriever.id=mysystem"
+            )
         if self.format not in FORMATS:
             raise RunFileError(f"retriever.format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.on_unknown_ids not in ON_UNKNOWN_IDS:
-            raise RunFileError(f"retriever.on_unknown_ids must be one of {', '.join(ON_UNKNOWN_IDS)}, got {self.on_unknown_ids!r}")
+            raise RunFileError(
+                f"retriever.on_unknown_ids must be one of {', '.join(ON_UNKNOWN_IDS)}, got {self.on_unknown_ids!r}"
+            )
         path = Path(str(self.path)).expanduser().resolve()
         if not path.is_file():
             raise RunFileError(f"retriever.path={self.path}: no such file")
@@ -92,36 +96,61 @@ class RunFileRetriever(Retriever):
         stat = path.stat()
         if self._identity is None or self._identity[:3] != (path, stat.st_size, stat.st_mtime_ns):
             self._identity = (path, stat.st_size, stat.st_mtime_ns, file_digest(path, "sha256"))
-        return {"run_file": {"sha256": self._identity[3], "bytes": stat.st_size, "format": self._resolved_format(path),
-                             "on_unknown_ids": self.on_unknown_ids}}
+        return {
+            "run_file": {
+                "sha256": self._identity[3],
+                "bytes": stat.st_size,
+                "format": self._resolved_format(path),
+                "on_unknown_ids": self.on_unknown_ids,
+            }
+        }
 
     def _unchanged(self, path: Path) -> None:
         """The file still has the size and mtime it had when it was hashed for the run key."""
         stat = path.stat()
         if (stat.st_size, stat.st_mtime_ns) != self._identity[1:3]:
-            raise RunFileError(f"retriever.path={path} changed after its run key was computed; run again "
-                               "(the new content is a new run)")
+            raise RunFileError(
+                f"retriever.path={path} changed after its run key was computed; run again "
+                "(the new content is a new run)"
+            )
 
     def retrieve(self, bench: Benchmark, queries: dict[str, str], depth: int, cache: ArtifactCache) -> pa.Table:
         """The file's top ``depth`` pages of each query in ``queries``, as a run (``RUN_SCHEMA``)."""
         if self._identity is None:  # called without the pipeline, which asks for the run key first
             self.cache_params()
         path, size, _, sha256 = self._identity
-        params = {"sha256": sha256, "bytes": size, "format": self._resolved_format(path), "on_unknown_ids": self.on_unknown_ids}
+        params = {
+            "sha256": sha256,
+            "bytes": size,
+            "format": self._resolved_format(path),
+            "on_unknown_ids": self.on_unknown_ids,
+        }
         self._unchanged(path)
         rows = self._read(path, params["format"])
         self._unchanged(path)
         if not rows.num_rows:
             raise RunFileError(f"retriever.path={path} holds no rows")
-        stats: dict[str, Any] = {"run_file": {"path": str(path), **params}, "rows_read": rows.num_rows,
-                                 "queries_in_file": len(pc.unique(rows.column("query_id")))}
+        stats: dict[str, Any] = {
+            "run_file": {"path": str(path), **params},
+            "rows_read": rows.num_rows,
+            "queries_in_file": len(pc.unique(rows.column("query_id"))),
+        }
         if "tag" in rows.column_names:
             tags = pc.unique(rows.column("tag")).to_pylist()
             stats["tags"] = tags[:SHOWN_IDS] + ([f"... {len(tags)} tags"] if len(tags) > SHOWN_IDS else [])
         unknown: dict[str, Any] = {}
-        rows = self._known(rows, "query_id", pa.array(bench.queries["query_id"].astype(str), pa.string()), "query",
-                           path, bench, unknown)
-        rows = self._known(rows, "page_id", bench.arrow("pages", ["page_id"]).column("page_id"), "page", path, bench, unknown)
+        rows = self._known(
+            rows,
+            "query_id",
+            pa.array(bench.queries["query_id"].astype(str), pa.string()),
+            "query",
+            path,
+            bench,
+            unknown,
+        )
+        rows = self._known(
+            rows, "page_id", bench.arrow("pages", ["page_id"]).column("page_id"), "page", path, bench, unknown
+        )
         if unknown:
             stats["unknown_ids"] = {**unknown, "action": "dropped (retriever.on_unknown_ids=drop)"}
         asked = pc.is_in(rows.column("query_id"), value_set=pa.array(list(queries), pa.string()))
@@ -131,19 +160,32 @@ class RunFileRetriever(Retriever):
         self._refuse_duplicates(rows, path)
         run, made = run_from_rows(rows.select(["query_id", "page_id", "score"]), list(queries), depth)
         present = len(pc.unique(run.column("query_id")))
-        stats.update(rows_kept=made["rows_kept"], rows_beyond_depth=made["rows_in"] - made["rows_kept"],
-                     queries_in_run=present, queries_missing=len(queries) - present,
-                     score_conversion=made["score_conversion"])
+        stats.update(
+            rows_kept=made["rows_kept"],
+            rows_beyond_depth=made["rows_in"] - made["rows_kept"],
+            queries_in_run=present,
+            queries_missing=len(queries) - present,
+            score_conversion=made["score_conversion"],
+        )
         conversion = made["score_conversion"]
         if conversion["changed_rows"]:
-            log.warning("%s: %d pair(s) of distinct scores become equal in float32 and page_id would rank them the "
-                        "other way round; %d score(s) of %d quer(ies) were changed by the least amount that keeps the "
-                        "file's order (%s); see retrieval.score_conversion in the manifest", path,
-                        conversion["reordered_pairs"], conversion["changed_rows"], conversion["changed_queries"],
-                        conversion["method"])
+            log.warning(
+                "%s: %d pair(s) of distinct scores become equal in float32 and page_id would rank them the "
+                "other way round; %d score(s) of %d quer(ies) were changed by the least amount that keeps the "
+                "file's order (%s); see retrieval.score_conversion in the manifest",
+                path,
+                conversion["reordered_pairs"],
+                conversion["changed_rows"],
+                conversion["changed_queries"],
+                conversion["method"],
+            )
         if stats["queries_missing"]:
-            log.warning("%s has no rows for %d of the %d queries: they score 0 (in_run = False in per_query.parquet)",
-                        path, stats["queries_missing"], len(queries))
+            log.warning(
+                "%s has no rows for %d of the %d queries: they score 0 (in_run = False in per_query.parquet)",
+                path,
+                stats["queries_missing"],
+                len(queries),
+            )
         self.stats = stats
         return run
 
@@ -160,12 +202,18 @@ class RunFileRetriever(Retriever):
             raise RunFileError(f"retriever.path={path} is not a readable Parquet file ({error})") from error
         missing = [c for c in ("query_id", "page_id", "score") if c not in table.column_names]
         if missing:
-            raise RunFileError(f"retriever.path={path}: a Parquet run needs columns query_id, page_id, score; "
-                               f"{', '.join(missing)} missing (it has {', '.join(table.column_names)})")
+            raise RunFileError(
+                f"retriever.path={path}: a Parquet run needs columns query_id, page_id, score; "
+                f"{', '.join(missing)} missing (it has {', '.join(table.column_names)})"
+            )
         try:
-            table = pa.table({"query_id": pc.cast(table.column("query_id"), pa.string()),
-                              "page_id": pc.cast(table.column("page_id"), pa.string()),
-                              "score": pc.cast(table.column("score"), pa.float64())})
+            table = pa.table(
+                {
+                    "query_id": pc.cast(table.column("query_id"), pa.string()),
+                    "page_id": pc.cast(table.column("page_id"), pa.string()),
+                    "score": pc.cast(table.column("score"), pa.float64()),
+                }
+            )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
             raise RunFileError(f"retriever.path={path}: ids must be strings and scores numbers ({error})") from error
         for column in table.column_names:
@@ -174,23 +222,37 @@ class RunFileRetriever(Retriever):
         nan = pc.is_nan(table.column("score"))
         if pc.any(nan).as_py():
             first = int(np.flatnonzero(nan.to_numpy(zero_copy_only=False))[0])
-            raise RunFileError(f"retriever.path={path}: {pc.sum(nan).as_py()} score(s) are NaN, the first in row {first}")
+            raise RunFileError(
+                f"retriever.path={path}: {pc.sum(nan).as_py()} score(s) are NaN, the first in row {first}"
+            )
         return table
 
-    def _known(self, rows: pa.Table, column: str, known: pa.Array, what: str, path: Path, bench: Benchmark,
-               unknown: dict[str, Any]) -> pa.Table:
+    def _known(
+        self,
+        rows: pa.Table,
+        column: str,
+        known: pa.Array,
+        what: str,
+        path: Path,
+        bench: Benchmark,
+        unknown: dict[str, Any],
+    ) -> pa.Table:
         """``rows`` whose ``column`` is one of ``known``; the others are an error, or dropped and counted."""
         inside = pc.is_in(rows.column(column), value_set=known)
         n_rows = rows.num_rows - pc.sum(inside).as_py()
         if not n_rows:
             return rows
         ids = pc.unique(pc.filter(rows.column(column), pc.invert(inside))).to_pylist()
-        message = (f"{path} names {len(ids)} {what} id(s) that benchmark {bench.name} does not have "
-                   f"({n_rows} row(s)): {', '.join(map(str, ids[:SHOWN_IDS]))}"
-                   + (f" and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else ""))
+        message = (
+            f"{path} names {len(ids)} {what} id(s) that benchmark {bench.name} does not have "
+            f"({n_rows} row(s)): {', '.join(map(str, ids[:SHOWN_IDS]))}"
+            + (f" and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else "")
+        )
         if self.on_unknown_ids == "error":
-            raise RunFileError(f"retriever.path: {message}. Was the run made on another benchmark? "
-                               "retriever.on_unknown_ids=drop leaves those rows out")
+            raise RunFileError(
+                f"retriever.path: {message}. Was the run made on another benchmark? "
+                "retriever.on_unknown_ids=drop leaves those rows out"
+            )
         log.warning("%s; left out (retriever.on_unknown_ids=drop)", message)
         unknown[f"{what}_ids"] = {"ids": len(ids), "rows": n_rows, "examples": ids[:SHOWN_IDS]}
         return rows.filter(inside)
@@ -198,12 +260,16 @@ class RunFileRetriever(Retriever):
     @staticmethod
     def _refuse_duplicates(rows: pa.Table, path: Path) -> None:
         """A page listed twice for one query has no single rank: refuse it, naming the first one."""
-        q, p = (pc.dictionary_encode(rows.column(c).combine_chunks()).indices.to_numpy() for c in ("query_id", "page_id"))
+        q, p = (
+            pc.dictionary_encode(rows.column(c).combine_chunks()).indices.to_numpy() for c in ("query_id", "page_id")
+        )
         key = q.astype(np.int64) * (1 << 32) + p
         unique, first_seen, counts = np.unique(key, return_index=True, return_counts=True)
         if len(unique) == len(key):
             return
         row = int(first_seen[np.argmax(counts > 1)])
-        raise RunFileError(f"retriever.path={path} lists page {rows.column('page_id')[row].as_py()} more than once for "
-                           f"query {rows.column('query_id')[row].as_py()} ({len(key) - len(unique)} duplicate row(s)); "
-                           "keep one row per query and page")
+        raise RunFileError(
+            f"retriever.path={path} lists page {rows.column('page_id')[row].as_py()} more than once for "
+            f"query {rows.column('query_id')[row].as_py()} ({len(key) - len(unique)} duplicate row(s)); "
+            "keep one row per query and page"
+        )

@@ -9,8 +9,9 @@ one shard (upcast to fp32) plus one query batch's score buffer, whatever the cor
 
 Exactness notes:
 - Pages are scored in blocks of similar length, each padded to its block's longest page by
-  repeating one of the page's own token vectors. A repeated token cannot change a maximum, so the padded MaxSim equals the
-  unpadded one. (colpali-engine's ``score_multi_vector`` pads with zero vectors instead, which
+  repeating one of the page's own token vectors. A repeated token cannot change a maximum, so
+  the padded MaxSim equals the unpadded one. (colpali-engine's ``score_multi_vector`` pads with
+  zero vectors instead, which
   raises a page's score wherever all of a query token's dot products with it are negative;
   its scores equal ours whenever the pages of a batch have equal lengths.)
 - Queries are padded with zero vectors: a zero query token adds exactly 0, as in colpali-engine.
@@ -75,7 +76,9 @@ def _merge(best_scores, best_indices, new_scores, new_indices, depth):
     return scores.gather(1, order), indices.gather(1, order)
 
 
-def _page_blocks(shard: RaggedVectors, page_block_tokens: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _page_blocks(
+    shard: RaggedVectors, page_block_tokens: int, device: torch.device
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A shard's pages as fp32 blocks of about ``page_block_tokens`` tokens, upcast once per shard.
 
     Pages are grouped by length (sorted), so padding to a block's longest page wastes little when
@@ -151,9 +154,7 @@ def exact_search(
     # Queries of similar length share a batch, so zero padding wastes little arithmetic.
     order = np.argsort(queries.lengths, kind="stable")
     batches = [order[i : i + query_batch_size] for i in range(0, n_queries, query_batch_size)]
-    query_tensors = [
-        queries.padded_fp32(batch, target, pad="zero").reshape(-1, queries.dim) for batch in batches
-    ]
+    query_tensors = [queries.padded_fp32(batch, target, pad="zero").reshape(-1, queries.dim) for batch in batches]
     _check_finite(query_tensors, queries)
     best = [
         (

@@ -202,16 +202,18 @@ class DocumentScope(Setting):
         return {"setting": "doc_scope", "scope": "evidence_documents"}  # (the input's key holds its depth)
 
     def make_run(self, job: RunJob) -> pa.Table:
-        run, stats, flags = scope_to_documents(job.inputs[0], job.bench, job.depth, list(job.queries),
-                                               self.input_depth)
+        run, stats, flags = scope_to_documents(job.inputs[0], job.bench, job.depth, list(job.queries), self.input_depth)
         job.stats["doc_scope"] = stats
         job.query_flags.update(flags)
         if stats["queries_cut"]:
             log.warning(
                 "doc_scope: the input run (depth %d) was cut before it held every page of the documents of "
                 "%d of %d queries (it holds at least %d of their pages each): their metrics are exact at k up to "
-                "that; raise setting.input_depth to hold them whole", self.input_depth, stats["queries_cut"],
-                stats["queries"], stats["fewest_pages_ranked_when_cut"],
+                "that; raise setting.input_depth to hold them whole",
+                self.input_depth,
+                stats["queries_cut"],
+                stats["queries"],
+                stats["fewest_pages_ranked_when_cut"],
             )
         return run
 
@@ -250,8 +252,13 @@ def scope_to_documents(
     for slot in range(scope_docs.shape[1]):
         inside |= scope_docs[:, slot][row_query] == row_doc
     kept = run.filter(pa.array(inside))
-    rows = pa.table({"query_id": kept.column("query_id").cast(pa.string()),
-                     "page_id": kept.column("page_id").cast(pa.string()), "score": kept.column("score")})
+    rows = pa.table(
+        {
+            "query_id": kept.column("query_id").cast(pa.string()),
+            "page_id": kept.column("page_id").cast(pa.string()),
+            "score": kept.column("score"),
+        }
+    )
     scoped, conversion = run_from_rows(rows, list(query_ids), depth)
 
     doc_pages = np.bincount(page_doc, minlength=n_docs)

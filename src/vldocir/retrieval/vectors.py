@@ -53,7 +53,11 @@ class RaggedVectors:
         offsets = np.zeros(len(items) + 1, dtype=np.int64)
         np.cumsum([len(x) for x in items], out=offsets[1:])
         dim = next((x.shape[1] for x in items if len(x)), 0)
-        vectors = np.concatenate([np.asarray(x, dtype=np.float32).reshape(-1, dim) for x in items]) if len(items) else np.zeros((0, dim), np.float32)
+        vectors = (
+            np.concatenate([np.asarray(x, dtype=np.float32).reshape(-1, dim) for x in items])
+            if len(items)
+            else np.zeros((0, dim), np.float32)
+        )
         return cls(vectors, offsets, False, first_index)
 
     def subset(self, items: np.ndarray) -> "RaggedVectors":
@@ -61,7 +65,9 @@ class RaggedVectors:
         starts, stops = self.offsets[items], self.offsets[np.asarray(items) + 1]
         offsets = np.zeros(len(starts) + 1, dtype=np.int64)
         np.cumsum(stops - starts, out=offsets[1:])
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(starts) else np.zeros(0, np.int64)
+        rows = (
+            np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(starts) else np.zeros(0, np.int64)
+        )
         return RaggedVectors(np.asarray(self.vectors[rows]), offsets, self.bfloat16, source=self.source)
 
     def fp32(self, rows: np.ndarray | slice = slice(None), device: torch.device | str = "cpu") -> torch.Tensor:

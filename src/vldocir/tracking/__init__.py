@@ -26,7 +26,9 @@ class NullTracker:
     def start(self, manifest: dict[str, Any]) -> None:
         pass
 
-    def log_results(self, metrics: dict[str, Any], structure_table: pd.DataFrame, manifest: dict[str, Any] | None = None) -> None:
+    def log_results(
+        self, metrics: dict[str, Any], structure_table: pd.DataFrame, manifest: dict[str, Any] | None = None
+    ) -> None:
         pass
 
     def finish(self, failed: bool) -> None:

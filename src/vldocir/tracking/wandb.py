@@ -27,15 +27,25 @@ def _run_name(manifest: dict[str, Any]) -> str:
     benchmark is opened (so that a failing job is recorded too); until then ``dataset.name`` stands in."""
     config = manifest.get("config", {})
     benchmark = manifest.get("benchmark", {}).get("name") or config.get("dataset", {}).get("name")
-    return "/".join(str(part) for part in (benchmark, config.get("retriever", {}).get("id"), config.get("setting", {}).get("id")))
+    return "/".join(
+        str(part) for part in (benchmark, config.get("retriever", {}).get("id"), config.get("setting", {}).get("id"))
+    )
 
 
 class WandbTracker:
     """``init`` starts the W&B run and returns it (default ``wandb.init``); of the run, the tracker
     uses ``config`` (``keys``, ``update``), ``name``, ``summary.update``, ``log`` and ``finish``."""
 
-    def __init__(self, project: str, mode: str = "offline", entity: str | None = None, dir: str | None = None,
-                 group: str | None = None, tags: list[str] | None = None, init: Callable[..., Any] | None = None):
+    def __init__(
+        self,
+        project: str,
+        mode: str = "offline",
+        entity: str | None = None,
+        dir: str | None = None,
+        group: str | None = None,
+        tags: list[str] | None = None,
+        init: Callable[..., Any] | None = None,
+    ):
         if mode not in MODES:
             raise ValueError(f"logger.mode must be one of {MODES}, got {mode!r}")
         self.project, self.mode, self.entity, self.dir = project, mode, entity, dir
@@ -48,7 +58,9 @@ class WandbTracker:
         try:
             import wandb
         except ImportError as error:
-            raise MissingDependencyError("logger=wandb needs the wandb package: uv sync (or pip install wandb)") from error
+            raise MissingDependencyError(
+                "logger=wandb needs the wandb package: uv sync (or pip install wandb)"
+            ) from error
         if self.dir:
             os.makedirs(self.dir, exist_ok=True)
         # wandb records the command line (sys.argv) with the run: hide secret-looking overrides from it.
@@ -56,13 +68,22 @@ class WandbTracker:
         sys.argv = [*argv[:1], *redact_overrides(argv[1:])]
         try:
             self.run = (self.init or wandb.init)(
-                project=self.project, entity=self.entity, mode=self.mode, dir=self.dir, group=self.group,
-                tags=self.tags, name=_run_name(manifest), config=redact_secrets(manifest), reinit="finish_previous",
+                project=self.project,
+                entity=self.entity,
+                mode=self.mode,
+                dir=self.dir,
+                group=self.group,
+                tags=self.tags,
+                name=_run_name(manifest),
+                config=redact_secrets(manifest),
+                reinit="finish_previous",
             )
         finally:
             sys.argv = argv
 
-    def log_results(self, metrics: dict[str, Any], structure_table: pd.DataFrame, manifest: dict[str, Any] | None = None) -> None:
+    def log_results(
+        self, metrics: dict[str, Any], structure_table: pd.DataFrame, manifest: dict[str, Any] | None = None
+    ) -> None:
         import wandb
 
         if self.run is None:
@@ -71,7 +92,11 @@ class WandbTracker:
             later = {k: v for k, v in manifest.items() if k not in self.run.config.keys()}
             self.run.config.update(redact_secrets(later), allow_val_change=True)
             self.run.name = _run_name(manifest)
-        summary = {f"{aggregate}/{metric}": value for aggregate, values in metrics["aggregates"].items() for metric, value in values.items()}
+        summary = {
+            f"{aggregate}/{metric}": value
+            for aggregate, values in metrics["aggregates"].items()
+            for metric, value in values.items()
+        }
         summary["n_queries"] = metrics["n_queries"]
         summary["n_queries_missing_from_run"] = metrics["n_queries_missing_from_run"]
         self.run.summary.update(summary)

@@ -14,6 +14,18 @@ from vldocir.construction.collect.http import CollectError, FetchError, HttpSpec
 from vldocir.construction.collect.index import DocumentIndex, IndexFileError, IndexRow, read_index, write_index
 
 __all__ = [
-    "AssetSpec", "CollectError", "Collector", "DocumentIndex", "FetchError", "HttpSpec", "IndexFileError", "IndexRow",
-    "MalformedResponse", "Summary", "collect", "collect_from_config", "read_index", "write_index",
+    "AssetSpec",
+    "CollectError",
+    "Collector",
+    "DocumentIndex",
+    "FetchError",
+    "HttpSpec",
+    "IndexFileError",
+    "IndexRow",
+    "MalformedResponse",
+    "Summary",
+    "collect",
+    "collect_from_config",
+    "read_index",
+    "write_index",
 ]

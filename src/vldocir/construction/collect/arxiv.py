@@ -26,7 +26,13 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from vldocir.construction.collect.assets import decode_html, parse_html
 from vldocir.construction.collect.collector import (
-    CollectRun, Collector, Document, DomainRules, Failed, Item, Skipped,
+    Collector,
+    CollectRun,
+    Document,
+    DomainRules,
+    Failed,
+    Item,
+    Skipped,
 )
 from vldocir.construction.collect.http import PoliteClient, full_url
 from vldocir.construction.collect.index import canonical_license, check_allowed_licenses, license_allowed
@@ -38,8 +44,10 @@ OAI = "{http://www.openarchives.org/OAI/2.0/}"
 ARXIV_OAI = "{http://arxiv.org/OAI/arXiv/}"
 DEFAULT_LICENSE = "http://arxiv.org/licenses/nonexclusive-distrib/1.0/"  # what a record without <license> has
 _ID = r"(\d{4}\.\d{4,5}|[a-z][a-z-]*(?:\.[A-Za-z]{2})?/\d{7})"
-_CITED_ID = re.compile(r"(?:arxiv\s*(?:preprint\s*)?(?:e-?print\s*)?:?\s*(?:abs/)?|arxiv\.org/(?:abs|pdf|html)/)" + _ID + r"(?:v\d+)?",
-                       re.I)
+_CITED_ID = re.compile(
+    r"(?:arxiv\s*(?:preprint\s*)?(?:e-?print\s*)?:?\s*(?:abs/)?|arxiv\.org/(?:abs|pdf|html)/)" + _ID + r"(?:v\d+)?",
+    re.I,
+)
 _PLAIN_ID = re.compile(r"^" + _ID + r"(?:v\d+)?$")
 
 
@@ -75,11 +83,20 @@ class ArxivCollector(Collector):
 
     source = "arxiv"
 
-    def __init__(self, surveys: Sequence[str] = (), categories: Sequence[str] = (), per_category: int = 20,
-                 domains: Sequence[Mapping[str, str]] = (), allowed_licenses: Sequence[str] = ("CC-BY-4.0",),
-                 api_url: str = "https://export.arxiv.org/api/query", oai_url: str = "https://oaipmh.arxiv.org/oai",
-                 html_url: str = "https://arxiv.org/html/{id}", abs_url: str = "https://arxiv.org/abs/{id}",
-                 max_references: int = 200, page_size: int = 100):
+    def __init__(
+        self,
+        surveys: Sequence[str] = (),
+        categories: Sequence[str] = (),
+        per_category: int = 20,
+        domains: Sequence[Mapping[str, str]] = (),
+        allowed_licenses: Sequence[str] = ("CC-BY-4.0",),
+        api_url: str = "https://export.arxiv.org/api/query",
+        oai_url: str = "https://oaipmh.arxiv.org/oai",
+        html_url: str = "https://arxiv.org/html/{id}",
+        abs_url: str = "https://arxiv.org/abs/{id}",
+        max_references: int = 200,
+        page_size: int = 100,
+    ):
         self.surveys = []
         for survey in surveys or ():
             if (arxiv_id := normalize_id(survey)) is None:
@@ -137,7 +154,9 @@ class ArxivCollector(Collector):
         if response.missing:
             return Skipped(f"{survey} (bibliography)", "survey_without_html")
         root = parse_html(decode_html(response), response.url)
-        sections = root.xpath("//*[contains(concat(' ', normalize-space(@class), ' '), ' ltx_bibliography ')]") or [root]
+        sections = root.xpath("//*[contains(concat(' ', normalize-space(@class), ' '), ' ltx_bibliography ')]") or [
+            root
+        ]
         found: list[str] = []
         for section in sections:
             texts = [section.text_content()] + [a.get("href", "") for a in section.iter("a")]
@@ -153,8 +172,13 @@ class ArxivCollector(Collector):
         ids: list[str] = []
         start = 0
         while len(ids) < count:
-            params = {"search_query": f"cat:{category}", "start": start, "max_results": min(self.page_size, count - len(ids)),
-                      "sortBy": "submittedDate", "sortOrder": "descending"}
+            params = {
+                "search_query": f"cat:{category}",
+                "start": start,
+                "max_results": min(self.page_size, count - len(ids)),
+                "sortBy": "submittedDate",
+                "sortOrder": "descending",
+            }
             feed = client.get_xml(self.api_url, params)
             url = full_url(self.api_url, params)
             if feed.tag != f"{ATOM}feed":
@@ -205,6 +229,13 @@ class ArxivCollector(Collector):
         domain = self.domains.domain(categories[0])
         if domain is None:
             return Skipped(arxiv_id, "no_domain")
-        return Document(doc_id=doc_id(arxiv_id), title=title, url=self.abs_url.format(id=arxiv_id), domain=domain,
-                        license=license, html_url=self.html_url.format(id=arxiv_id), missing_reason="no_html",
-                        meta={"arxiv_id": arxiv_id, "categories": categories, "origin": origin})
+        return Document(
+            doc_id=doc_id(arxiv_id),
+            title=title,
+            url=self.abs_url.format(id=arxiv_id),
+            domain=domain,
+            license=license,
+            html_url=self.html_url.format(id=arxiv_id),
+            missing_reason="no_html",
+            meta={"arxiv_id": arxiv_id, "categories": categories, "origin": origin},
+        )

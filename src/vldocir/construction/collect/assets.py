@@ -34,14 +34,28 @@ from vldocir.errors import ConfigError
 
 ASSETS_DIR = "assets"
 _EXTENSIONS = {
-    "text/css": ".css", "image/png": ".png", "image/jpeg": ".jpg", "image/jpg": ".jpg", "image/gif": ".gif",
-    "image/svg+xml": ".svg", "image/webp": ".webp", "image/avif": ".avif", "image/x-icon": ".ico",
-    "image/vnd.microsoft.icon": ".ico", "font/woff2": ".woff2", "font/woff": ".woff", "application/font-woff": ".woff",
-    "font/ttf": ".ttf", "font/otf": ".otf", "application/vnd.ms-fontobject": ".eot",
+    "text/css": ".css",
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/jpg": ".jpg",
+    "image/gif": ".gif",
+    "image/svg+xml": ".svg",
+    "image/webp": ".webp",
+    "image/avif": ".avif",
+    "image/x-icon": ".ico",
+    "image/vnd.microsoft.icon": ".ico",
+    "font/woff2": ".woff2",
+    "font/woff": ".woff",
+    "application/font-woff": ".woff",
+    "font/ttf": ".ttf",
+    "font/otf": ".otf",
+    "application/vnd.ms-fontobject": ".eot",
 }
 _CSS_REFERENCE = re.compile(  # @import "x.css" | @import url(x.css) | url(x.png)
     r"""@import\s+(?:url\(\s*)?(?P<q1>['"]?)(?P<import>[^'")\s;]+)(?P=q1)\s*\)?"""
-    r"""|url\(\s*(?P<q2>['"]?)(?P<url>[^'")]*?)(?P=q2)\s*\)""", re.I)
+    r"""|url\(\s*(?P<q2>['"]?)(?P<url>[^'")]*?)(?P=q2)\s*\)""",
+    re.I,
+)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>", re.I)
 MAX_CSS_DEPTH = 3  # @import chains followed this deep
@@ -164,13 +178,14 @@ class _Localizer:
         return _CSS_REFERENCE.sub(replace, text)
 
 
-def localize(html: str, page_url: str, fetch: Callable[[str], Response], doc_dir: str | Path,
-             spec: AssetSpec) -> LocalPage:
+def localize(
+    html: str, page_url: str, fetch: Callable[[str], Response], doc_dir: str | Path, spec: AssetSpec
+) -> LocalPage:
     """Fetch the assets of ``html`` (served at ``page_url``) into ``doc_dir/assets/`` and return the
     page rewritten to them (see the module docstring). ``fetch(url)`` is the collector's
     ``client.get``; it raises :class:`CollectError` for an asset that cannot be had."""
-    from lxml import etree
     import lxml.html
+    from lxml import etree
 
     root = parse_html(html, page_url)
     base = page_url
@@ -188,7 +203,8 @@ def localize(html: str, page_url: str, fetch: Callable[[str], Response], doc_dir
 
     for element in list(root.iter("source")):
         if element.getparent() is not None and element.getparent().tag == "picture" and element.get("srcset"):
-            element.drop_tag()  # not drop_tree: libxml2 (HTML 4) does not know <source> is empty and nests the <img> in it
+            # not drop_tree: libxml2 (HTML 4) does not know <source> is empty and nests the <img> in it
+            element.drop_tag()
     for element in root.iter("img", "input", "source"):
         for attribute in ("srcset", "sizes"):
             element.attrib.pop(attribute, None)

@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RESPONSES_DIR = ".responses"  # the client's stored responses
-PARTIAL_DIR = ".partial"      # document folders being written
+PARTIAL_DIR = ".partial"  # document folders being written
 SUMMARY_FILE = "summary.json"
-MAX_LISTED_FAILURES = 1000    # in summary.json
+MAX_LISTED_FAILURES = 1000  # in summary.json
 
 
 @dataclass
@@ -145,17 +145,29 @@ class Summary:
     error: str | None = None  # the error that ended the run early
 
     def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "out_dir": self.out_dir, "fetched": self.fetched, "already": self.already,
-                "documents": self.documents, "skipped": dict(sorted(self.skipped.items())),
-                "failed": dict(sorted(self.failed.items())), "failed_assets": self.failed_assets,
-                "stopped_at_limit": self.stopped_at_limit, "error": self.error, "http": self.http, **self.extra,
-                "failures": self.failures[:MAX_LISTED_FAILURES]}
+        return {
+            "source": self.source,
+            "out_dir": self.out_dir,
+            "fetched": self.fetched,
+            "already": self.already,
+            "documents": self.documents,
+            "skipped": dict(sorted(self.skipped.items())),
+            "failed": dict(sorted(self.failed.items())),
+            "failed_assets": self.failed_assets,
+            "stopped_at_limit": self.stopped_at_limit,
+            "error": self.error,
+            "http": self.http,
+            **self.extra,
+            "failures": self.failures[:MAX_LISTED_FAILURES],
+        }
 
     def report(self) -> str:
         """A few lines for the console."""
-        lines = [f"{self.source}: {self.fetched} fetched, {self.already} already in the index, "
-                 f"{self.documents} documents in {self.out_dir}/{INDEX_FILE}"
-                 + (" (stopped at max_documents; run again to continue)" if self.stopped_at_limit else "")]
+        lines = [
+            f"{self.source}: {self.fetched} fetched, {self.already} already in the index, "
+            f"{self.documents} documents in {self.out_dir}/{INDEX_FILE}"
+            + (" (stopped at max_documents; run again to continue)" if self.stopped_at_limit else "")
+        ]
         for title, counts in (("skipped", self.skipped), ("failed", self.failed)):
             if counts:
                 lines.append(f"  {title}: " + ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items())))
@@ -163,13 +175,21 @@ class Summary:
             lines.append(f"  assets that could not be fetched: {self.failed_assets} (listed in the index rows)")
         if self.failed:
             lines.append(f"  failures listed in {self.out_dir}/{SUMMARY_FILE}; a rerun retries them")
-        lines.append(f"  HTTP: {self.http.get('requests', 0)} requests, {self.http.get('stored', 0)} answered "
-                     f"from stored responses, {self.http.get('retries', 0)} retries")
+        lines.append(
+            f"  HTTP: {self.http.get('requests', 0)} requests, {self.http.get('stored', 0)} answered "
+            f"from stored responses, {self.http.get('retries', 0)} retries"
+        )
         return "\n".join(lines)
 
 
-def collect(collector: Collector, out_dir: str | Path, http: HttpSpec, assets: AssetSpec | None = None,
-            max_documents: int | None = None, progress: bool = False) -> Summary:
+def collect(
+    collector: Collector,
+    out_dir: str | Path,
+    http: HttpSpec,
+    assets: AssetSpec | None = None,
+    max_documents: int | None = None,
+    progress: bool = False,
+) -> Summary:
     """Collect ``collector``'s documents into ``out_dir`` (see the module docstring) and return what
     the run did (also written to ``out_dir/summary.json``, however the run ends). ``max_documents``:
     stop after that many new documents (a rerun continues). Raises :class:`CollectError` when the
@@ -189,8 +209,11 @@ def collect(collector: Collector, out_dir: str | Path, http: HttpSpec, assets: A
         try:
             for item in () if summary.stopped_at_limit else collector.candidates(run):
                 if isinstance(item, Document):
-                    item = Skipped.already(item.doc_id) if item.doc_id in index else run.attempt(
-                        item.doc_id, lambda: _write_document(item, collector.source, run, assets))
+                    item = (
+                        Skipped.already(item.doc_id)
+                        if item.doc_id in index
+                        else run.attempt(item.doc_id, lambda: _write_document(item, collector.source, run, assets))
+                    )
                 _count(summary, item)
                 if isinstance(item, IndexRow):
                     bar(1)
@@ -226,8 +249,16 @@ def _count(summary: Summary, outcome: Skipped | Failed | IndexRow) -> None:
 
 
 def _write_document(doc: Document, source: str, run: CollectRun, assets: AssetSpec) -> IndexRow | Skipped:
-    row = IndexRow(doc_id=doc.doc_id, source=source, domain=doc.domain, title=doc.title, url=doc.url,
-                   license=doc.license, path=doc.doc_id, meta=dict(doc.meta))
+    row = IndexRow(
+        doc_id=doc.doc_id,
+        source=source,
+        domain=doc.domain,
+        title=doc.title,
+        url=doc.url,
+        license=doc.license,
+        path=doc.doc_id,
+        meta=dict(doc.meta),
+    )
     html, base = doc.html, doc.base_url or doc.url
     if html is None:
         if not doc.html_url:
@@ -262,8 +293,12 @@ def _progress(enabled: bool, source: str, total: int | None) -> Callable[..., No
         if n:
             bar.update(n)
         if summary is not None:
-            bar.set_postfix(already=summary.already, skipped=sum(summary.skipped.values()),
-                            failed=sum(summary.failed.values()), refresh=False)
+            bar.set_postfix(
+                already=summary.already,
+                skipped=sum(summary.skipped.values()),
+                failed=sum(summary.failed.values()),
+                refresh=False,
+            )
         if close:
             bar.close()
 
@@ -289,7 +324,6 @@ class DomainRules:
         return next((domain for pattern, domain in self.rules if pattern.search(text or "")), None)
 
 
-
 def collect_from_config(node) -> Summary:
     """What ``vldocir.apps.collect`` runs: :func:`collect` with the objects of a composed ``collect`` node
     (conf/collect.yaml + conf/collect/<source>.yaml). A parameter check that fails while Hydra
@@ -305,5 +339,11 @@ def collect_from_config(node) -> Summary:
                 raise error.__cause__ from None
             raise
 
-    return collect(build(node.collector), node.out_dir, build(node.http), build(node.assets),
-                   max_documents=node.max_documents, progress=bool(node.progress))
+    return collect(
+        build(node.collector),
+        node.out_dir,
+        build(node.http),
+        build(node.assets),
+        max_documents=node.max_documents,
+        progress=bool(node.progress),
+    )

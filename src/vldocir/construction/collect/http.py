@@ -108,8 +108,10 @@ class HttpSpec:
 
     def __post_init__(self) -> None:
         if not self.user_agent or not str(self.user_agent).strip():
-            raise ConfigError("collect.http.user_agent: required, a name and a contact address, e.g. 'Example Lab admin@example.org' "
-                              "(VLDOCIR_COLLECT_USER_AGENT, or VLDOCIR_SEC_USER_AGENT for SEC EDGAR)")
+            raise ConfigError(
+                "collect.http.user_agent: required, a name and a contact address, e.g. 'Example Lab admin@example.org' "
+                "(VLDOCIR_COLLECT_USER_AGENT, or VLDOCIR_SEC_USER_AGENT for SEC EDGAR)"
+            )
         for name in ("min_interval_s", "timeout_s", "backoff_s", "backoff_max_s", "retry_after_max_s"):
             if float(getattr(self, name)) < 0:
                 raise ConfigError(f"collect.http.{name} must be >= 0, got {getattr(self, name)!r}")
@@ -175,8 +177,14 @@ class ResponseStore:
             meta = json.loads(meta_path.read_text())
             if meta.get("format") != STORE_FORMAT or meta.get("url") != url:
                 return None
-            return Response(url, meta["final_url"], int(meta["status"]), meta.get("content_type", ""),
-                            body_path.read_bytes(), stored=True)
+            return Response(
+                url,
+                meta["final_url"],
+                int(meta["status"]),
+                meta.get("content_type", ""),
+                body_path.read_bytes(),
+                stored=True,
+            )
         except (OSError, ValueError, KeyError, TypeError) as error:
             log.warning("damaged stored response for %s (%s); fetching it again", url, error)
             return None
@@ -185,9 +193,17 @@ class ResponseStore:
         meta_path, body_path = self._paths(response.url)
         with atomic_path(body_path) as tmp:
             tmp.write_bytes(response.body)
-        atomic_write_json({"format": STORE_FORMAT, "url": response.url, "final_url": response.final_url,
-                           "status": response.status, "content_type": response.content_type,
-                           "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, meta_path)
+        atomic_write_json(
+            {
+                "format": STORE_FORMAT,
+                "url": response.url,
+                "final_url": response.final_url,
+                "status": response.status,
+                "content_type": response.content_type,
+                "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            meta_path,
+        )
 
     def drop(self, url: str) -> None:
         for path in self._paths(url):
@@ -205,8 +221,12 @@ class PoliteClient:
     def __init__(self, spec: HttpSpec, store: ResponseStore | None = None):
         self.spec = spec
         self.store = store
-        self._http = httpx.Client(headers={"User-Agent": str(spec.user_agent)}, timeout=float(spec.timeout_s),
-                                  follow_redirects=True, trust_env=bool(spec.trust_env))
+        self._http = httpx.Client(
+            headers={"User-Agent": str(spec.user_agent)},
+            timeout=float(spec.timeout_s),
+            follow_redirects=True,
+            trust_env=bool(spec.trust_env),
+        )
         self._next_turn: dict[str, float] = {}
         self._lock = threading.Lock()
         self.stats: dict[str, int] = {"requests": 0, "stored": 0, "retries": 0}
@@ -293,8 +313,9 @@ class PoliteClient:
 
     def _fetch(self, url: str) -> Response:
         spec = self.spec
-        policy = RetryPolicy(int(spec.max_retries), float(spec.backoff_s), float(spec.backoff_max_s),
-                             float(spec.retry_after_max_s))
+        policy = RetryPolicy(
+            int(spec.max_retries), float(spec.backoff_s), float(spec.backoff_max_s), float(spec.retry_after_max_s)
+        )
 
         def on_retry(error: Retryable, retry: int, delay: float) -> None:
             log.info("GET %s: %s; retry %d/%d in %.2f s", url, error.detail, retry, spec.max_retries, delay)

@@ -40,7 +40,9 @@ DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
 def _blank(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value) or (isinstance(value, str) and not value.strip())
+    return (
+        value is None or (isinstance(value, float) and value != value) or (isinstance(value, str) and not value.strip())
+    )
 
 
 class IndexFileError(VldocirError, ValueError):
@@ -196,7 +198,9 @@ def write_index(rows: Iterable[IndexRow], path: str | Path) -> None:
             return
         import pandas as pd
 
-        records = [{**asdict(r), "failed_assets": json.dumps(r.failed_assets), "meta": json.dumps(r.meta)} for r in rows]
+        records = [
+            {**asdict(r), "failed_assets": json.dumps(r.failed_assets), "meta": json.dumps(r.meta)} for r in rows
+        ]
         frame = pd.DataFrame(records, columns=[f.name for f in fields(IndexRow)])
         if suffix == ".csv":
             frame.to_csv(tmp, index=False)
@@ -208,7 +212,10 @@ def write_index(rows: Iterable[IndexRow], path: str | Path) -> None:
 
 # -- licences -------------------------------------------------------------------------------------------
 _CC_URL = re.compile(r"creativecommons\.org/(licenses|publicdomain)/([a-z-]+)/(\d+(?:\.\d+)?)", re.I)
-_CC_TEXT = re.compile(r"^\s*(?:creative\s+commons\s+)?(?:cc[\s_-]*)(by(?:[\s_-]*(?:nc|nd|sa))*|0|zero)\b[\s_-]*(\d+(?:\.\d+)?)?\s*(?:international)?\s*$", re.I)
+_CC_TEXT = re.compile(
+    r"^\s*(?:creative\s+commons\s+)?(?:cc[\s_-]*)(by(?:[\s_-]*(?:nc|nd|sa))*|0|zero)\b[\s_-]*(\d+(?:\.\d+)?)?\s*(?:international)?\s*$",
+    re.I,
+)
 _ARXIV_URL = re.compile(r"arxiv\.org/licenses/([a-z-]+)/(\d+(?:\.\d+)?)", re.I)
 
 
@@ -238,8 +245,10 @@ def license_allowed(license: str, allowed: Iterable[str]) -> bool:
     patterns allowed: ``CC-BY-4.0``, ``CC0*``); an empty licence never matches."""
     if not license:
         return False
-    return any(fnmatch.fnmatchcase(license, canonical_license(pattern) if "*" not in pattern else pattern)
-               for pattern in allowed)
+    return any(
+        fnmatch.fnmatchcase(license, canonical_license(pattern) if "*" not in pattern else pattern)
+        for pattern in allowed
+    )
 
 
 def check_allowed_licenses(allowed: Iterable[str], key: str) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 
-from vldocir.construction.collect.collector import CollectRun, Collector, Document, DomainRules, Item, Skipped
+from vldocir.construction.collect.collector import Collector, CollectRun, Document, DomainRules, Item, Skipped
 from vldocir.construction.collect.http import full_url
 from vldocir.construction.collect.index import canonical_license, check_allowed_licenses, license_allowed
 from vldocir.errors import ConfigError
@@ -40,10 +40,16 @@ class PubmedCollector(Collector):
 
     source = "pubmed"
 
-    def __init__(self, date_from: str, date_until: str, allowed_licenses: Sequence[str] = ("CC-BY", "CC0"),
-                 domains: Sequence[Mapping[str, str]] = (), default_domain: str | None = None,
-                 oa_url: str = "https://www.ncbi.nlm.nih.gov/pmc/utils/oa/oa.fcgi",
-                 article_url: str = "https://pmc.ncbi.nlm.nih.gov/articles/{pmcid}/"):
+    def __init__(
+        self,
+        date_from: str,
+        date_until: str,
+        allowed_licenses: Sequence[str] = ("CC-BY", "CC0"),
+        domains: Sequence[Mapping[str, str]] = (),
+        default_domain: str | None = None,
+        oa_url: str = "https://www.ncbi.nlm.nih.gov/pmc/utils/oa/oa.fcgi",
+        article_url: str = "https://pmc.ncbi.nlm.nih.gov/articles/{pmcid}/",
+    ):
         for name, value in (("date_from", date_from), ("date_until", date_until)):
             try:
                 dt.date.fromisoformat(str(value))
@@ -96,5 +102,12 @@ class PubmedCollector(Collector):
         if not domain:
             return Skipped(pmcid, "no_domain")
         page = self.article_url.format(pmcid=pmcid)
-        return Document(doc_id=doc_id, title="", url=page, domain=str(domain), license=license, html_url=page,
-                        meta={"pmcid": pmcid, "citation": citation, "journal": citation.split(".")[0].strip()})
+        return Document(
+            doc_id=doc_id,
+            title="",
+            url=page,
+            domain=str(domain),
+            license=license,
+            html_url=page,
+            meta={"pmcid": pmcid, "citation": citation, "journal": citation.split(".")[0].strip()},
+        )

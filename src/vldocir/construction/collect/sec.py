@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from vldocir.construction.collect.collector import CollectRun, Collector, Document, Item, Skipped
+from vldocir.construction.collect.collector import Collector, CollectRun, Document, Item, Skipped
 from vldocir.construction.collect.http import HttpSpec, PoliteClient
 from vldocir.errors import ConfigError
 
@@ -48,16 +48,23 @@ class SecCollector(Collector):
 
     source = "sec"
 
-    def __init__(self, companies: Sequence[str | int] | None = None, form: str = "DEF 14A",
-                 domain: str = "Financial Reports", license: str = "SEC-public-information",
-                 tickers_url: str = "https://www.sec.gov/files/company_tickers.json",
-                 submissions_url: str = "https://data.sec.gov/submissions/CIK{cik}.json",
-                 submissions_file_url: str = "https://data.sec.gov/submissions/{name}",
-                 document_url: str = "https://www.sec.gov/Archives/edgar/data/{cik}/{accession}/{document}",
-                 max_requests_per_s: float = 10.0):
-        for name, template, fields in (("submissions_url", submissions_url, ("{cik}",)),
-                                       ("submissions_file_url", submissions_file_url, ("{name}",)),
-                                       ("document_url", document_url, ("{cik}", "{accession}", "{document}"))):
+    def __init__(
+        self,
+        companies: Sequence[str | int] | None = None,
+        form: str = "DEF 14A",
+        domain: str = "Financial Reports",
+        license: str = "SEC-public-information",
+        tickers_url: str = "https://www.sec.gov/files/company_tickers.json",
+        submissions_url: str = "https://data.sec.gov/submissions/CIK{cik}.json",
+        submissions_file_url: str = "https://data.sec.gov/submissions/{name}",
+        document_url: str = "https://www.sec.gov/Archives/edgar/data/{cik}/{accession}/{document}",
+        max_requests_per_s: float = 10.0,
+    ):
+        for name, template, fields in (
+            ("submissions_url", submissions_url, ("{cik}",)),
+            ("submissions_file_url", submissions_file_url, ("{name}",)),
+            ("document_url", document_url, ("{cik}", "{accession}", "{document}")),
+        ):
             if missing := [f for f in fields if f not in str(template)]:
                 raise ConfigError(f"collect.collector.{name} must contain {', '.join(missing)}, got {template!r}")
         if companies is not None and (isinstance(companies, (str, int)) or not companies):
@@ -73,13 +80,20 @@ class SecCollector(Collector):
     def check(self, http: HttpSpec) -> None:
         agent = str(http.user_agent or "")
         if not _CONTACT.search(agent) or len(agent.split()) < 2:
-            raise ConfigError("collect.http.user_agent: SEC EDGAR requires a User-Agent with your name or company and a "
-                              "contact e-mail, e.g. 'Example Lab admin@example.org' (set VLDOCIR_SEC_USER_AGENT); "
-                              f"got {agent!r}")
-        if http.per_host or float(http.min_interval_s) < 1.0 / self.max_requests_per_s - 1e-9 or any(
-                seconds < 1.0 / self.max_requests_per_s - 1e-9 for seconds in http.host_intervals.values()):
-            raise ConfigError(f"collect.http: EDGAR allows at most {self.max_requests_per_s:g} requests/s over all its "
-                              f"hosts; set per_host: false and min_interval_s >= {1.0 / self.max_requests_per_s:g}")
+            raise ConfigError(
+                "collect.http.user_agent: SEC EDGAR requires a User-Agent with your name or company and a "
+                "contact e-mail, e.g. 'Example Lab admin@example.org' (set VLDOCIR_SEC_USER_AGENT); "
+                f"got {agent!r}"
+            )
+        if (
+            http.per_host
+            or float(http.min_interval_s) < 1.0 / self.max_requests_per_s - 1e-9
+            or any(seconds < 1.0 / self.max_requests_per_s - 1e-9 for seconds in http.host_intervals.values())
+        ):
+            raise ConfigError(
+                f"collect.http: EDGAR allows at most {self.max_requests_per_s:g} requests/s over all its "
+                f"hosts; set per_host: false and min_interval_s >= {1.0 / self.max_requests_per_s:g}"
+            )
 
     def candidates(self, run: CollectRun) -> Iterator[Item]:
         for cik, name in self._companies(run.client):
@@ -143,9 +157,16 @@ class SecCollector(Collector):
         if not document.lower().endswith((".htm", ".html")):
             return Skipped(f"CIK {cik}", "not_html")
         doc_url = self.document_url.format(cik=cik, accession=accession.replace("-", ""), document=document)
-        return Document(doc_id=f"sec-{cik}", title=f"{name} {self.form} ({filed})", url=doc_url, domain=self.domain,
-                        license=self.license, html_url=doc_url, missing_reason="missing_document",
-                        meta={"cik": cik, "company": name, "form": self.form, "accession": accession, "filing_date": filed})
+        return Document(
+            doc_id=f"sec-{cik}",
+            title=f"{name} {self.form} ({filed})",
+            url=doc_url,
+            domain=self.domain,
+            license=self.license,
+            html_url=doc_url,
+            missing_reason="missing_document",
+            meta={"cik": cik, "company": name, "form": self.form, "accession": accession, "filing_date": filed},
+        )
 
     def _latest(self, client: PoliteClient, url: str, arrays: Any) -> dict[str, str] | None:
         """The latest filing of ``self.form`` in parallel arrays (``filings.recent`` or an older page)."""

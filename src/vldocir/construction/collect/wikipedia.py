@@ -4,8 +4,9 @@ filter over the linked titles with an instruction per seed.
 For each seed (``{title, domain, instruction}``, optionally its own ``max_depth`` and
 ``max_documents``), in order:
 
-1. the article is read with one MediaWiki API request,
-   ``GET api.php?action=parse&page=<title>&prop=text|links|categories|displaytitle|headhtml&redirects=1&format=json&formatversion=2``:
+1. the article is read with one MediaWiki API request, ``GET api.php`` with the parameters
+   ``action=parse&page=<title>&prop=text|links|categories|displaytitle|headhtml`` and
+   ``redirects=1&format=json&formatversion=2``:
    its HTML (``headhtml`` + ``text``: the page with its stylesheets), its links and categories;
 2. an article in a category of ``exclude_categories`` (disambiguation pages) is skipped; any other is
    a document of the seed's domain, licence CC BY-SA 4.0, id ``wikipedia-<pageid>``;
@@ -30,7 +31,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
-from vldocir.construction.collect.collector import CollectRun, Collector, Document, Failed, Item, Skipped
+from vldocir.construction.collect.collector import Collector, CollectRun, Document, Failed, Item, Skipped
 from vldocir.construction.collect.http import PoliteClient, full_url
 from vldocir.errors import ConfigError
 
@@ -58,7 +59,11 @@ class _Article:
 
 def relevance_prompt() -> str:
     """``prompts/collect/wikipedia_relevance.md`` without its header comment."""
-    text = resources.files("vldocir.construction").joinpath("prompts", "collect", "wikipedia_relevance.md").read_text(encoding="utf-8")
+    text = (
+        resources.files("vldocir.construction")
+        .joinpath("prompts", "collect", "wikipedia_relevance.md")
+        .read_text(encoding="utf-8")
+    )
     return re.sub(r"\A\s*<!--.*?-->\s*", "", text, count=1, flags=re.S).strip()
 
 
@@ -85,10 +90,19 @@ class WikipediaCollector(Collector):
 
     source = "wikipedia"
 
-    def __init__(self, seeds: Sequence[Mapping[str, Any]], llm=None, api_url: str = "https://en.wikipedia.org/w/api.php",
-                 article_url: str = "https://en.wikipedia.org/wiki/{title}", license: str = "CC-BY-SA-4.0",
-                 max_depth: int = 1, max_documents: int = 100, filter_batch: int = 50, max_links: int = 500,
-                 exclude_categories: Sequence[str] = ("Disambiguation pages", "All article disambiguation pages")):
+    def __init__(
+        self,
+        seeds: Sequence[Mapping[str, Any]],
+        llm=None,
+        api_url: str = "https://en.wikipedia.org/w/api.php",
+        article_url: str = "https://en.wikipedia.org/wiki/{title}",
+        license: str = "CC-BY-SA-4.0",
+        max_depth: int = 1,
+        max_documents: int = 100,
+        filter_batch: int = 50,
+        max_links: int = 500,
+        exclude_categories: Sequence[str] = ("Disambiguation pages", "All article disambiguation pages"),
+    ):
         if not seeds:
             raise ConfigError("collect.collector.seeds: at least one seed {title, domain, instruction}")
         if "{title}" not in str(article_url):
@@ -122,8 +136,8 @@ class WikipediaCollector(Collector):
 
     # -- the crawl ----------------------------------------------------------------------------------
     def candidates(self, run: CollectRun) -> Iterator[Item]:
-        taken: set[str] = set()     # titles queued by any seed (each article is collected once)
-        pages: set[int] = set()     # page ids seen (a redirect may lead to one already seen)
+        taken: set[str] = set()  # titles queued by any seed (each article is collected once)
+        pages: set[int] = set()  # page ids seen (a redirect may lead to one already seen)
         for seed in self.seeds:
             considered = {seed.title}
             queue: deque[tuple[str, int]] = deque()
@@ -146,9 +160,16 @@ class WikipediaCollector(Collector):
                     continue
                 kept += 1
                 url = self.article_url.format(title=quote(article.title.replace(" ", "_"), safe="()_,'!:"))
-                yield Document(doc_id=f"wikipedia-{article.pageid}", title=article.title, url=url, domain=seed.domain,
-                               license=self.license, html=article.html, base_url=url,
-                               meta={"seed": seed.title, "depth": depth, "pageid": article.pageid})
+                yield Document(
+                    doc_id=f"wikipedia-{article.pageid}",
+                    title=article.title,
+                    url=url,
+                    domain=seed.domain,
+                    license=self.license,
+                    html=article.html,
+                    base_url=url,
+                    meta={"seed": seed.title, "depth": depth, "pageid": article.pageid},
+                )
                 if depth >= seed.max_depth:
                     continue
                 links = [t for t in article.links if t not in considered and t not in taken][: self.max_links]
@@ -160,8 +181,15 @@ class WikipediaCollector(Collector):
                     queue.append((link, depth + 1))
 
     def _parse(self, client: PoliteClient, title: str) -> _Article | Skipped:
-        params = {"action": "parse", "page": title, "prop": PARSE_PROPS, "redirects": 1, "disableeditsection": 1,
-                  "format": "json", "formatversion": 2}
+        params = {
+            "action": "parse",
+            "page": title,
+            "prop": PARSE_PROPS,
+            "redirects": 1,
+            "disableeditsection": 1,
+            "format": "json",
+            "formatversion": 2,
+        }
         answer = client.get_json(self.api_url, params)
         url = full_url(self.api_url, params)
         if isinstance(answer, Mapping) and isinstance(answer.get("error"), Mapping):
@@ -173,19 +201,27 @@ class WikipediaCollector(Collector):
         if not isinstance(parse, Mapping) or not isinstance(parse.get("text"), str) or not parse.get("pageid"):
             raise client.malformed(url, f"no parse.text / parse.pageid in the answer for {title!r}")
         name = _norm(parse.get("title") or title)
-        head = parse.get("headhtml") if isinstance(parse.get("headhtml"), str) else (
-            f"<!DOCTYPE html><html><head><title>{name}</title></head><body>")
-        links = [_norm(link["title"]) for link in parse.get("links") or []
-                 if isinstance(link, Mapping) and link.get("ns") == 0 and link.get("exists", True) and link.get("title")]
+        head = (
+            parse.get("headhtml")
+            if isinstance(parse.get("headhtml"), str)
+            else (f"<!DOCTYPE html><html><head><title>{name}</title></head><body>")
+        )
+        links = [
+            _norm(link["title"])
+            for link in parse.get("links") or []
+            if isinstance(link, Mapping) and link.get("ns") == 0 and link.get("exists", True) and link.get("title")
+        ]
         categories = [_norm(c.get("category", "")) for c in parse.get("categories") or [] if isinstance(c, Mapping)]
-        return _Article(name, int(parse["pageid"]), f"{head}{parse['text']}</body></html>",
-                        list(dict.fromkeys(links)), categories)
+        return _Article(
+            name, int(parse["pageid"]), f"{head}{parse['text']}</body></html>", list(dict.fromkeys(links)), categories
+        )
 
     # -- the relevance filter -----------------------------------------------------------------------
     def messages(self, seed: Seed, page: str, titles: Sequence[str]) -> list[dict[str, str]]:
         """The chat request judging ``titles`` (linked from ``page``) for ``seed``."""
-        text = self._template.format(seed=seed.title, instruction=seed.instruction.strip(), page=page,
-                                     titles="\n".join(titles))
+        text = self._template.format(
+            seed=seed.title, instruction=seed.instruction.strip(), page=page, titles="\n".join(titles)
+        )
         return [{"role": "user", "content": text}]
 
     def _filter(self, seed: Seed, page: str, titles: list[str]) -> tuple[list[str], list[Item]]:
@@ -193,7 +229,7 @@ class WikipediaCollector(Collector):
             return [], []
         if self.llm is None:
             return titles, []
-        batches = [titles[i:i + self.filter_batch] for i in range(0, len(titles), self.filter_batch)]
+        batches = [titles[i : i + self.filter_batch] for i in range(0, len(titles), self.filter_batch)]
         results = self.llm.complete_many([self.messages(seed, page, batch) for batch in batches])
         relevant: list[str] = []
         outcomes: list[Item] = []
@@ -204,7 +240,9 @@ class WikipediaCollector(Collector):
                 continue
             chosen = parse_title_list(result.content or "")
             if chosen is None:
-                outcomes.append(Failed(key, "llm_unparsed", f"no JSON array of titles in {str(result.content)[:200]!r}"))
+                outcomes.append(
+                    Failed(key, "llm_unparsed", f"no JSON array of titles in {str(result.content)[:200]!r}")
+                )
                 continue
             chosen_norm = {_norm(t) for t in chosen}
             for title in batch:
@@ -222,7 +260,7 @@ def parse_title_list(content: str) -> list[str] | None:
     if start < 0 or end < start:
         return None
     try:
-        value = json.loads(text[start:end + 1])
+        value = json.loads(text[start : end + 1])
     except ValueError:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

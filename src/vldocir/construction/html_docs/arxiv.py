@@ -40,14 +40,39 @@ ol.references{font-size:14.5px;line-height:1.45;padding-left:10px;list-style:non
 .ltx_page_footer{margin-top:30px;font-size:12px;color:#777;text-align:center;border-top:1px solid #ccc;padding-top:6px}
 """
 
-_ARXIV_SECTIONS = ("Introduction", "Related work", "Method", "Experimental setup", "Results", "Ablation studies",
-                   "Discussion", "Conclusion")
-_ARXIV_METHODS = ("Linear baseline", "Random forest", "ResNet-50", "Transformer-base", "Gaussian process",
-                  "Kernel SVM", "MLP ensemble")
-_ARXIV_FORMULAS = ("E = m c^2 + {v} k", "L(θ) = Σ_i ℓ(x_i, y_i) + {v} ‖θ‖²", "H = −J Σ s_i s_j + {v} Σ s_i",
-                   "ρ(r) = ρ_0 exp(−r / {v})", "τ = {v} · (T − T_c)^(−ν)", "y = W x + {v} b")
-_ARXIV_TITLES = ("{E}: a scalable approach to {d}", "On the stability of {E} in {d}",
-                 "{E}: revisiting a classical problem of {d}", "Learning with {E}: evidence from {d}")
+_ARXIV_SECTIONS = (
+    "Introduction",
+    "Related work",
+    "Method",
+    "Experimental setup",
+    "Results",
+    "Ablation studies",
+    "Discussion",
+    "Conclusion",
+)
+_ARXIV_METHODS = (
+    "Linear baseline",
+    "Random forest",
+    "ResNet-50",
+    "Transformer-base",
+    "Gaussian process",
+    "Kernel SVM",
+    "MLP ensemble",
+)
+_ARXIV_FORMULAS = (
+    "E = m c^2 + {v} k",
+    "L(θ) = Σ_i ℓ(x_i, y_i) + {v} ‖θ‖²",
+    "H = −J Σ s_i s_j + {v} Σ s_i",
+    "ρ(r) = ρ_0 exp(−r / {v})",
+    "τ = {v} · (T − T_c)^(−ν)",
+    "y = W x + {v} b",
+)
+_ARXIV_TITLES = (
+    "{E}: a scalable approach to {d}",
+    "On the stability of {E} in {d}",
+    "{E}: revisiting a classical problem of {d}",
+    "Learning with {E}: evidence from {d}",
+)
 _NUMERIC = frozenset({"float", "K", "eV", "s", "nm", "km", "m", "km2", "mm", "g/dL", "mg", "ppm", "mmHg"})
 
 
@@ -70,8 +95,11 @@ def _arxiv(doc: _Doc, target_height: float) -> str:
         formula = doc.pick(_ARXIV_FORMULAS).format(v=coeff)
         note = f'<span class="eq-note">{_esc(fact.attribute)} of {_esc(doc.entity)}</span>' if fact else ""
         attr = f' data-fact="{fact.fact_id}"' if fact else ""
-        doc.add(f'<div class="equation"{attr}><span class="math">{_esc(formula)}</span>{note}'
-                f'<span class="eqno">({n})</span></div>\n', 27 + 24)
+        doc.add(
+            f'<div class="equation"{attr}><span class="math">{_esc(formula)}</span>{note}'
+            f'<span class="eqno">({n})</span></div>\n',
+            27 + 24,
+        )
 
     def results_table():
         """Rows per method: baselines (shared across papers) on the metric of this table's first fact."""
@@ -86,8 +114,10 @@ def _arxiv(doc: _Doc, target_height: float) -> str:
         rows = [([m, metric, _near_value(doc, f"{m}|{metric}", metrics[metric]), std()], None) for m in methods]
         rows += [([f"{_cap(doc.entity)} (ours)", f.attribute, f.value, std()], f) for f in facts]
         doc.numbers["table"] += 1
-        caption = (f"Table {doc.numbers['table']}: Results of {doc.entity} and baselines on the "
-                   f"{doc.domain.lower()} benchmark.")
+        caption = (
+            f"Table {doc.numbers['table']}: Results of {doc.entity} and baselines on the "
+            f"{doc.domain.lower()} benchmark."
+        )
         doc.table(("Method", "Metric", "Value", "Std."), rows, caption=caption, cls="results")
 
     def plot():
@@ -103,13 +133,18 @@ def _arxiv(doc: _Doc, target_height: float) -> str:
         if fact is not None:
             target = _number(fact.value)
             peak = int(doc.rng.integers(3, len(xs) - 2))
-            ours = [target * math.exp(-((x - xs[peak]) / 25) ** 2) * 0.97 for x in xs]
+            ours = [target * math.exp(-(((x - xs[peak]) / 25) ** 2)) * 0.97 for x in xs]
             ours[peak] = target
             scale = target / max(max(ys) for _, ys in curves)
             curves = [(m, [y * scale * 0.8 for y in ys]) for m, ys in curves]
-            body = _line_plot(xs, [(f"{_cap(doc.entity)} (ours)", ours)] + curves, "Training step (×1000)",
-                              _cap(doc.base_attribute[fact.fact_id]), f"{_cap(fact.attribute)} of {doc.entity}",
-                              mark=(0, peak, fact.value))
+            body = _line_plot(
+                xs,
+                [(f"{_cap(doc.entity)} (ours)", ours)] + curves,
+                "Training step (×1000)",
+                _cap(doc.base_attribute[fact.fact_id]),
+                f"{_cap(fact.attribute)} of {doc.entity}",
+                mark=(0, peak, fact.value),
+            )
             caption = f"Figure {n}: {_cap(fact.attribute)} of {doc.entity} and two baselines; the peak is marked."
             doc.figure(body, 320, caption, fact=fact)
             return
@@ -128,8 +163,11 @@ def _arxiv(doc: _Doc, target_height: float) -> str:
     doc.add('<div class="ltx_page_main">\n')
     doc.add(f'<h1 class="ltx_title">{_esc(title)}</h1>\n', doc.text_height(title, char_px=13, line_px=35) + 22)
     authors = ", ".join(_person(doc.rng) for _ in range(int(doc.rng.integers(2, 6))))
-    doc.add(f'<div class="ltx_authors">{_esc(authors)}<br><span class="affil">Institute of {_esc(doc.domain)}, '
-            f'University of {_esc(_entity_name(doc.rng))}</span></div>\n', 70)
+    doc.add(
+        f'<div class="ltx_authors">{_esc(authors)}<br><span class="affil">Institute of {_esc(doc.domain)}, '
+        f"University of {_esc(_entity_name(doc.rng))}</span></div>\n",
+        70,
+    )
     doc.add('<div class="ltx_abstract"><h6>Abstract</h6>\n', 30)
     with doc.column(width=700, char_px=7.0, line_px=21.9):
         doc.paragraph(_sentences(doc, 5))

@@ -13,11 +13,11 @@ import numpy as np
 
 from vldocir.construction.html_docs.arxiv import _ARXIV_CSS, _arxiv
 from vldocir.construction.html_docs.document import (
+    _QUIRKS_HEIGHT,
     CLUTTER_SELECTORS,
     DEVICE_SCALE,
     PAGE_CSS_HEIGHT,
     PAGE_CSS_WIDTH,
-    _QUIRKS_HEIGHT,
     SyntheticDocument,
     _Doc,
     _quirk_set,
@@ -54,8 +54,15 @@ _KINDS: dict[str, tuple[Callable[[_Doc, float], str], str]] = {
 
 
 def write_document(
-    rng: np.random.Generator, doc_id: str, source: str, domain: str, target_pages: int, out_dir: str | Path,
-    *, quirks: bool | Iterable[str] = False, facts_per_page: int = 6,
+    rng: np.random.Generator,
+    doc_id: str,
+    source: str,
+    domain: str,
+    target_pages: int,
+    out_dir: str | Path,
+    *,
+    quirks: bool | Iterable[str] = False,
+    facts_per_page: int = 6,
 ) -> SyntheticDocument:
     """Write ``out_dir/<doc_id>/index.html`` (and its images) and return the document and its facts.
 
@@ -77,8 +84,18 @@ def write_document(
     html_path = directory / "index.html"
     html_path.write_text(doc.html(title, css), encoding="utf-8")
     pages = {f: int(y // PAGE_CSS_HEIGHT) for f, y in doc.fact_y.items()}
-    return SyntheticDocument(doc_id, source, domain, title, entity, html_path, doc.facts, target_pages,
-                             round(doc.height / PAGE_CSS_HEIGHT, 3), pages)
+    return SyntheticDocument(
+        doc_id,
+        source,
+        domain,
+        title,
+        entity,
+        html_path,
+        doc.facts,
+        target_pages,
+        round(doc.height / PAGE_CSS_HEIGHT, 3),
+        pages,
+    )
 
 
 def write_corpus(spec: HtmlCorpusSpec, out_dir: str | Path) -> list[SyntheticDocument]:
@@ -100,8 +117,16 @@ def write_corpus(spec: HtmlCorpusSpec, out_dir: str | Path) -> list[SyntheticDoc
         for d in range(n_docs):
             rng = np.random.default_rng([spec.seed, sources.index(source), d])
             target = int(rng.integers(lo, hi + 1))
-            doc = write_document(rng, f"{source}-{d:05d}", source, domains[d % len(domains)], target, out,
-                                 quirks=quirks, facts_per_page=facts_per_page)
+            doc = write_document(
+                rng,
+                f"{source}-{d:05d}",
+                source,
+                domains[d % len(domains)],
+                target,
+                out,
+                quirks=quirks,
+                facts_per_page=facts_per_page,
+            )
             documents.append(doc)
     manifest = {
         "generator": "vldocir.construction.html_docs",
@@ -111,9 +136,15 @@ def write_corpus(spec: HtmlCorpusSpec, out_dir: str | Path) -> list[SyntheticDoc
         "quirks": sorted(_quirk_set(quirks)),
         "documents": [
             {
-                "doc_id": d.doc_id, "source": d.source, "domain": d.domain, "title": d.title, "entity": d.entity,
-                "html": d.html_path.relative_to(out).as_posix(), "target_pages": d.target_pages,
-                "estimated_pages": d.estimated_pages, "facts": [asdict(f) for f in d.facts],
+                "doc_id": d.doc_id,
+                "source": d.source,
+                "domain": d.domain,
+                "title": d.title,
+                "entity": d.entity,
+                "html": d.html_path.relative_to(out).as_posix(),
+                "target_pages": d.target_pages,
+                "estimated_pages": d.estimated_pages,
+                "facts": [asdict(f) for f in d.facts],
             }
             for d in documents
         ],

@@ -20,7 +20,6 @@ from vldocir.construction.html_docs.drawings import _img, _png, _with_attribute
 from vldocir.construction.html_docs.text import _FACT_FORMS, _cap, _esc, _sentences
 from vldocir.construction.synthetic import SOURCE_ATTRIBUTES, _entity_name, _value
 
-
 PAGE_CSS_WIDTH, PAGE_CSS_HEIGHT, DEVICE_SCALE = 1000, 2000, 2
 """Viewport width and page height in CSS px, and the device scale the renderer uses."""
 
@@ -110,8 +109,17 @@ class _Doc:
     settles its remaining height.
     """
 
-    def __init__(self, rng, doc_id, source, domain, entity, directory: Path, facts_per_page: int,
-                 quirks: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        rng,
+        doc_id,
+        source,
+        domain,
+        entity,
+        directory: Path,
+        facts_per_page: int,
+        quirks: frozenset[str] = frozenset(),
+    ):
         self.rng, self.doc_id, self.source, self.domain, self.entity = rng, doc_id, source, domain, entity
         self.dir = directory
         self.quirks = quirks
@@ -188,8 +196,9 @@ class _Doc:
     def lines(self, text: str, width: float, char_px: float) -> int:
         return max(1, math.ceil(len(text) * char_px / (0.96 * width)))
 
-    def text_height(self, text: str, *, char_px: float | None = None, line_px: float | None = None,
-                    width: float | None = None) -> float:
+    def text_height(
+        self, text: str, *, char_px: float | None = None, line_px: float | None = None, width: float | None = None
+    ) -> float:
         char_px = char_px or self.m.char_px
         line_px = line_px or self.m.line_px
         return self.lines(text, width or self.m.width, char_px) * line_px
@@ -279,16 +288,25 @@ class _Doc:
         for fact in self.facts_for("text", "list", max_facts, sum(map(item_height, items))):
             entry = (f"{_cap(fact.attribute)}: {fact.value}", fact)
             entries.insert(int(self.rng.integers(len(entries) + 1)), entry)
-        markup = "<ul>" + "".join(
-            f'<li data-fact="{f.fact_id}">{_esc(t)}</li>' if f else f"<li>{_esc(t)}</li>" for t, f in entries
-        ) + "</ul>\n"
+        markup = (
+            "<ul>"
+            + "".join(f'<li data-fact="{f.fact_id}">{_esc(t)}</li>' if f else f"<li>{_esc(t)}</li>" for t, f in entries)
+            + "</ul>\n"
+        )
         if self._float_left > 0:
             self.flow(markup, " ".join(t for t, _ in entries), self.m.gap_px + 4 * len(entries), indent=40)
         else:
             self.add(markup, sum(item_height(t) for t, _ in entries) + self.m.gap_px)
 
-    def table(self, headers: Sequence[str], rows: list[tuple[list[str], Fact | None]], *, caption: str = "",
-              cls: str = "", row_header: bool = True) -> None:
+    def table(
+        self,
+        headers: Sequence[str],
+        rows: list[tuple[list[str], Fact | None]],
+        *,
+        caption: str = "",
+        cls: str = "",
+        row_header: bool = True,
+    ) -> None:
         """A table; rows carrying a fact get ``data-fact`` on their ``<tr>``."""
         self.clear()
         width = self.m.width
@@ -326,8 +344,17 @@ class _Doc:
             height += max(1, n_lines) * self.m.cell_line_px + self.m.cell_pad_px
         return height
 
-    def figure(self, body: str, body_height: float, caption: str, *, fact: Fact | None = None,
-               caption_fact: Fact | None = None, cls: str = "", float_width: float | None = None) -> None:
+    def figure(
+        self,
+        body: str,
+        body_height: float,
+        caption: str,
+        *,
+        fact: Fact | None = None,
+        caption_fact: Fact | None = None,
+        cls: str = "",
+        float_width: float | None = None,
+    ) -> None:
         """A ``<figure>`` of ``body`` (an ``<svg>`` or ``<img>``) and a caption.
 
         An image fact (``fact``) marks the drawing itself, whose own text (title, value label)
@@ -369,8 +396,8 @@ class _Doc:
 
     def html(self, title: str, css: str) -> str:
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<meta name=\"viewport\" content=\"width={PAGE_CSS_WIDTH}\">\n<title>{_esc(title)}</title>\n"
+            '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width={PAGE_CSS_WIDTH}">\n<title>{_esc(title)}</title>\n'
             f"<style>\n{css.strip()}\n</style>\n</head>\n<body>\n" + "".join(self.parts) + "</body>\n</html>\n"
         )
 

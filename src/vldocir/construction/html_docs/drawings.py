@@ -19,7 +19,9 @@ def _png(rng: np.random.Generator, width: int, height: int, palette: str) -> byt
     y, x = np.mgrid[0:height, 0:width].astype(float)
     if palette == "scan":
         img = np.full((height, width, 3), 20.0)
-        img += 60 * np.exp(-(((x - width / 2) / (width / 2.6)) ** 2 + ((y - height / 2) / (height / 2.4)) ** 2))[..., None]
+        img += (
+            60 * np.exp(-(((x - width / 2) / (width / 2.6)) ** 2 + ((y - height / 2) / (height / 2.4)) ** 2))[..., None]
+        )
     else:
         top, bottom = rng.uniform(90, 220, 3), rng.uniform(30, 160, 3)
         img = top + (bottom - top) * (y / height)[..., None]
@@ -35,7 +37,12 @@ def _png(rng: np.random.Generator, width: int, height: int, palette: str) -> byt
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(scanlines, 9)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(scanlines, 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _nice_max(value: float) -> float:
@@ -73,26 +80,41 @@ def _title(text: str, w: float, size: int = 12, fill: str = "#000") -> tuple[lis
 def _axes(w: int, h: int, top: float, ymax: float, xlabel: str, ylabel: str) -> list[str]:
     """Axes, y ticks and axis labels of a plot whose plot area is x 70..w-20, y top+8..h-50."""
     x0, x1, y0, y1 = 70, w - 20, top + 8, h - 50
-    out = [f'<line x1="{x0}" y1="{y1}" x2="{x1}" y2="{y1}" stroke="#333"/>',
-           f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="#333"/>']
+    out = [
+        f'<line x1="{x0}" y1="{y1}" x2="{x1}" y2="{y1}" stroke="#333"/>',
+        f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="#333"/>',
+    ]
     for i in range(5):
         v = ymax * i / 4
         yy = y1 - (y1 - y0) * i / 4
         out.append(f'<line x1="{x0 - 4}" y1="{yy:.1f}" x2="{x0}" y2="{yy:.1f}" stroke="#333"/>')
         out.append(f'<text x="{x0 - 7}" y="{yy + 4:.1f}" font-size="11" text-anchor="end">{_tick(v)}</text>')
     out.append(f'<text x="{(x0 + x1) / 2:.0f}" y="{h - 10}" font-size="13" text-anchor="middle">{_esc(xlabel)}</text>')
-    out.append(f'<text transform="translate(16,{(y0 + y1) / 2:.0f}) rotate(-90)" font-size="13" '
-               f'text-anchor="middle">{_esc(ylabel)}</text>')
+    out.append(
+        f'<text transform="translate(16,{(y0 + y1) / 2:.0f}) rotate(-90)" font-size="13" '
+        f'text-anchor="middle">{_esc(ylabel)}</text>'
+    )
     return out
 
 
 def _svg(w: int, h: int, inner: list[str], label: str) -> str:
-    return (f'<svg width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{_esc(label)}" '
-            f'font-family="sans-serif">' + "".join(inner) + "</svg>")
+    return (
+        f'<svg width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{_esc(label)}" '
+        f'font-family="sans-serif">' + "".join(inner) + "</svg>"
+    )
 
 
-def _bar_plot(categories: list[str], values: list[float], labels: list[str], highlight: int | None,
-              xlabel: str, ylabel: str, title: str, w: int = 600, h: int = 320) -> str:
+def _bar_plot(
+    categories: list[str],
+    values: list[float],
+    labels: list[str],
+    highlight: int | None,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    w: int = 600,
+    h: int = 320,
+) -> str:
     """Bars with a value label above each; the ``highlight`` bar is drawn darker."""
     out, top = _title(title, w)
     ymax = _nice_max(max(values) * 1.15)
@@ -110,8 +132,16 @@ def _bar_plot(categories: list[str], values: list[float], labels: list[str], hig
     return _svg(w, h, out, title)
 
 
-def _line_plot(xs: list[float], series: list[tuple[str, list[float]]], xlabel: str, ylabel: str, title: str,
-               mark: tuple[int, int, str] | None = None, w: int = 600, h: int = 320) -> str:
+def _line_plot(
+    xs: list[float],
+    series: list[tuple[str, list[float]]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    mark: tuple[int, int, str] | None = None,
+    w: int = 600,
+    h: int = 320,
+) -> str:
     """Line series with a legend; ``mark`` = (series index, point index, label) annotates a point."""
     out, top = _title(title, w)
     ymax = _nice_max(max(max(ys) for _, ys in series) * 1.1)
@@ -137,8 +167,10 @@ def _line_plot(xs: list[float], series: list[tuple[str, list[float]]], xlabel: s
         cx, cy = px(i), py(series[k][1][i])
         anchor, dx = ("end", -8) if i > len(xs) / 2 else ("start", 8)
         out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="#000"/>')
-        out.append(f'<text x="{cx + dx:.1f}" y="{cy - 8:.1f}" font-size="12" font-weight="bold" '
-                   f'text-anchor="{anchor}">{_esc(label)}</text>')
+        out.append(
+            f'<text x="{cx + dx:.1f}" y="{cy - 8:.1f}" font-size="12" font-weight="bold" '
+            f'text-anchor="{anchor}">{_esc(label)}</text>'
+        )
     return _svg(w, h, out, title)
 
 
@@ -148,19 +180,25 @@ def _dimension_drawing(label: str, style: str, title: str, w: int = 260, h: int 
     if style == "scan":
         heading, top = _title(title, w, 11, "#fff")
         mid = (top + h) / 2
-        inner = [f'<rect width="{w}" height="{h}" fill="#111"/>', *heading,
-                 f'<ellipse cx="{w / 2}" cy="{mid:.1f}" rx="{w * 0.4}" ry="{(h - top) * 0.44:.1f}" fill="#555"/>',
-                 f'<ellipse cx="{w * 0.58}" cy="{mid - 10:.1f}" rx="{w * 0.12}" ry="{h * 0.09}" fill="#ccc"/>',
-                 f'<line x1="{w * 0.46}" y1="{mid + 30:.1f}" x2="{w * 0.7}" y2="{mid + 30:.1f}" stroke="#ff0" stroke-width="2"/>',
-                 f'<text x="{w * 0.58}" y="{mid + 50:.1f}" font-size="13" fill="#ff0" text-anchor="middle">{_esc(label)}</text>']
+        inner = [
+            f'<rect width="{w}" height="{h}" fill="#111"/>',
+            *heading,
+            f'<ellipse cx="{w / 2}" cy="{mid:.1f}" rx="{w * 0.4}" ry="{(h - top) * 0.44:.1f}" fill="#555"/>',
+            f'<ellipse cx="{w * 0.58}" cy="{mid - 10:.1f}" rx="{w * 0.12}" ry="{h * 0.09}" fill="#ccc"/>',
+            f'<line x1="{w * 0.46}" y1="{mid + 30:.1f}" x2="{w * 0.7}" y2="{mid + 30:.1f}" stroke="#ff0" stroke-width="2"/>',
+            f'<text x="{w * 0.58}" y="{mid + 50:.1f}" font-size="13" fill="#ff0" text-anchor="middle">{_esc(label)}</text>',
+        ]
     else:
         heading, top = _title(title, w, 11)
         peak = top + 12
-        inner = [f'<rect width="{w}" height="{h}" fill="#eef3f8"/>', *heading,
-                 f'<polygon points="{w * 0.42},{h - 20} {w * 0.47},{peak + 12} {w * 0.53},{peak + 12} {w * 0.58},{h - 20}" fill="#7a6a58"/>',
-                 f'<rect x="{w * 0.455}" y="{peak}" width="{w * 0.09}" height="14" fill="#5b4d3f"/>',
-                 f'<line x1="{w * 0.72}" y1="{peak}" x2="{w * 0.72}" y2="{h - 20}" stroke="#000"/>',
-                 f'<text x="{w * 0.75}" y="{(peak + h) / 2:.0f}" font-size="13">{_esc(label)}</text>']
+        inner = [
+            f'<rect width="{w}" height="{h}" fill="#eef3f8"/>',
+            *heading,
+            f'<polygon points="{w * 0.42},{h - 20} {w * 0.47},{peak + 12} {w * 0.53},{peak + 12} {w * 0.58},{h - 20}" fill="#7a6a58"/>',
+            f'<rect x="{w * 0.455}" y="{peak}" width="{w * 0.09}" height="14" fill="#5b4d3f"/>',
+            f'<line x1="{w * 0.72}" y1="{peak}" x2="{w * 0.72}" y2="{h - 20}" stroke="#000"/>',
+            f'<text x="{w * 0.75}" y="{(peak + h) / 2:.0f}" font-size="13">{_esc(label)}</text>',
+        ]
     return _svg(w, h, inner, title)
 
 

@@ -30,15 +30,34 @@ figure figcaption{font-size:14px;line-height:1.5;margin-top:4px}
 ol.references{font-size:14px;line-height:1.5}
 """
 
-_PUBMED_SECTIONS = ("Introduction", "Case presentation", "Laboratory findings", "Imaging", "Treatment",
-                    "Outcome and follow-up", "Discussion", "Conclusion")
-_PUBMED_LABS = (("Sodium", "mmol/L", 135, 145, "135-145"), ("Potassium", "mmol/L", 3.5, 5.1, "3.5-5.1"),
-                ("Creatinine", "mg/dL", 0.6, 1.3, "0.6-1.3"), ("C-reactive protein", "mg/L", 1, 80, "<5"),
-                ("Platelet count", "10^3/uL", 150, 400, "150-400"), ("Alanine aminotransferase", "U/L", 10, 90, "7-56"),
-                ("Glucose", "mg/dL", 70, 160, "70-99"), ("Lactate", "mmol/L", 0.5, 3, "0.5-2.2"))
-_PUBMED_CONDITIONS = {"Surgical Case Reports": "appendiceal mass", "Public Health Reports": "outbreak-associated infection",
-                      "Environmental Reports": "solvent exposure", "Medical Reports": "recurrent fever",
-                      "Chemistry": "heavy-metal intoxication", "Bioinformatics": "rare germline variant"}
+_PUBMED_SECTIONS = (
+    "Introduction",
+    "Case presentation",
+    "Laboratory findings",
+    "Imaging",
+    "Treatment",
+    "Outcome and follow-up",
+    "Discussion",
+    "Conclusion",
+)
+_PUBMED_LABS = (
+    ("Sodium", "mmol/L", 135, 145, "135-145"),
+    ("Potassium", "mmol/L", 3.5, 5.1, "3.5-5.1"),
+    ("Creatinine", "mg/dL", 0.6, 1.3, "0.6-1.3"),
+    ("C-reactive protein", "mg/L", 1, 80, "<5"),
+    ("Platelet count", "10^3/uL", 150, 400, "150-400"),
+    ("Alanine aminotransferase", "U/L", 10, 90, "7-56"),
+    ("Glucose", "mg/dL", 70, 160, "70-99"),
+    ("Lactate", "mmol/L", 0.5, 3, "0.5-2.2"),
+)
+_PUBMED_CONDITIONS = {
+    "Surgical Case Reports": "appendiceal mass",
+    "Public Health Reports": "outbreak-associated infection",
+    "Environmental Reports": "solvent exposure",
+    "Medical Reports": "recurrent fever",
+    "Chemistry": "heavy-metal intoxication",
+    "Bioinformatics": "rare germline variant",
+}
 
 
 def _pubmed(doc: _Doc, target_height: float) -> str:
@@ -62,8 +81,11 @@ def _pubmed(doc: _Doc, target_height: float) -> str:
         for fact in doc.facts_for("table_row", "table_row", 3, (len(rows) + 4) * 32):
             rows.insert(int(doc.rng.integers(len(rows) + 1)), ([_cap(fact.attribute), fact.value, "-"], fact))
         doc.numbers["table"] += 1
-        doc.table(("Parameter", "Value", "Reference range"), rows,
-                  caption=f"Table {doc.numbers['table']}. Laboratory and treatment parameters")
+        doc.table(
+            ("Parameter", "Value", "Reference range"),
+            rows,
+            caption=f"Table {doc.numbers['table']}. Laboratory and treatment parameters",
+        )
 
     def imaging(photo_ok: bool = True):
         """An imaging figure: a measured scan or a chart (an image fact), else a scan or an
@@ -82,9 +104,18 @@ def _pubmed(doc: _Doc, target_height: float) -> str:
             vals[hi] = _number(fact.value)
             labels = [f"{v:.1f}" for v in vals]
             labels[hi] = fact.value
-            body = _bar_plot(years, vals, labels, hi, "Year", _cap(doc.base_attribute[fact.fact_id]),
-                             f"{_cap(fact.attribute)}, {doc.entity} case series")
-            caption = f"Figure {n}. {_cap(fact.attribute)} in the {doc.entity} case series by year; 2024 is highlighted."
+            body = _bar_plot(
+                years,
+                vals,
+                labels,
+                hi,
+                "Year",
+                _cap(doc.base_attribute[fact.fact_id]),
+                f"{_cap(fact.attribute)}, {doc.entity} case series",
+            )
+            caption = (
+                f"Figure {n}. {_cap(fact.attribute)} in the {doc.entity} case series by year; 2024 is highlighted."
+            )
             doc.figure(body, 320, caption, fact=fact)
         else:
             caption_fact = doc.new_fact("text", "caption") if fact_due else None
@@ -105,14 +136,20 @@ def _pubmed(doc: _Doc, target_height: float) -> str:
         items = [f"Day {int(doc.rng.integers(1, 60))}: {s.rstrip('.')}" for s in events]
         doc.bullets(items, max_facts=2)
 
-    doc.add('<div class="usa-banner">An official website of the United States government. '
-            "Here's how you know.</div>\n")
-    doc.add('<div class="cookie-banner">This site uses cookies to improve your experience. '
-            "<button>Accept</button><button>Manage</button></div>\n")
+    doc.add(
+        '<div class="usa-banner">An official website of the United States government. Here\'s how you know.</div>\n'
+    )
+    doc.add(
+        '<div class="cookie-banner">This site uses cookies to improve your experience. '
+        "<button>Accept</button><button>Manage</button></div>\n"
+    )
     doc.add("<main>\n")
     year = int(doc.rng.integers(2015, 2025))
-    doc.add(f'<div class="journal">J Case Rep. {year}; {int(doc.rng.integers(1, 30))}({int(doc.rng.integers(1, 12))}). '
-            f"Published online {int(doc.rng.integers(1, 28))} May {year}.</div>\n", 21)
+    doc.add(
+        f'<div class="journal">J Case Rep. {year}; {int(doc.rng.integers(1, 30))}({int(doc.rng.integers(1, 12))}). '
+        f"Published online {int(doc.rng.integers(1, 28))} May {year}.</div>\n",
+        21,
+    )
     doc.add(f"<h1>{_esc(title)}</h1>\n", doc.text_height(title, char_px=12.5, line_px=35) + 14)
     authors = ", ".join(_person(doc.rng) for _ in range(int(doc.rng.integers(3, 7))))
     doc.add(f'<div class="authors">{_esc(authors)}</div>\n', 38)
@@ -121,13 +158,22 @@ def _pubmed(doc: _Doc, target_height: float) -> str:
         for part in ("Background", "Case presentation", "Conclusion"):
             doc.add(f"<h3>{part}</h3>\n", 34)
             doc.paragraph(_sentences(doc, 3))
-    doc.add('<p class="keywords"><b>Keywords:</b> case report; ' + _esc(doc.domain.lower()) + "; "
-            + _esc(condition) + "</p></section>\n", 40)
+    doc.add(
+        '<p class="keywords"><b>Keywords:</b> case report; '
+        + _esc(doc.domain.lower())
+        + "; "
+        + _esc(condition)
+        + "</p></section>\n",
+        40,
+    )
 
     refs, refs_h = _references(doc, int(min(35, 8 + target_height / PAGE_CSS_HEIGHT)), "pubmed")
     body_end = target_height - refs_h - 50
-    specials = {"Laboratory findings": (lab_table,), "Imaging": (lambda: imaging(photo_ok=False),),
-                "Outcome and follow-up": (timeline, lab_table)}
+    specials = {
+        "Laboratory findings": (lab_table,),
+        "Imaging": (lambda: imaging(photo_ok=False),),
+        "Outcome and follow-up": (timeline, lab_table),
+    }
     for i, name in enumerate(_PUBMED_SECTIONS):
         doc.heading(2, name)
         until = doc.height + (body_end - doc.height) / (len(_PUBMED_SECTIONS) - i)

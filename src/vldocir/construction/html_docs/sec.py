@@ -31,29 +31,74 @@ hr.page-break{border:0;border-top:1px solid #bbb;margin:6px 0 18px}
 """
 
 _SEC_SECTIONS = (
-    "Proxy summary", "Proposal 1: Election of directors", "Corporate governance", "Director compensation",
-    "Proposal 2: Ratification of the independent auditor", "Compensation discussion and analysis",
-    "Executive compensation tables", "Pay versus performance", "Proposal 3: Advisory vote on executive compensation",
-    "Security ownership of certain beneficial owners and management", "Voting results of the 2024 annual meeting",
+    "Proxy summary",
+    "Proposal 1: Election of directors",
+    "Corporate governance",
+    "Director compensation",
+    "Proposal 2: Ratification of the independent auditor",
+    "Compensation discussion and analysis",
+    "Executive compensation tables",
+    "Pay versus performance",
+    "Proposal 3: Advisory vote on executive compensation",
+    "Security ownership of certain beneficial owners and management",
+    "Voting results of the 2024 annual meeting",
     "Questions and answers about the annual meeting",
 )
-_SEC_OFFICERS = ("Chief Executive Officer", "Chief Financial Officer", "Chief Operating Officer", "General Counsel",
-                 "Chief Technology Officer")
-_SEC_SCT = ("Name and principal position", "Year", "Salary ($)", "Bonus ($)", "Stock awards ($)", "Option awards ($)",
-            "Non-equity incentive ($)", "All other compensation ($)", "Total ($)")
-_SEC_DIRECTOR = ("Name", "Fees earned or paid in cash ($)", "Stock awards ($)", "All other compensation ($)", "Total ($)")
+_SEC_OFFICERS = (
+    "Chief Executive Officer",
+    "Chief Financial Officer",
+    "Chief Operating Officer",
+    "General Counsel",
+    "Chief Technology Officer",
+)
+_SEC_SCT = (
+    "Name and principal position",
+    "Year",
+    "Salary ($)",
+    "Bonus ($)",
+    "Stock awards ($)",
+    "Option awards ($)",
+    "Non-equity incentive ($)",
+    "All other compensation ($)",
+    "Total ($)",
+)
+_SEC_DIRECTOR = (
+    "Name",
+    "Fees earned or paid in cash ($)",
+    "Stock awards ($)",
+    "All other compensation ($)",
+    "Total ($)",
+)
 _SEC_VOTES = ("Proposal", "Votes for", "Votes against", "Abstentions", "Broker non-votes")
 _SEC_OWNERSHIP = ("Name of beneficial owner", "Shares beneficially owned", "Percent of class")
 _SEC_KV = ("Item", "Fiscal 2024", "Fiscal 2023")
-_SEC_KV_LABELS = ("Salary of the chief operating officer", "Non-equity incentive of the chief executive",
-                  "Audit-related fees", "Tax fees", "All other fees", "Perquisites of the general counsel",
-                  "Committee chair retainer", "Lead independent director fee", "Deferred compensation earnings")
+_SEC_KV_LABELS = (
+    "Salary of the chief operating officer",
+    "Non-equity incentive of the chief executive",
+    "Audit-related fees",
+    "Tax fees",
+    "All other fees",
+    "Perquisites of the general counsel",
+    "Committee chair retainer",
+    "Lead independent director fee",
+    "Deferred compensation earnings",
+)
 _SEC_HOLDERS = ("Northgate Capital Partners", "Elm Street Advisors", "Harbor Index Trust")
-_SEC_QUESTIONS = ("Who can vote at the annual meeting?", "How do I vote my shares?", "What is a broker non-vote?",
-                  "Can I change my vote after I submit my proxy?", "Who pays for the solicitation of proxies?",
-                  "What constitutes a quorum?", "How can I attend the annual meeting?")
-_SEC_PROPOSALS = ("Election of directors (average)", "Ratification of the independent auditor",
-                  "Advisory vote on executive compensation", "Approval of the equity incentive plan")
+_SEC_QUESTIONS = (
+    "Who can vote at the annual meeting?",
+    "How do I vote my shares?",
+    "What is a broker non-vote?",
+    "Can I change my vote after I submit my proxy?",
+    "Who pays for the solicitation of proxies?",
+    "What constitutes a quorum?",
+    "How can I attend the annual meeting?",
+)
+_SEC_PROPOSALS = (
+    "Election of directors (average)",
+    "Ratification of the independent auditor",
+    "Advisory vote on executive compensation",
+    "Approval of the equity incentive plan",
+)
 
 
 def _sec(doc: _Doc, target_height: float) -> str:
@@ -75,8 +120,11 @@ def _sec(doc: _Doc, target_height: float) -> str:
 
     def page_footer():
         if doc.height >= page[1]:
-            doc.add(f'<div class="page-number">{_esc(company)} | 2025 Proxy Statement | {page[0]}</div>'
-                    '<hr class="page-break">\n', 35)
+            doc.add(
+                f'<div class="page-number">{_esc(company)} | 2025 Proxy Statement | {page[0]}</div>'
+                '<hr class="page-break">\n',
+                35,
+            )
             page[0] += 1
             page[1] = doc.height + PAGE_CSS_HEIGHT * 0.95
 
@@ -104,8 +152,10 @@ def _sec(doc: _Doc, target_height: float) -> str:
         rows = []
         for name, position in officers:
             for year in (2024, 2023, 2022):
-                amounts = [money(f"{position}|{col}|{year}", 0 if col.startswith("Bonus") else 200_000, 3_000_000)
-                           for col in _SEC_SCT[2:-1]]
+                amounts = [
+                    money(f"{position}|{col}|{year}", 0 if col.startswith("Bonus") else 200_000, 3_000_000)
+                    for col in _SEC_SCT[2:-1]
+                ]
                 total = sum(int(a.replace(",", "")) for a in amounts)
                 label = f"{name}, {position}" if year == 2024 else ""
                 rows.append(([label, str(year), *amounts, f"{total:,}"], None))
@@ -125,7 +175,9 @@ def _sec(doc: _Doc, target_height: float) -> str:
         ranges = ((4e7, 9e7), (1e6, 2e7), (1e5, 1e6), (1e6, 6e6))  # for, against, abstentions, broker non-votes
         rows = []
         for proposal in _SEC_PROPOSALS:
-            counts = [_near(doc.rng, _base("sec", f"{proposal}|{c}", lo, hi)) for c, (lo, hi) in zip(_SEC_VOTES[1:], ranges)]
+            counts = [
+                _near(doc.rng, _base("sec", f"{proposal}|{c}", lo, hi)) for c, (lo, hi) in zip(_SEC_VOTES[1:], ranges)
+            ]
             rows.append(([proposal, *(f"{int(n):,}" for n in counts)], None))
         doc.table(_SEC_VOTES, rows, caption="Voting results", cls="vote-results")
         kv_table("Voting and meeting details")
@@ -148,8 +200,9 @@ def _sec(doc: _Doc, target_height: float) -> str:
         if fact is not None:
             ours[-1] = _number(fact.value)
             mark, title = (0, len(xs) - 1, fact.value), f"{_cap(fact.attribute)} of {company}"
-        body = _line_plot(xs, [(company, ours), ("Peer group index", peer)], "Fiscal year", "Return (%)", title,
-                          mark=mark)
+        body = _line_plot(
+            xs, [(company, ours), ("Peer group index", peer)], "Fiscal year", "Return (%)", title, mark=mark
+        )
         doc.figure(body, 320, "Compensation actually paid versus cumulative total shareholder return", fact=fact)
 
     def director_bio():
@@ -157,16 +210,24 @@ def _sec(doc: _Doc, target_height: float) -> str:
             return paragraph()
         name = bios.pop(0)
         doc.heading(3, name)
-        doc.paragraph([f"{name}, age {int(doc.rng.integers(45, 76))}, has served as a director since "
-                       f"{int(doc.rng.integers(2005, 2024))}."] + _sentences(doc, 3))
+        doc.paragraph(
+            [
+                f"{name}, age {int(doc.rng.integers(45, 76))}, has served as a director since "
+                f"{int(doc.rng.integers(2005, 2024))}."
+            ]
+            + _sentences(doc, 3)
+        )
 
     def question():
         doc.heading(3, doc.pick(_SEC_QUESTIONS))
         paragraph()
 
     doc.add('<div class="filing">\n')
-    doc.add(f'<div class="cover"><div class="company">{_esc(company.upper())}</div>'
-            '<div class="notice">NOTICE OF 2025 ANNUAL MEETING OF SHAREHOLDERS AND PROXY STATEMENT</div></div>\n', 156)
+    doc.add(
+        f'<div class="cover"><div class="company">{_esc(company.upper())}</div>'
+        '<div class="notice">NOTICE OF 2025 ANNUAL MEETING OF SHAREHOLDERS AND PROXY STATEMENT</div></div>\n',
+        156,
+    )
     doc.paragraph([f"Dear Shareholders of {company}:"] + _sentences(doc, 5))
     toc = "".join(f"<li>{_esc(s)} ........ {3 + 4 * i}</li>" for i, s in enumerate(_SEC_SECTIONS))
     doc.add(f'<h2>Table of contents</h2><ol class="toc">{toc}</ol>\n', doc.m.h2_px + 22 * len(_SEC_SECTIONS) + 10)
@@ -203,6 +264,8 @@ def _sec(doc: _Doc, target_height: float) -> str:
         doc.fill(until, blocks)
     _quirks_block(doc)
     secretary = _person(doc.rng)
-    doc.add(f'<p class="signature">By order of the Board of Directors, {_esc(secretary)}, Corporate Secretary</p>\n', 40)
+    doc.add(
+        f'<p class="signature">By order of the Board of Directors, {_esc(secretary)}, Corporate Secretary</p>\n', 40
+    )
     doc.add("</div>\n")
     return title

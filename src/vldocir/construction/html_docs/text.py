@@ -61,12 +61,21 @@ def _jitter(doc: _Doc, number: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 _FACT_FORMS = {
-    "wikipedia": ("The {a} of {e} is {v}.", "{E}'s {a} is recorded as {v}.",
-                  "According to local records, the {a} of {e} was {v}."),
-    "arxiv": ("We find that the {a} of {e} is {v}.", "For {e}, the measured {a} is {v}.",
-              "In our setting, the {a} obtained with {e} equals {v}."),
-    "pubmed": ("The {a} in the {e} case was {v}.", "We recorded a {a} of {v} in the {e} case.",
-               "In this {e} case, the {a} was {v}."),
+    "wikipedia": (
+        "The {a} of {e} is {v}.",
+        "{E}'s {a} is recorded as {v}.",
+        "According to local records, the {a} of {e} was {v}.",
+    ),
+    "arxiv": (
+        "We find that the {a} of {e} is {v}.",
+        "For {e}, the measured {a} is {v}.",
+        "In our setting, the {a} obtained with {e} equals {v}.",
+    ),
+    "pubmed": (
+        "The {a} in the {e} case was {v}.",
+        "We recorded a {a} of {v} in the {e} case.",
+        "In this {e} case, the {a} was {v}.",
+    ),
     "sec": ("The {a} of {e} was {v}.", "{E} reports a {a} of {v}.", "For {e}, the {a} was {v}."),
 }
 
@@ -143,8 +152,10 @@ def _sentences(doc: _Doc, n: int, noun: str = "") -> list[str]:
     shared = [_cap(f.strip().rstrip(" .")) + "." for f in _FILLER]
     bank = list(_SENTENCES[doc.source]) + shared
     chosen = doc.rng.choice(len(bank), size=min(n, len(bank)), replace=False)
-    return [bank[int(i)].format(e=doc.entity, E=_cap(doc.entity), d=doc.domain.lower(), noun=noun or "institution")
-            for i in chosen]
+    return [
+        bank[int(i)].format(e=doc.entity, E=_cap(doc.entity), d=doc.domain.lower(), noun=noun or "institution")
+        for i in chosen
+    ]
 
 
 def _references(doc: _Doc, n: int, style: str) -> tuple[str, float]:

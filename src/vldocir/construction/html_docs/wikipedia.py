@@ -44,16 +44,43 @@ ul,ol{margin:4px 0 4px 24px;padding:0 0 0 16px}
 #catlinks{margin-top:12px;border:1px solid #a2a9b1;background:#f8f9fa;padding:6px;font-size:12.5px}
 """
 
-_WIKI_SECTIONS = ("History", "Geography", "Organisation", "Economy", "Culture", "Landmarks", "Notable people",
-                  "Events", "Reception", "Legacy", "Transport", "Education")
+_WIKI_SECTIONS = (
+    "History",
+    "Geography",
+    "Organisation",
+    "Economy",
+    "Culture",
+    "Landmarks",
+    "Notable people",
+    "Events",
+    "Reception",
+    "Legacy",
+    "Transport",
+    "Education",
+)
 _WIKI_SUBSECTIONS = ("Early period", "Modern era", "Recent developments", "Overview", "Records", "Administration")
-_WIKI_INDICATORS = ("Registered associations", "Annual visitors", "Listed buildings", "Annual rainfall (mm)",
-                    "Public libraries", "Schools", "Hospital beds", "Bus lines", "Parks and gardens")
+_WIKI_INDICATORS = (
+    "Registered associations",
+    "Annual visitors",
+    "Listed buildings",
+    "Annual rainfall (mm)",
+    "Public libraries",
+    "Schools",
+    "Hospital beds",
+    "Bus lines",
+    "Parks and gardens",
+)
 
 _WIKI_NOUNS = {
-    "Arts": "art museum", "Entertainment": "theatre company", "Science": "research institute",
-    "Technology": "technology park", "Geography": "town", "Sports": "football club",
-    "History": "historic fortress", "Politics": "administrative district", "Economics": "trading port",
+    "Arts": "art museum",
+    "Entertainment": "theatre company",
+    "Science": "research institute",
+    "Technology": "technology park",
+    "Geography": "town",
+    "Sports": "football club",
+    "History": "historic fortress",
+    "Politics": "administrative district",
+    "Economics": "trading port",
 }
 
 
@@ -69,17 +96,25 @@ def _wikipedia(doc: _Doc, target_height: float) -> str:
         doc.paragraph(_sentences(doc, int(doc.rng.integers(3, 7)), noun))
 
     def infobox():
-        fixed = [("Type", _cap(noun)), ("Established", str(int(doc.rng.integers(1200, 1990)))),
-                 ("Region", _entity_name(doc.rng)), ("Official language", "Lingua " + _entity_name(doc.rng))]
+        fixed = [
+            ("Type", _cap(noun)),
+            ("Established", str(int(doc.rng.integers(1200, 1990)))),
+            ("Region", _entity_name(doc.rng)),
+            ("Official language", "Lingua " + _entity_name(doc.rng)),
+        ]
         facts = doc.facts_for("table_row", "table_row", 5, 230 + 27 * 9)
         rows = [f'<tr><th scope="row">{_esc(k)}</th><td>{_esc(v)}</td></tr>' for k, v in fixed]
         for fact in facts:
-            row = (f'<tr data-fact="{fact.fact_id}"><th scope="row">{_esc(_cap(fact.attribute))}</th>'
-                   f"<td>{_esc(fact.value)}</td></tr>")
+            row = (
+                f'<tr data-fact="{fact.fact_id}"><th scope="row">{_esc(_cap(fact.attribute))}</th>'
+                f"<td>{_esc(fact.value)}</td></tr>"
+            )
             rows.insert(int(doc.rng.integers(len(rows) + 1)), row)
         image = _img(doc.png(220, 150), 260, 177, f"View of {doc.entity}")
-        markup = (f'<table class="infobox"><caption>{_esc(doc.entity)}</caption>'
-                  f'<tr><td colspan="2" class="infobox-image">{image}</td></tr>' + "".join(rows) + "</table>\n")
+        markup = (
+            f'<table class="infobox"><caption>{_esc(doc.entity)}</caption>'
+            f'<tr><td colspan="2" class="infobox-image">{image}</td></tr>' + "".join(rows) + "</table>\n"
+        )
         doc.float_right(markup, 230 + 27 * len(rows), 296)
 
     def data_table():
@@ -94,8 +129,9 @@ def _wikipedia(doc: _Doc, target_height: float) -> str:
         for fact in facts:
             rows.insert(int(doc.rng.integers(len(rows) + 1)), ([_cap(fact.attribute), fact.value, year()], fact))
         doc.numbers["table"] += 1
-        doc.table(("Indicator", "Value", "Year of record"), rows, caption=f"Key figures for {doc.entity}",
-                  cls="wikitable")
+        doc.table(
+            ("Indicator", "Value", "Year of record"), rows, caption=f"Key figures for {doc.entity}", cls="wikitable"
+        )
 
     def thumb():
         """A floated thumbnail: an elevation drawing (an image fact) or a photo (maybe a caption fact)."""
@@ -131,14 +167,32 @@ def _wikipedia(doc: _Doc, target_height: float) -> str:
         doc.heading(3, doc.pick(_WIKI_SUBSECTIONS), suffix=edit)
 
     # Clutter first (zero height: the renderer removes it), then the article.
-    nav = "".join(f'<a href="#">{t}</a>' for t in ("Main page", "Contents", "Current events", "Random article",
-                                                     "About", "Contact us", "Help", "Community portal",
-                                                     "Recent changes", "Upload file", "What links here"))
+    nav = "".join(
+        f'<a href="#">{t}</a>'
+        for t in (
+            "Main page",
+            "Contents",
+            "Current events",
+            "Random article",
+            "About",
+            "Contact us",
+            "Help",
+            "Community portal",
+            "Recent changes",
+            "Upload file",
+            "What links here",
+        )
+    )
     doc.add(f'<div id="mw-navigation"><div class="logo">Wikipedia</div>{nav}</div>\n')
-    doc.add('<div id="siteNotice">Help us improve articles about places and institutions. '
-            '<a href="#">Take part in the survey</a>.</div>\n')
-    doc.add(f'<div id="content">\n<h1 id="firstHeading">{_esc(doc.entity)}</h1>\n'
-            '<div id="siteSub">From Wikipedia, the free encyclopedia</div>\n', 60)
+    doc.add(
+        '<div id="siteNotice">Help us improve articles about places and institutions. '
+        '<a href="#">Take part in the survey</a>.</div>\n'
+    )
+    doc.add(
+        f'<div id="content">\n<h1 id="firstHeading">{_esc(doc.entity)}</h1>\n'
+        '<div id="siteSub">From Wikipedia, the free encyclopedia</div>\n',
+        60,
+    )
     infobox()
     lead = [f"{_cap(doc.entity)} is a {noun} in the field of {doc.domain.lower()}."] + _sentences(doc, 3, noun)
     doc.paragraph(lead)
@@ -166,6 +220,8 @@ def _wikipedia(doc: _Doc, target_height: float) -> str:
     doc.add(f'<div class="reflist">{refs}</div>\n', refs_h)
     links = " · ".join(f'<a href="#">{_entity_name(doc.rng)}</a>' for _ in range(14))
     doc.add(f'<div class="navbox"><div class="navbox-title">{_esc(noun.title())}s of the region</div>{links}</div>\n')
-    doc.add(f'<div id="catlinks">Categories: <a href="#">{_esc(doc.domain)}</a> | <a href="#">{_esc(noun.title())}s</a></div>\n')
+    doc.add(
+        f'<div id="catlinks">Categories: <a href="#">{_esc(doc.domain)}</a> | <a href="#">{_esc(noun.title())}s</a></div>\n'
+    )
     doc.add("</div>\n")
     return doc.entity

@@ -73,8 +73,8 @@ from vldocir.construction.render.layout import (
     RenderedPage,
     load_layout,
 )
-from vldocir.construction.render.renderer import Renderer
 from vldocir.construction.render.records import render_report
+from vldocir.construction.render.renderer import Renderer
 from vldocir.construction.render.rules import CLUTTER_RULES, PAGE_RULES
 
 # The names other code imports; the modules above hold the rest.

@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     from vldocir.construction.render.renderer import Renderer
 
     out_dir = Path((argv or sys.argv[1:])[0])
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s [render worker]: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s [render worker]: %(message)s"
+    )
     answers = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write on the answer channel
     config = RenderConfig(**json.loads(sys.stdin.readline()))
@@ -44,9 +45,16 @@ def main(argv: list[str] | None = None) -> int:
                 doc = renderer.render(doc_id, source, Path(html_path), out_dir)
             except Exception as exc:
                 text = str(exc).strip()
-                answer({"doc_id": doc_id, "ok": False, "error_type": type(exc).__name__,
+                answer(
+                    {
+                        "doc_id": doc_id,
+                        "ok": False,
+                        "error_type": type(exc).__name__,
                         "error": text.splitlines()[0][:2000] if text else repr(exc),
-                        "elapsed_s": time.monotonic() - started, "launches": renderer.launches})
+                        "elapsed_s": time.monotonic() - started,
+                        "launches": renderer.launches,
+                    }
+                )
             else:
                 answer({"doc_id": doc_id, "ok": True, "n_pages": len(doc.pages), "launches": renderer.launches})
     finally:

@@ -135,8 +135,9 @@ def render_batch(
         todo.append((doc_id, source, html_path))
 
     report.workers = 1 if renderer is not None else worker_count(config, len(todo))
-    doc_bar = tqdm(total=len(docs), initial=len(docs) - len(todo), desc="documents", unit="doc",
-                   disable=not progress, position=0)
+    doc_bar = tqdm(
+        total=len(docs), initial=len(docs) - len(todo), desc="documents", unit="doc", disable=not progress, position=0
+    )
     page_bar = tqdm(desc="pages", unit="page", disable=not progress, position=1)
     failures: list[dict] = []
     done: dict[str, int] = {}
@@ -146,8 +147,9 @@ def render_batch(
             done[doc_id] = n_pages
             page_bar.update(n_pages)
         else:
-            log.warning("%s failed after %.1f s: %s: %s", doc_id, failure["elapsed_s"], failure["error_type"],
-                        failure["error"])
+            log.warning(
+                "%s failed after %.1f s: %s: %s", doc_id, failure["elapsed_s"], failure["error_type"], failure["error"]
+            )
             failures.append(failure)
             out_dir.mkdir(parents=True, exist_ok=True)
             with open(out_dir / FAILURES_FILE, "a", encoding="utf-8") as f:
@@ -190,8 +192,9 @@ def _render_here(todo, out_dir: Path, config: RenderConfig, renderer: Renderer |
                 raise
             except Exception as exc:
                 log.debug("%s", traceback.format_exc())
-                finished(doc_id, None, _failure_entry(doc_id, source, html_path, *_describe(exc),
-                                                      time.monotonic() - started))
+                finished(
+                    doc_id, None, _failure_entry(doc_id, source, html_path, *_describe(exc), time.monotonic() - started)
+                )
             else:
                 finished(doc_id, len(doc.pages), None)
     finally:
@@ -216,7 +219,11 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(
             [sys.executable, *self.COMMAND, str(out_dir)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            bufsize=1,
         )
         self.task: tuple[str, str, Path] | None = None
         self.started = 0.0
@@ -280,8 +287,13 @@ def _render_in_workers(todo, out_dir: Path, config: RenderConfig, n_workers: int
                 if w.task is not None:
                     doc_id, source, html_path = w.task
                     error = f"{doc_id}: the render worker exited with code {code} while rendering it"
-                    finished(doc_id, None, _failure_entry(doc_id, source, html_path, RenderError.__name__, error,
-                                                          time.monotonic() - w.started))
+                    finished(
+                        doc_id,
+                        None,
+                        _failure_entry(
+                            doc_id, source, html_path, RenderError.__name__, error, time.monotonic() - w.started
+                        ),
+                    )
                     w.task = None
                     if pending:
                         replacement = _Worker(config, out_dir, answers)
@@ -297,8 +309,11 @@ def _render_in_workers(todo, out_dir: Path, config: RenderConfig, n_workers: int
             if msg["ok"]:
                 finished(doc_id, int(msg["n_pages"]), None)
             else:
-                finished(doc_id, None, _failure_entry(doc_id, source, html_path, msg["error_type"], msg["error"],
-                                                      float(msg["elapsed_s"])))
+                finished(
+                    doc_id,
+                    None,
+                    _failure_entry(doc_id, source, html_path, msg["error_type"], msg["error"], float(msg["elapsed_s"])),
+                )
             next_task(w)
     finally:
         for w in alive:  # only after an error or an interrupt: each worker ends when told to

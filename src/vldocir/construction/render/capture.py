@@ -71,8 +71,9 @@ class Shooter:
         self._view: tuple[float, float] | None = None  # (scrollY, innerHeight), CSS px
         self._overlay: tuple[float, float] = (0.0, 0.0)
 
-    def _position(self, top_css: float, height_css: float, overlay: tuple[float, float] | None,
-                  scroll_css: float | None = None) -> None:
+    def _position(
+        self, top_css: float, height_css: float, overlay: tuple[float, float] | None, scroll_css: float | None = None
+    ) -> None:
         """Scroll (to ``scroll_css``, default ``top_css``) so that the rows are in the viewport and
         show or hide the white overlay; no round trip when nothing needs to change."""
         overlay = overlay or (0.0, 0.0)
@@ -91,12 +92,18 @@ class Shooter:
                 f"(scrolled to {sy}, viewport height {vh})"
             )
 
-    def _capture(self, top_css: float, height_css: float, fmt: str, scale: float | None = None,
-                 width_css: float | None = None) -> bytes:
+    def _capture(
+        self, top_css: float, height_css: float, fmt: str, scale: float | None = None, width_css: float | None = None
+    ) -> bytes:
         params: dict[str, Any] = {
             "format": fmt,
-            "clip": {"x": 0, "y": top_css, "width": width_css or self.width_css, "height": height_css,
-                     "scale": self.scale if scale is None else scale},
+            "clip": {
+                "x": 0,
+                "y": top_css,
+                "width": width_css or self.width_css,
+                "height": height_css,
+                "scale": self.scale if scale is None else scale,
+            },
             "captureBeyondViewport": False,
             "optimizeForSpeed": True,
         }

@@ -42,8 +42,9 @@ def fit_wide(page: Any, cfg: RenderConfig) -> dict[str, Any]:
     return dict(page.evaluate(_JS_FIT, [cfg.fit_min_text_scale]))
 
 
-def removed_content(rules: list[dict[str, Any]],
-                    types: tuple[str, ...] = ("formula", "table", "figure")) -> dict[str, int]:
+def removed_content(
+    rules: list[dict[str, Any]], types: tuple[str, ...] = ("formula", "table", "figure")
+) -> dict[str, int]:
     """``{rule: n}``: the rules whose removals held content elements of ``types`` (none: ``{}``)."""
     out = {}
     for r in rules:

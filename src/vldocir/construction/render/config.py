@@ -72,8 +72,9 @@ class RenderConfig:
     context_reuse: int = 20
     """Documents rendered one after the other in one browser context and page (one renderer
     process) before it is replaced by a fresh one; it is also replaced after any failure. A fresh
-    context (and renderer process) costs 0.5-1 CPU-s per document here; 1 gives every document a fresh context (full isolation:
-    storage of earlier documents, e.g. ``localStorage`` of ``file://``, is then never visible)."""
+    context (and renderer process) costs 0.5-1 CPU-s per document here; 1 gives every document a
+    fresh context (full isolation: storage of earlier documents, e.g. ``localStorage`` of
+    ``file://``, is then never visible)."""
     clutter_selectors: dict[str, list[str]] = field(default_factory=_default_clutter)
     """CSS selectors of elements removed before measuring, per source; key ``"*"``: all sources.
     Defaults: :data:`DEFAULT_CLUTTER_SELECTORS` (:mod:`.rules` names the page feature of each)."""

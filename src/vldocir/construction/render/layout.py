@@ -41,8 +41,9 @@ mathjax / mjx- / ltx_equation / mwe-math-element, or ltx_Math / ltx_DisplayMath:
 its text is its renderings' sources, e.g. MathML alttext or MathJax's TeX, and any other text in it
 such as an equation number; a formula with neither text nor drawing, empty in the source, is not
 recorded). ``table`` and ``list`` are containers: not atomic for cutting and not part of
-``dom_text`` (a table contributes through its rows, a list through its items). A text element holding blocks (an ``li`` with a nested list, a blockquote of
-paragraphs) records its own inline text only; a table row holding a nested table or taller than
+``dom_text`` (a table contributes through its rows, a list through its items). A text element
+holding blocks (an ``li`` with a nested list, a blockquote of paragraphs) records its own inline
+text only; a table row holding a nested table or taller than
 ``max_row_height_fraction`` of a page (a layout table) records its cells' contents instead.
 ``nested`` marks images and formulas inside another text unit (their text is already in it).
 ``dom_text`` of a page is the text of its non-container, non-nested elements with text whose top
@@ -161,8 +162,11 @@ class RenderedDocument:
     @classmethod
     def from_json(cls, obj: dict[str, Any], directory: Path) -> "RenderedDocument":
         if obj.get("version") != LAYOUT_VERSION:
-            raise CorruptArtifactError(directory / LAYOUT_FILE, f"is layout version {obj.get('version')!r}; this "
-                                       f"code reads version {LAYOUT_VERSION}: render the document again")
+            raise CorruptArtifactError(
+                directory / LAYOUT_FILE,
+                f"is layout version {obj.get('version')!r}; this "
+                f"code reads version {LAYOUT_VERSION}: render the document again",
+            )
         return cls(
             doc_id=obj["doc_id"],
             source=obj["source"],
@@ -196,8 +200,9 @@ def load_layout(doc_dir: str | Path) -> RenderedDocument:
         raise CorruptArtifactError(path, f"is unreadable ({type(error).__name__}: {error})") from None
 
 
-def extract_elements(page: Any, cfg: RenderConfig) -> tuple[list[dict[str, Any]], np.ndarray, int, list[int],
-                                                             list[dict[str, Any]]]:
+def extract_elements(
+    page: Any, cfg: RenderConfig
+) -> tuple[list[dict[str, Any]], np.ndarray, int, list[int], list[dict[str, Any]]]:
     """Tag and measure the content elements of a loaded, cleaned page (step 3).
 
     Returns ``(elems, boxes, doc_h, background, overflow)``: the element records in document order
@@ -229,8 +234,9 @@ def extract_elements(page: Any, cfg: RenderConfig) -> tuple[list[dict[str, Any]]
     return elems, boxes, doc_h, background, overflow_elements(spill, raw, elems, dsf, page_w)
 
 
-def overflow_elements(spill: list[dict[str, Any]], raw: list[dict[str, Any]], elems: list[dict[str, Any]],
-                      dsf: float, page_width: int) -> list[dict[str, Any]]:
+def overflow_elements(
+    spill: list[dict[str, Any]], raw: list[dict[str, Any]], elems: list[dict[str, Any]], dsf: float, page_width: int
+) -> list[dict[str, Any]]:
     """The recorded elements reaching past the page's left or right side (``spill``, from
     ``overflow.js``: by their box or by content spilling out of it; outermost only), in document
     device pixels::
@@ -247,13 +253,27 @@ def overflow_elements(spill: list[dict[str, Any]], raw: list[dict[str, Any]], el
     for s in spill:
         box = [round(float(v) * dsf, 2) for v in s["box"]]
         reach = round(float(s["reach"]) * dsf, 2)
-        out.append({"element_id": s["id"], "element_type": types.get(s["id"], ""), "box": box, "reach": reach,
-                    "beyond_px": round(max(-box[0], reach - page_width), 2), "dropped": s["id"] not in kept})
+        out.append(
+            {
+                "element_id": s["id"],
+                "element_type": types.get(s["id"], ""),
+                "box": box,
+                "reach": reach,
+                "beyond_px": round(max(-box[0], reach - page_width), 2),
+                "dropped": s["id"] not in kept,
+            }
+        )
     return out
 
 
-def place_elements(elems: list[dict[str, Any]], boxes: np.ndarray, cuts: list[int], pages: list[RenderedPage],
-                   page_width: int, slack: float = 0.0) -> list[RenderedElement]:
+def place_elements(
+    elems: list[dict[str, Any]],
+    boxes: np.ndarray,
+    cuts: list[int],
+    pages: list[RenderedPage],
+    page_width: int,
+    slack: float = 0.0,
+) -> list[RenderedElement]:
     """The element records on their pages, given the page boundaries ``cuts`` (``[0, cut1, ...,
     end]``) and the cuts' ``slack`` (:func:`~vldocir.construction.paginate.assign_elements`); fills
     in each page's ``dom_text`` (see the module docstring)."""

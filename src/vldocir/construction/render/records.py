@@ -35,14 +35,14 @@ def fidelity_warnings(fidelity: dict[str, Any]) -> list[str]:
 def render_report(docs: Iterable[RenderedDocument | str | Path]) -> dict[str, Any]:
     """Aggregate the records of rendered documents (objects, or their directories) for a build report::
 
-        {"documents": int,
-         "cleanup": {"<kind>:<rule>": {"removed", "kept_formula", "changed", "documents", "content": {type: n}}},
-         "removed_content": {type: n},          # over all rules; formula/table/figure should be 0
-         "formulas": {"elements": int, "empty": int},
-         "fit": {"documents": int, "scaled": int, "opened": int},
-         "overflow": {"documents": int, "elements": int, "dropped": int, "by_document": {doc_id: n}},
-         "images": {"count": int, "resolved_lazy": int, "failed": {status: n},
-                    "by_document": {doc_id: [{"url", "status", "element_id"}]}}}
+    {"documents": int,
+     "cleanup": {"<kind>:<rule>": {"removed", "kept_formula", "changed", "documents", "content": {type: n}}},
+     "removed_content": {type: n},          # over all rules; formula/table/figure should be 0
+     "formulas": {"elements": int, "empty": int},
+     "fit": {"documents": int, "scaled": int, "opened": int},
+     "overflow": {"documents": int, "elements": int, "dropped": int, "by_document": {doc_id: n}},
+     "images": {"count": int, "resolved_lazy": int, "failed": {status: n},
+                "by_document": {doc_id: [{"url", "status", "element_id"}]}}}
     """
     rules: dict[str, dict[str, Any]] = {}
     content: Counter = Counter()
@@ -56,8 +56,10 @@ def render_report(docs: Iterable[RenderedDocument | str | Path]) -> dict[str, An
             doc = load_layout(doc)
         n += 1
         for r in doc.cleanup:
-            agg = rules.setdefault(f"{r['kind']}:{r['rule']}", {"removed": 0, "kept_formula": 0, "changed": 0,
-                                                                 "documents": 0, "content": Counter()})
+            agg = rules.setdefault(
+                f"{r['kind']}:{r['rule']}",
+                {"removed": 0, "kept_formula": 0, "changed": 0, "documents": 0, "content": Counter()},
+            )
             agg["removed"] += int(r.get("removed", 0))
             agg["kept_formula"] += int(r.get("kept_formula", 0))
             agg["changed"] += int(r.get("changed", 0))

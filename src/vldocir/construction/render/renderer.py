@@ -243,15 +243,25 @@ class Renderer:
             except Exception:
                 pass
 
-    def _render_in(self, session: Session, doc_id: str, source: str, html_path: Path, doc_dir: Path,
-                   started: float, watchdog: _Watchdog) -> RenderedDocument:
+    def _render_in(
+        self,
+        session: Session,
+        doc_id: str,
+        source: str,
+        html_path: Path,
+        doc_dir: Path,
+        started: float,
+        watchdog: _Watchdog,
+    ) -> RenderedDocument:
         cfg = self.config
         prep = self._prepare(session, source, html_path, started)
         # Measured: the bound grows with the document's height.
         n_pages = max(1, -(-prep.doc_h // cfg.page_height))
         watchdog.seconds = cfg.timeout_s + cfg.timeout_per_page_s * n_pages
-        self._bound = (f"timeout_s={cfg.timeout_s:g} + timeout_per_page_s={cfg.timeout_per_page_s:g} x "
-                       f"{n_pages} pages of its height")
+        self._bound = (
+            f"timeout_s={cfg.timeout_s:g} + timeout_per_page_s={cfg.timeout_per_page_s:g} x "
+            f"{n_pages} pages of its height"
+        )
         doc_dir.mkdir(parents=True)
         t = time.monotonic()
         pages, cuts = self._paginate(prep, doc_dir)
@@ -306,8 +316,9 @@ class Renderer:
         if cfg.keep_headings_with_next:
             heads = np.array([t == "headline" for t, _ in kinds], dtype=bool)
             keep = keep_with_next(boxes[atomic], heads, max_gap=cfg.cut_window, slack=cfg.cut_slack)
-        return _Prepared(page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity,
-                         fragile, keep)
+        return _Prepared(
+            page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity, fragile, keep
+        )
 
     def _paginate(self, prep: "_Prepared", doc_dir: Path) -> tuple[list[RenderedPage], list[int]]:
         """Cut the document window by window, writing each page image (into the staging directory) as it goes.
@@ -332,8 +343,11 @@ class Renderer:
             name = f"page-{index:03d}{cfg.image_suffix}"
             (doc_dir / name).write_bytes(data)  # doc_dir is the staging directory
             del data
-            pages.append(RenderedPage(index, name, cfg.page_width, cfg.page_height, int(start), int(cut - start),
-                                      decision.reason, ""))
+            pages.append(
+                RenderedPage(
+                    index, name, cfg.page_width, cfg.page_height, int(start), int(cut - start), decision.reason, ""
+                )
+            )
             cuts.append(cut)
             start = cut
             t2 = time.monotonic()
@@ -343,8 +357,18 @@ class Renderer:
         prep.timings["pages"] = round(t_shot, 4)
         return pages, cuts
 
-    def _finish(self, prep: "_Prepared", doc_id: str, source: str, html_path: Path, doc_dir: Path,
-                pages: list[RenderedPage], cuts: list[int], started: float, blocked: list[str]) -> RenderedDocument:
+    def _finish(
+        self,
+        prep: "_Prepared",
+        doc_id: str,
+        source: str,
+        html_path: Path,
+        doc_dir: Path,
+        pages: list[RenderedPage],
+        cuts: list[int],
+        started: float,
+        blocked: list[str],
+    ) -> RenderedDocument:
         """Place the elements on the pages, fill in the pages' text, write layout.json (last)."""
         cfg = self.config
         elements = place_elements(prep.elems, prep.boxes, cuts, pages, cfg.page_width, slack=cfg.cut_slack)

@@ -25,8 +25,10 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         (".cookie-banner", "cookie consent banners"),
         ("#cookie-notice", "cookie consent banners"),
         # Formulas are kept by the formula rule, SVG insides by the exception.
-        ('[aria-hidden="true"]:not(svg *)',
-         "parts hidden from assistive technology: decorative icons, duplicated widgets"),
+        (
+            '[aria-hidden="true"]:not(svg *)',
+            "parts hidden from assistive technology: decorative icons, duplicated widgets",
+        ),
     ),
     "wikipedia": (
         ("#mw-head", "Vector 2010 top bar (personal tools, page tabs, search)"),
@@ -71,8 +73,10 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         (".pmc-share", "share buttons (Facebook, X, LinkedIn, e-mail)"),
         (".share-buttons", "share buttons"),
         (".social-share", "share buttons"),
-        ("[role=dialog]", "dialogs (Cite, Collections, Permalink) with their Copy / Done buttons, shown "
-                          "without the stylesheet"),
+        (
+            "[role=dialog]",
+            "dialogs (Cite, Collections, Permalink) with their Copy / Done buttons, shown without the stylesheet",
+        ),
         ("dialog", "the same as dialog elements"),
         (".usa-modal", "the same as USWDS modals"),
         (".goto", "classic PMC 'Go to:' section jump links"),
@@ -89,19 +93,31 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
 PAGE_RULES: dict[str, tuple[tuple[str, str], ...]] = {
     # Formula renderers appear on any source (users' own HTML too); each rule checks its own markup.
     "*": (
-        ("mediawiki_math", "MediaWiki formulas: the SVG fallback image is remote (never loads offline) and its "
-                           "MathML is hidden; show the MathML, drop the dead image"),
-        ("katex_mathml", "KaTeX formulas without katex.css: both the MathML copy and the unpositioned HTML "
-                         "rendering show; keep the MathML, drop the HTML rendering"),
+        (
+            "mediawiki_math",
+            "MediaWiki formulas: the SVG fallback image is remote (never loads offline) and its "
+            "MathML is hidden; show the MathML, drop the dead image",
+        ),
+        (
+            "katex_mathml",
+            "KaTeX formulas without katex.css: both the MathML copy and the unpositioned HTML "
+            "rendering show; keep the MathML, drop the HTML rendering",
+        ),
     ),
     "pubmed": (
-        ("pmc_reader_controls", "reader controls named by their whole text (links and buttons only): Done, Links, "
-                                "Copy, Cite, Share, Open in a new tab, Go to:, Back to Top"),
+        (
+            "pmc_reader_controls",
+            "reader controls named by their whole text (links and buttons only): Done, Links, "
+            "Copy, Cite, Share, Open in a new tab, Go to:, Back to Top",
+        ),
     ),
     "sec": (
-        ("sec_page_furniture", "printed-page furniture at page tops and bottoms around page breaks: page-number "
-                               "lines, '(continued)' lines, running heads repeated on three or more pages, and "
-                               "the page-break hr; never inside tables"),
+        (
+            "sec_page_furniture",
+            "printed-page furniture at page tops and bottoms around page breaks: page-number "
+            "lines, '(continued)' lines, running heads repeated on three or more pages, and "
+            "the page-break hr; never inside tables",
+        ),
     ),
 }
 """Page rules (``page_rules.js``) per source, each with the page feature it targets."""
