@@ -9,7 +9,7 @@
   :func:`~vldocir.reporting.report_tasks.run`, over ``conf/report.yaml``; the Hydra callback for the end of a sweep.
 - ``outputs``: what the steps share (``ReportTable``, generated folders).
 - ``tables`` / ``formats`` / ``check``: the tables (Markdown, LaTeX) and the reproduction check.
-- ``other_runs``: the store's runs that no paper row uses (your own system, variants), listed by ``make tables``.
+- ``other_runs``: the store's runs that no paper row uses (your own system, variants, other benchmarks' runs).
 - ``figures``: the figures (PDF, PNG).
 - ``wandb_report``: the tables and figures in W&B.
 - ``viewer``: the static per-query failure viewer (``python -m vldocir.reporting.viewer``).

@@ -1,47 +1,174 @@
 """Runs in the store that no paper row uses: your own system (``retriever=run_file``), a parameter
-or depth variant filed under a paper row's ids, a retriever the paper does not evaluate.
+or depth variant filed under a paper row's ids, a retriever the paper does not evaluate, and every
+run on another benchmark than the compared one (an imported ViDoRe, MMLongBench-Doc or BEIR set, a
+synthetic corpus).
 
 ``make tables`` lists them after the paper tables (a section of ``<out_dir>/tables/README.md``
 and the console), one row per run and aggregate with the paper's headline metrics at the paper's
 ks (``experiments/paper.yaml``: ``ks``), from each entry's ``metrics.json``. A run is one run key
 (:meth:`~vldocir.reporting.store_view.ResultsView.distinct_runs`); a paper row uses the entry
 :meth:`~vldocir.reporting.store_view.ResultsView.get` picks for it, and every other run is listed.
+Runs on other benchmarks come after, one section per benchmark (:func:`other_benchmarks`: its
+name, fingerprint, where it was imported from, its structures), also written as
+``other_runs.md`` and ``other_runs.tex`` (:func:`write_other_runs`). A benchmark evaluated
+without the paper's ks gets columns for the ks it has; its Macro is over the structures it has
+queries for (``metrics.json``: ``macro_structures``), and the section says which.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from vldocir.reporting.paper import PaperSpec, metric_label
+from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.io import atomic_write_text
+from vldocir.reporting.formats import latex_escape
+from vldocir.reporting.paper import PaperSpec, RunRef, metric_label
 from vldocir.reporting.store_view import ResultsView, StoredRun
 
 TITLE = "Other runs in the store"
+OTHER_BENCHMARKS = "Runs on other benchmarks"
 AGGREGATES = {"Macro": "macro", "Micro": "micro"}
 METRICS = ("ndcgall", "recallall")
+FILE = "other_runs"  # <out_dir>/tables/other_runs.md|tex
+
+
+def paper_refs(spec: PaperSpec) -> list[RunRef]:
+    """Every run the manifest maps: on the compared benchmark (:meth:`PaperSpec.all_runs`) and on a
+    benchmark of its own (Table 18's ``"{benchmark}-reduced"`` rows)."""
+    refs = list(spec.all_runs().values())
+
+    def walk(value, n_ctx):
+        if isinstance(value, dict) and "retriever" in value and "setting" in value:
+            if value.get("benchmark") is not None:
+                setting = str(value["setting"])
+                settings = [setting.format(n_ctx=n) for n in n_ctx] if "{n_ctx}" in setting else [setting]
+                refs.extend(RunRef.from_entry({**value, "setting": s}) for s in settings)
+        elif isinstance(value, dict):
+            for nested in value.values():
+                walk(nested, n_ctx)
+
+    for entries in (spec.tables, spec.figures):
+        for entry in entries.values():
+            for key in ("rows", "run"):
+                walk(entry.get(key) or {}, entry.get("n_ctx", []))
+    return refs
+
+
+def _used(spec: PaperSpec, view: ResultsView) -> set[Path]:
+    """The store entries the paper tables use (on any benchmark)."""
+    return {run.path for run in (view.get(ref) for ref in paper_refs(spec)) if run is not None}
 
 
 def other_runs(spec: PaperSpec, view: ResultsView) -> list[StoredRun]:
     """The benchmark's runs that no paper row uses, by retriever, setting and entry name."""
-    used = {run.path for run in (view.get(ref) for ref in spec.all_runs().values()) if run is not None}
+    used = _used(spec, view)
     return [run for run in view.distinct_runs() if run.path not in used]
 
 
-def other_runs_table(spec: PaperSpec, view: ResultsView) -> pd.DataFrame:
+def runs_table(runs: list[StoredRun], ks) -> pd.DataFrame:
     """One row per (run, aggregate): ``Run`` (retriever/setting), ``Entry`` (the store entry's
-    name), ``Aggregate``, then nDCGAll@k and RecallAll@k (percent) for the paper's ks; NaN where
-    the entry was evaluated without that k."""
-    columns = [f"{metric}@{k}" for metric in METRICS for k in spec.ks]
+    name), ``Aggregate``, then nDCGAll@k and RecallAll@k (percent) for ``ks``; NaN where the entry
+    was evaluated without that k."""
+    columns = [f"{metric}@{k}" for metric in METRICS for k in ks]
     records = []
-    for run in other_runs(spec, view):
+    for run in runs:
         aggregates = run.aggregates() or {}
         for label, key in AGGREGATES.items():
             values = aggregates.get(key, {})
             records.append({"Run": run.label, "Entry": run.path.name, "Aggregate": label,
                             **{metric_label(c): values.get(c, math.nan) for c in columns}})
     return pd.DataFrame(records, columns=["Run", "Entry", "Aggregate", *(metric_label(c) for c in columns)])
+
+
+def other_runs_table(spec: PaperSpec, view: ResultsView) -> pd.DataFrame:
+    """:func:`runs_table` of :func:`other_runs`, at the paper's ks."""
+    return runs_table(other_runs(spec, view), spec.ks)
+
+
+@dataclass
+class BenchmarkRuns:
+    """The runs of one benchmark other than the compared one, and what the report says about it."""
+
+    name: str
+    runs: list[StoredRun]
+    table: pd.DataFrame
+    about: list[str] = field(default_factory=list)  # sentences: origin, fingerprint, queries, structures
+
+
+def section_ks(runs: list[StoredRun], ks) -> list[int]:
+    """The paper's ks, plus those of the runs evaluated without one of them (so that each run shows numbers)."""
+    shown = set(int(k) for k in ks)
+    for run in runs:
+        if not shown >= set(run.ks) and not set(run.ks) >= set(int(k) for k in ks):
+            shown |= set(run.ks)
+    return sorted(shown)
+
+
+def _counts(counts) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in sorted((counts or {}).items()))
+
+
+def _structures(run: StoredRun) -> str:
+    """Which structures a run's Macro is over: ``page_single 2, cross_doc 1 (none for ...)``."""
+    breakdown = run.metrics.get("breakdowns", {}).get("structure", {})
+    present = run.metrics.get("macro_structures") or [s for s in EVIDENCE_STRUCTURES if s in breakdown]
+    text = ", ".join(f"{s} {int(breakdown.get(s, {}).get('n_queries', 0))}" for s in present)
+    absent = [s for s in EVIDENCE_STRUCTURES if s not in present]
+    return text + (f" (none for {', '.join(absent)})" if absent else "")
+
+
+def describe_benchmark(name: str, view: ResultsView) -> list[str]:
+    """Sentences on one benchmark of the store: where it comes from (``benchmark.json``:
+    ``imported_from``, ``built_by``), its fingerprint(s), queries kept and dropped, and the structures
+    each run's Macro is over. Never fails: what cannot be read is said."""
+    info = view.benchmark_info()
+    runs = view.runs()
+    about = []
+    origin = info.get("imported_from")
+    if isinstance(origin, dict):
+        importer = (info.get("built_by") or {}).get("importer") or {}
+        details = [f"format {origin.get('format', '?')}", f"revision {origin.get('revision') or '–'}",
+                   f"licence {origin.get('license') or '–'}"]
+        if importer.get("_target_"):
+            details.append(f"importer `{importer['_target_']}`")
+        about.append(f"Imported from `{origin.get('source', '?')}` ({', '.join(details)}).")
+    elif info:
+        about.append(f"Benchmark at `{view.benchmark_dir()}` (not imported).")
+    else:
+        roots = sorted({str(run.manifest.get("benchmark", {}).get("root", "?")) for run in runs})
+        about.append(f"Its benchmark.json is not readable here (recorded root: {', '.join(f'`{r}`' for r in roots)}).")
+    fingerprints = sorted({str(run.manifest.get("benchmark", {}).get("fingerprint", "?")) for run in runs})
+    about.append(f"Fingerprint{'s' if len(fingerprints) > 1 else ''}: {', '.join(f'`{f}`' for f in fingerprints)}.")
+    built = info.get("built_by") or {}
+    if isinstance(built.get("kept"), dict) and "queries" in built["kept"]:
+        dropped = _counts((built.get("dropped") or {}).get("queries"))
+        about.append(f"Queries kept: {built['kept']['queries']}" + (f"; dropped: {dropped}." if dropped else "."))
+    listed = view.distinct_runs()
+    per_run = {run.label + f" `{run.path.name}`": _structures(run) for run in listed}
+    if len(set(per_run.values())) == 1:
+        about.append(f"Macro is the mean over the structures with queries: {next(iter(per_run.values()))}.")
+    else:
+        about.append("Macro is the mean over the structures with queries: "
+                     + "; ".join(f"{label}: {text}" for label, text in per_run.items()) + ".")
+    return about
+
+
+def other_benchmarks(spec: PaperSpec, view: ResultsView) -> list[BenchmarkRuns]:
+    """Every benchmark of the store but ``view``'s, by name, with its runs that no paper row uses
+    (those of the benchmarks the paper's own rows name, Table 18's reduced one, are in the paper tables)."""
+    used = _used(spec, view)
+    found = []
+    for name in sorted(set(view.entries.benchmark) - {view.benchmark}):
+        other = ResultsView(view.results_dir, name, ks=view.ks, depth=view.depth, entries=view.entries)
+        runs = [run for run in other.distinct_runs() if run.path not in used]
+        if runs:
+            found.append(BenchmarkRuns(name, runs, runs_table(runs, section_ks(runs, spec.ks)),
+                                       describe_benchmark(name, other)))
+    return found
 
 
 def _caption(view: ResultsView) -> str:
@@ -54,16 +181,92 @@ def _number(value) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.2f}"
 
 
+def _markdown_rows(table: pd.DataFrame) -> list[str]:
+    lines = ["| " + " | ".join(table.columns) + " |",
+             "|" + "|".join([":--"] * 3 + ["--:"] * (len(table.columns) - 3)) + "|"]
+    for record in table.itertuples(index=False):
+        run, entry, aggregate, *values = record
+        lines.append(f"| {run} | `{entry}` | {aggregate} | " + " | ".join(_number(v) for v in values) + " |")
+    return lines
+
+
 def to_markdown(table: pd.DataFrame, view: ResultsView) -> list[str]:
     """The README section (lines), ``## Other runs in the store``."""
     lines = [f"## {TITLE}", "", _caption(view), ""]
     if table.empty:
         return lines + ["None: every run of this benchmark in the store is a paper row's."]
-    lines += ["| " + " | ".join(table.columns) + " |", "|" + "|".join([":--"] * 3 + ["--:"] * (len(table.columns) - 3)) + "|"]
+    return lines + _markdown_rows(table)
+
+
+def _benchmark_caption(view: ResultsView) -> str:
+    return (f"Benchmarks in the store other than the compared `{view.benchmark}`, one section each, with their "
+            f"runs that no paper row uses: one store entry per run (ks including {list(view.ks)}, depth "
+            f"{view.depth} preferred, then the newest); percent, – where the entry was evaluated without that k.")
+
+
+def benchmarks_markdown(benchmarks: list[BenchmarkRuns], view: ResultsView) -> list[str]:
+    """The README section (lines), ``## Runs on other benchmarks`` with a ``### <name>`` per benchmark;
+    no lines where there is none."""
+    if not benchmarks:
+        return []
+    lines = ["", f"## {OTHER_BENCHMARKS}", "", _benchmark_caption(view)]
+    for bench in benchmarks:
+        lines += ["", f"### {bench.name}", "", " ".join(bench.about), "", *_markdown_rows(bench.table)]
+    return lines
+
+
+def _latex_table(table: pd.DataFrame, caption: str, label: str) -> list[str]:
+    lines = [
+        r"\begin{table}[htbp]",
+        r"\centering",
+        rf"\caption{{{latex_escape(caption)}}}",
+        rf"\label{{tab:{label}}}",
+        r"\resizebox{\linewidth}{!}{%",
+        rf"\begin{{tabular}}{{lll{'r' * (len(table.columns) - 3)}}}",
+        r"\toprule",
+        " & ".join(latex_escape(c) for c in table.columns) + r" \\",
+        r"\midrule",
+    ]
+    previous = None
     for record in table.itertuples(index=False):
         run, entry, aggregate, *values = record
-        lines.append(f"| {run} | `{entry}` | {aggregate} | " + " | ".join(_number(v) for v in values) + " |")
-    return lines
+        if previous is not None and (run, entry) != previous:
+            lines.append(r"\midrule")
+        cells = [latex_escape(run), latex_escape(entry), aggregate, *(latex_escape(_number(v)) for v in values)]
+        lines.append(" & ".join(cells) + r" \\")
+        previous = (run, entry)
+    return lines + [r"\bottomrule", r"\end{tabular}%", "}", r"\end{table}"]
+
+
+def _plain(sentences: list[str]) -> str:
+    return " ".join(sentences).replace("`", "")
+
+
+def write_other_runs(table: pd.DataFrame, benchmarks: list[BenchmarkRuns], view: ResultsView,
+                     out_dir: Path) -> list[Path]:
+    """``<out_dir>/other_runs.md`` and ``.tex``: the compared benchmark's other runs, then one section
+    (one LaTeX table) per other benchmark; written only where there is a run to list (otherwise an
+    earlier report's files are removed)."""
+    paths = [out_dir / f"{FILE}.md", out_dir / f"{FILE}.tex"]
+    if table.empty and not benchmarks:
+        for path in paths:
+            path.unlink(missing_ok=True)
+        return []
+    markdown = ["# Runs that no paper table shows", "", f"## {TITLE}: `{view.benchmark}` (compared with the paper)", "",
+                _caption(view), ""]
+    markdown += _markdown_rows(table) if not table.empty else ["None: every run of it in the store is a paper row's."]
+    markdown += benchmarks_markdown(benchmarks, view)
+    latex = [f"% {FILE}: generated by vldocir.reporting.other_runs from the results store; do not edit.",
+             r"% Needs \usepackage{booktabs,graphicx}."]
+    if not table.empty:
+        latex += _latex_table(table, f"{TITLE}: {_plain([_caption(view)])}", f"{FILE}:{view.benchmark}")
+    for bench in benchmarks:
+        caption = f"Runs on {bench.name}, not compared with the paper. {_plain(bench.about)} Percent; – = no such k."
+        latex += ["", *_latex_table(bench.table, caption, f"{FILE}:{bench.name}")]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text("\n".join(markdown) + "\n", paths[0])
+    atomic_write_text("\n".join(latex) + "\n", paths[1])
+    return paths
 
 
 def to_text(table: pd.DataFrame) -> str:
@@ -74,6 +277,11 @@ def to_text(table: pd.DataFrame) -> str:
     return "\n".join("  " + line for line in shown.to_string(index=False).splitlines())
 
 
-def print_other_runs(table: pd.DataFrame, readme: Path) -> None:
+def print_other_runs(table: pd.DataFrame, readme: Path, benchmarks: list[BenchmarkRuns] = ()) -> None:
     print(f"\n{TITLE} (no paper row uses them; also in {readme}):")
     print(to_text(table))
+    for bench in benchmarks:
+        print(f"\n{OTHER_BENCHMARKS}: {bench.name} (also in {readme.parent / (FILE + '.md')})")
+        for sentence in bench.about:
+            print(f"  {sentence.replace('`', '')}")
+        print(to_text(bench.table))

@@ -26,7 +26,14 @@ from vldocir.errors import ConfigError
 from vldocir.reporting.benchmark_view import locate_benchmark
 from vldocir.reporting.check import print_check
 from vldocir.reporting.figures import render_figures
-from vldocir.reporting.other_runs import other_runs_table, print_other_runs, to_markdown as other_runs_markdown
+from vldocir.reporting.other_runs import (
+    benchmarks_markdown,
+    other_benchmarks,
+    other_runs_table,
+    print_other_runs,
+    write_other_runs,
+)
+from vldocir.reporting.other_runs import to_markdown as other_runs_markdown
 from vldocir.reporting.outputs import ReportTable
 from vldocir.reporting.paper import load_spec
 from vldocir.reporting.store_view import ResultsView, choose_benchmark
@@ -42,7 +49,8 @@ STEPS = ("tables", "figures", "check")
 def run(cfg: DictConfig) -> int:
     """Render what ``cfg.do`` names (tables, figures, check) for the runs of one benchmark in
     ``cfg.paths.results_dir``; with ``logger=wandb``, log the rendered tables and figures. With
-    ``tables`` and ``cfg.other_runs``, the runs no paper row uses are listed too (README.md, console).
+    ``tables`` and ``cfg.other_runs``, the runs no paper row uses are listed too (README.md, console),
+    then the runs on every other benchmark of the store, one section each (also other_runs.md|tex).
 
     Returns the exit status: 1 when ``check`` finds a cell that differs by more than its
     tolerance, 0 otherwise (missing runs alone do not fail).
@@ -76,13 +84,16 @@ def run(cfg: DictConfig) -> int:
     files: list[Path] = []
     if "tables" in do:
         others = other_runs_table(spec, view) if cfg.other_runs else None
-        sections = None if others is None else other_runs_markdown(others, view)
+        elsewhere = other_benchmarks(spec, view) if cfg.other_runs else []
+        sections = None if others is None else other_runs_markdown(others, view) + benchmarks_markdown(elsewhere, view)
         files += write_tables(tables, out / "tables", note, view.choices(), sections)
+        if others is not None:
+            files += write_other_runs(others, elsewhere, view, out / "tables")
         for name, table in tables.items():
             print(f"  {name:<38} {table.n_rows_reproduced:>3} of {len(table.rows):>3} rows reproduced")
         print(f"Tables: {out / 'tables'}/*.md, *.tex")
         if others is not None:
-            print_other_runs(others, out / "tables" / "README.md")
+            print_other_runs(others, out / "tables" / "README.md", elsewhere)
     figures: dict[str, Path] = {}
     if "figures" in do:
         made = render_figures(spec, view, out / "figures", [name for name in spec.figures if only is None or name in only])

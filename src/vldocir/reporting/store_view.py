@@ -127,13 +127,13 @@ class ResultsView:
     """
 
     def __init__(self, results_dir: str | Path, benchmark: str, ks: Sequence[int] = (), depth: int | None = None,
-                 audit_dir: str | Path | None = None):
+                 audit_dir: str | Path | None = None, entries: pd.DataFrame | None = None):
         self.results_dir = Path(results_dir)
         self.benchmark = benchmark
         # Where vldocir.apps.audit writes the benchmark's audit (conf/audit.yaml: out_dir), unless told otherwise.
         self.audit_dir = Path(audit_dir) if audit_dir else self.results_dir / "audit" / benchmark
         self.ks, self.depth = tuple(ks), depth
-        self.entries = list_runs(self.results_dir)
+        self.entries = list_runs(self.results_dir) if entries is None else entries  # entries: another view's, read once
         self.index = select(self.entries, ks=ks, depth=depth)
         self._runs: dict[Path, StoredRun] = {}
 
@@ -200,6 +200,35 @@ class ResultsView:
                 return path
         return None
 
+    def benchmark_info(self) -> dict:
+        """The benchmark's ``benchmark.json`` (its name, sources, fingerprint and, for an imported one,
+        ``imported_from`` and ``built_by``); empty where no run points to a readable one."""
+        return read_benchmark_info(self.benchmark_dir())
+
+
+def read_benchmark_info(root: Path | None) -> dict:
+    """``<root>/benchmark.json``, or ``{}`` where there is none or it is unreadable."""
+    try:
+        info = json.loads((Path(root) / "benchmark.json").read_text()) if root is not None else {}
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def imported_benchmarks(index: pd.DataFrame) -> set[str]:
+    """The benchmarks of ``index`` (a store index) that were imported from another benchmark's data
+    (:mod:`vldocir.importers`: their ``benchmark.json`` has ``imported_from``), read from each one's first entry."""
+    found = set()
+    for name, group in index.groupby("benchmark"):
+        row = group.iloc[0]
+        try:
+            root = StoredRun(Path(row.path), name, row.retriever, row.setting).benchmark_dir()
+        except (OSError, ValueError, KeyError):
+            continue
+        if "imported_from" in read_benchmark_info(root):
+            found.add(str(name))
+    return found
+
 
 def choose_benchmark(results_dir: str | Path, spec: PaperSpec, requested: str | None = None) -> tuple[str, str | None]:
     """Which benchmark's runs to compare with the paper, and a note when it is not the paper's.
@@ -207,12 +236,23 @@ def choose_benchmark(results_dir: str | Path, spec: PaperSpec, requested: str | 
     ``requested`` wins. Otherwise the manifest's benchmark if the store has runs of it; otherwise
     the benchmark with the most runs that the manifest maps (ties: by name), so that a store holding
     only the mini benchmark's runs shows them; with no runs at all, the manifest's benchmark.
+    Imported benchmarks (ViDoRe, BEIR, ...: :func:`imported_benchmarks`) are never chosen unless
+    requested: their sources and structures are not the paper's, and ``make tables`` lists their runs
+    under their own benchmark (:func:`vldocir.reporting.other_runs.other_benchmarks`).
     """
     if requested:
         note = None if requested == spec.benchmark else f"reproduced values are runs on {requested}, not on the paper's {spec.benchmark}"
         return requested, note
     index = select(list_runs(results_dir), ks=spec.ks, depth=spec.depth)
+    imported = sorted(imported_benchmarks(index) - {spec.benchmark})
+    index = index[~index.benchmark.isin(imported)]
     if (index.benchmark == spec.benchmark).any() or index.empty:
+        if imported and index.empty:
+            return spec.benchmark, (
+                f"the store holds runs of imported benchmarks only ({', '.join(imported)}): they are listed "
+                "under their own benchmark after the paper tables, not compared with the paper (benchmark=<name> "
+                "compares one)"
+            )
         return spec.benchmark, None
     mapped = {(ref.retriever, ref.setting) for ref in spec.all_runs().values()}
     counts = {
