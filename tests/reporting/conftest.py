@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from report_stores import build_rendered_store, build_stores
 
 

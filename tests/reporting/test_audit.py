@@ -14,7 +14,13 @@ from statsmodels.stats.proportion import proportion_confint
 from helpers import MINI_DIR, REPO_ROOT, compose_cfg, mini_subset
 from vldocir.data.benchmark import load_benchmark
 from vldocir.reporting.audit import (
-    SHEET_COLUMNS, AuditSheetError, census, export_review, import_review, sample_queries, wilson_interval,
+    SHEET_COLUMNS,
+    AuditSheetError,
+    census,
+    export_review,
+    import_review,
+    sample_queries,
+    wilson_interval,
 )
 
 PAPER_COUNTS = {"page_single": 30, "page_multi": 30, "doc_adjacent": 30, "doc_near": 30, "doc_far": 30, "cross_doc": 50}
@@ -45,19 +51,25 @@ def test_table12_rows_each_within_their_interval():
     assert rows["correct"].sum() == 746 and rows["total"].sum() == 800
     for row in rows.itertuples():
         assert wilson_interval(row.correct, row.total) == pytest.approx(
-            proportion_confint(row.correct, row.total, method="wilson"), abs=1e-12)
+            proportion_confint(row.correct, row.total, method="wilson"), abs=1e-12
+        )
 
 
 # -- the sampler -------------------------------------------------------------------------------------
 def synthetic_queries(per_stratum: dict[str, int]) -> pd.DataFrame:
-    rows = [{"query_id": f"{source}-{structure}-{i:03d}", "source": source, "evidence_structure": structure}
-            for source in ("arxiv", "pubmed", "sec", "wikipedia") for structure, n in per_stratum.items() for i in range(n)]
+    rows = [
+        {"query_id": f"{source}-{structure}-{i:03d}", "source": source, "evidence_structure": structure}
+        for source in ("arxiv", "pubmed", "sec", "wikipedia")
+        for structure, n in per_stratum.items()
+        for i in range(n)
+    ]
     return pd.DataFrame(rows)
 
 
 def test_sampler_takes_the_papers_counts_seeded_and_short_strata_whole():
-    queries = synthetic_queries({"page_single": 100, "page_multi": 100, "doc_adjacent": 100, "doc_near": 100,
-                                 "doc_far": 12, "cross_doc": 300})
+    queries = synthetic_queries(
+        {"page_single": 100, "page_multi": 100, "doc_adjacent": 100, "doc_near": 100, "doc_far": 12, "cross_doc": 300}
+    )
     sample, strata = sample_queries(queries, PAPER_COUNTS, seed=0)
     sizes = sample.groupby(["source", "evidence_structure"]).size()
     assert sizes[("sec", "cross_doc")] == 50 and sizes[("arxiv", "page_single")] == 30
@@ -116,10 +128,17 @@ def test_export_writes_the_sheet_and_an_offline_page_with_boxes(mini, exported):
         images = re.findall(r'<img src="([^"]+)"', section)
         assert len(images) == len(rows) and all((out / "review" / src).is_file() for src in images)
         # one box per cited element lying on its stored page
-        expected = sum(int(elements.loc[(r.doc_id, e), "page_index"] == pages.loc[r.page_id, "page_index"])
-                       for r in rows.itertuples() for e in r.element_ids)
+        expected = sum(
+            int(elements.loc[(r.doc_id, e), "page_index"] == pages.loc[r.page_id, "page_index"])
+            for r in rows.itertuples()
+            for e in r.element_ids
+        )
         assert section.count('class="bbox"') == expected > 0
-    assert all(page_id.split(" ")[0] in set(qrels["page_id"]) for cell in sheet["evidence_pages"] for page_id in cell.split("; "))
+    assert all(
+        page_id.split(" ")[0] in set(qrels["page_id"])
+        for cell in sheet["evidence_pages"]
+        for page_id in cell.split("; ")
+    )
 
 
 def fill(out, verdicts: dict[str, str] | None = None, default="correct", issues: dict[str, str] | None = None):
@@ -152,7 +171,9 @@ def test_import_some_incorrect(mini, exported):
     path, _ = fill(out, {q: "Incorrect " for q in wrong}, issues={cross[0]: "e", single[0]: "F"})
     acc = import_review(mini, out, path)["accuracy"]
     assert (acc["overall"]["correct"], acc["overall"]["total"]) == (69, 72)
-    assert (acc["overall"]["wilson_low"], acc["overall"]["wilson_high"]) == pytest.approx(proportion_confint(69, 72, method="wilson"))
+    assert (acc["overall"]["wilson_low"], acc["overall"]["wilson_high"]) == pytest.approx(
+        proportion_confint(69, 72, method="wilson")
+    )
     stratum = next(c for c in acc["strata"] if (c["source"], c["evidence_structure"]) == ("pubmed", "cross_doc"))
     assert (stratum["correct"], stratum["total"]) == (1, 3) and stratum["accuracy"] == pytest.approx(1 / 3)
     assert (stratum["wilson_low"], stratum["wilson_high"]) == pytest.approx(proportion_confint(1, 3, method="wilson"))
@@ -203,7 +224,9 @@ def test_census_finds_a_broken_box_a_spanning_element_and_a_wrong_page(tmp_path)
 
     width = float(pages.loc[pages["doc_id"] == qrels.loc[qrels.query_id == q_box, "doc_id"].iloc[0], "width"].iloc[0])
     box = cited(q_box)
-    elements.loc[box, "bbox"] = pd.Series([np.array([10.0, 10.0, width + 50.0, 60.0], dtype=np.float32)], index=elements.index[box])
+    elements.loc[box, "bbox"] = pd.Series(
+        [np.array([10.0, 10.0, width + 50.0, 60.0], dtype=np.float32)], index=elements.index[box]
+    )
     elements.loc[cited(q_span), "spans_pages"] = True
     # q_page's qrel names another page of the same document than the one its element lies on
     row = qrels[qrels["query_id"] == q_page].iloc[0]
@@ -253,11 +276,23 @@ def test_audit_py_export_then_import(tmp_path, isolated_paths):
     import sys
 
     def audit(*args):
-        return subprocess.run([sys.executable, "-m", "vldocir.apps.audit", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                              env={**os.environ, "HYDRA_FULL_ERROR": "1"}, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "vldocir.apps.audit", *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HYDRA_FULL_ERROR": "1"},
+            timeout=300,
+        )
 
-    done = audit("counts.page_single=2", "counts.page_multi=2", "counts.doc_adjacent=2", "counts.doc_near=2",
-                 "counts.doc_far=2", "counts.cross_doc=2")
+    done = audit(
+        "counts.page_single=2",
+        "counts.page_multi=2",
+        "counts.doc_adjacent=2",
+        "counts.doc_near=2",
+        "counts.doc_far=2",
+        "counts.cross_doc=2",
+    )
     assert done.returncode == 0, done.stderr
     out = isolated_paths / "results" / "audit" / "vl-docir-mini"
     assert "sampled 48 queries" in done.stdout and (out / "review" / "index.html").is_file()

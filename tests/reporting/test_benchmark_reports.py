@@ -13,10 +13,10 @@ import re
 
 import pandas as pd
 import pytest
-from helpers import MINI_DIR, REPO_ROOT
-from report_stores import MANIFEST, PAPER_DIR
 from statsmodels.stats.proportion import proportion_confint
 
+from helpers import MINI_DIR, REPO_ROOT
+from report_stores import MANIFEST, PAPER_DIR
 from vldocir.data.benchmark import load_benchmark, write_benchmark
 from vldocir.errors import ConfigError
 from vldocir.reporting import check as check_module

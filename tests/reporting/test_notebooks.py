@@ -25,7 +25,9 @@ def test_notebooks_are_jupytext_percent_scripts():
         assert notebook.cells[0].cell_type == "markdown"
         imports = [line for line in path.read_text().splitlines() if line.startswith(("import ", "from "))]
         for line in imports:  # the store, its aggregation code and plotting; never a benchmark loader or a model
-            assert not any(name in line for name in ("vldocir.data.benchmark", "vldocir.retrieval", "vldocir.pipeline", "torch")), line
+            assert not any(
+                name in line for name in ("vldocir.data.benchmark", "vldocir.retrieval", "vldocir.pipeline", "torch")
+            ), line
 
 
 @pytest.mark.slow
@@ -38,7 +40,9 @@ def test_notebooks_execute_on_the_mini_run(mini_results, tmp_path, monkeypatch):
     client = None
     notebooks = {path: jupytext.read(path) for path in NOTEBOOKS}
     first = next(iter(notebooks.values()))
-    client = nbclient.NotebookClient(first, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        first, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     with client.setup_kernel():  # one kernel for all notebooks, reset between them
         for path, notebook in notebooks.items():
             client.nb = notebook
@@ -50,8 +54,12 @@ def test_notebooks_execute_on_the_mini_run(mini_results, tmp_path, monkeypatch):
                 output.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
             )
             assert f"run(s) of {TEXT_BENCH}" in outputs, path.name
-            images = sum("image/png" in output.get("data", {}) for cell in notebook.cells if cell.cell_type == "code"
-                         for output in cell.outputs)
+            images = sum(
+                "image/png" in output.get("data", {})
+                for cell in notebook.cells
+                if cell.cell_type == "code"
+                for output in cell.outputs
+            )
             assert images >= 2, f"{path.name}: its plots did not render"
             (tmp_path / f"{Path(path).stem}.ipynb").write_text(jupytext.writes(notebook, fmt="ipynb"))
 

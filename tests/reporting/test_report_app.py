@@ -10,9 +10,9 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
 from helpers import REPO_ROOT, evaluate
 from report_stores import TEXT_BENCH
 from vldocir.reporting.paper import metric_label
@@ -34,8 +34,13 @@ def test_a_run_in_another_results_dir_is_reported(text_bench, tmp_path, monkeypa
     store = tmp_path / "x"
     monkeypatch.delenv("VLDOCIR_RESULTS_DIR", raising=False)
     metrics, _, _ = evaluate(  # python run.py paths.results_dir=X
-        f"paths.root_dir={REPO_ROOT}", f"paths.cache_dir={tmp_path / 'cache'}", f"paths.log_dir={tmp_path / 'logs'}",
-        f"paths.results_dir={store}", f"dataset.source={text_bench}", f"dataset.name={TEXT_BENCH}", "dataset.build=null",
+        f"paths.root_dir={REPO_ROOT}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        f"paths.results_dir={store}",
+        f"dataset.source={text_bench}",
+        f"dataset.name={TEXT_BENCH}",
+        "dataset.build=null",
     )
     expected = f"{metrics['aggregates']['macro']['recallall@10']:.2f} / "
 
@@ -83,14 +88,26 @@ def test_steps_and_names_are_checked(tmp_path):
 def test_report_py_check_exits_1_on_a_differing_cell(mini_results, tmp_path):
     """``make check``'s command: the store from VLDOCIR_RESULTS_DIR, exit 1 on DIFF, Hydra's own
     output (its config, report.log) under paths.log_dir/report, not in the repository."""
-    env = {**os.environ, "VLDOCIR_RESULTS_DIR": str(mini_results), "VLDOCIR_LOG_DIR": str(tmp_path / "logs"),
-           "HYDRA_FULL_ERROR": "1"}
-    done = subprocess.run([sys.executable, "-m", "vldocir.apps.report", "do=[check]", "quiet=true", "only=[table13_overall]"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "VLDOCIR_RESULTS_DIR": str(mini_results),
+        "VLDOCIR_LOG_DIR": str(tmp_path / "logs"),
+        "HYDRA_FULL_ERROR": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "vldocir.apps.report", "do=[check]", "quiet=true", "only=[table13_overall]"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"Comparing runs of {TEXT_BENCH} in {mini_results}/runs" in done.stdout
     assert re.search(r"^DIFF +table13_overall +DOM-BM25 \| Macro ", done.stdout, re.M)
-    assert re.search(r"^Summary: \d+ OK, [1-9]\d* DIFF, [1-9]\d* MISSING, 0 UNPUBLISHED of \d+ cells in 1 tables", done.stdout, re.M)
+    assert re.search(
+        r"^Summary: \d+ OK, [1-9]\d* DIFF, [1-9]\d* MISSING, 0 UNPUBLISHED of \d+ cells in 1 tables", done.stdout, re.M
+    )
     configs = list((tmp_path / "logs" / "report").glob("*/*/.hydra/config.yaml"))
     assert len(configs) == 1 and "do:\n- check" in configs[0].read_text()
     assert not (mini_results / "tables").exists(), "do=[check] writes no tables"

@@ -18,16 +18,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import newest_entry
 from report_stores import MANIFEST, PAPER_DIR, REPO_ROOT, TEXT_BENCH
 from vldocir.evaluation.aggregate import balanced_by, summarise
 from vldocir.evaluation.metrics import metric_columns
 from vldocir.reporting import check as check_module
+from vldocir.reporting.formats import ranks, to_latex, to_markdown
 from vldocir.reporting.paper import load_spec, metric_label
 from vldocir.reporting.report_tasks import compose_report, run
-from vldocir.reporting.formats import ranks, to_latex, to_markdown
 from vldocir.reporting.store_view import ResultsView, StoredRun, choose_benchmark
 from vldocir.reporting.tables import LAYOUTS, build_tables, false_omission_rate
-from helpers import newest_entry
 
 
 @pytest.fixture(scope="module")
@@ -97,17 +97,24 @@ def test_table13_recomputed_from_tables_16_and_2(spec):
     cells = [
         (spec.source_id(source), spec.structure_id(label), int(n))
         for label, row in zip(t2["evidence_structure"], t2.to_dict("records"))
-        for source, n in row.items() if source not in ("evidence_structure", "total")
+        for source, n in row.items()
+        if source not in ("evidence_structure", "total")
     ]
     counts = [n for *_, n in cells]
-    per_query = pd.DataFrame({
-        "evidence_structure": np.repeat([structure for _, structure, _ in cells], counts),
-        "source": np.repeat([source for source, _, _ in cells], counts),
-    })
+    per_query = pd.DataFrame(
+        {
+            "evidence_structure": np.repeat([structure for _, structure, _ in cells], counts),
+            "source": np.repeat([source for source, _, _ in cells], counts),
+        }
+    )
     assert len(per_query) == 271_760
     models = list(dict.fromkeys(t16["model"]))
     for model in models:  # each query gets its cell's RecallAll@5 (as a fraction, like per_query.parquet)
-        value = {(spec.source_id(r["source"]), s): r[s] / 100 for r in t16[t16["model"] == model].to_dict("records") for s in spec.structures}
+        value = {
+            (spec.source_id(r["source"]), s): r[s] / 100
+            for r in t16[t16["model"] == model].to_dict("records")
+            for s in spec.structures
+        }
         per_query[model] = np.repeat([value[(source, structure)] for source, structure, _ in cells], counts)
 
     macro, empty = balanced_by(per_query.assign(everything="all"), "everything", models)
@@ -120,14 +127,24 @@ def test_table13_recomputed_from_tables_16_and_2(spec):
         same_run = [label for label, entry in table13_rows.items() if entry == table16_rows[model]]
         assert len(same_run) == 1, model
         for aggregate, value in (("Macro", macro.loc["all", model]), ("Micro", micro[model])):
-            assert value == pytest.approx(t13.loc[(same_run[0], aggregate), "recallall@5"], abs=0.05), (model, aggregate)
+            assert value == pytest.approx(t13.loc[(same_run[0], aggregate), "recallall@5"], abs=0.05), (
+                model,
+                aggregate,
+            )
             checked += 1
     assert checked == 18
 
     # The same numbers through summarise, the function that writes metrics.json.
     ensemble = per_query[["evidence_structure", "source"]].assign(
-        domain="-", evidence_type="-", generator="-", in_run=True, n_evidence_pages=1, n_evidence_docs=1,
-        **{"pages_found@5": 1, "docs_found@5": 1}, **{c: 0.0 for c in metric_columns([5])})
+        domain="-",
+        evidence_type="-",
+        generator="-",
+        in_run=True,
+        n_evidence_pages=1,
+        n_evidence_docs=1,
+        **{"pages_found@5": 1, "docs_found@5": 1},
+        **{c: 0.0 for c in metric_columns([5])},
+    )
     ensemble["recallall@5"] = per_query["ColNomic (Normal&Ctx&Rank)"]
     aggregates = summarise(ensemble, [5])["aggregates"]
     assert aggregates["macro"]["recallall@5"] == pytest.approx(macro.loc["all", "ColNomic (Normal&Ctx&Rank)"])
@@ -210,7 +227,9 @@ def test_latex_tables_are_well_formed(published_tables):
 
 
 @pytest.mark.slow  # starts pdflatex; the structural checks above are the fallback without it
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="needs pdflatex (scripts/setup.sh installs texlive-latex-recommended)")
+@pytest.mark.skipif(
+    shutil.which("pdflatex") is None, reason="needs pdflatex (scripts/setup.sh installs texlive-latex-recommended)"
+)
 def test_latex_tables_compile(published_tables, tmp_path):
     pdflatex = shutil.which("pdflatex")
     body = "\n".join(rf"\input{{{name}.tex}}\clearpage" for name in published_tables)
@@ -220,8 +239,13 @@ def test_latex_tables_compile(published_tables, tmp_path):
         "\\documentclass{article}\n\\usepackage[landscape,margin=1cm]{geometry}\n\\usepackage{booktabs,graphicx,xcolor}\n"
         f"\\begin{{document}}\n{body}\n\\end{{document}}\n"
     )
-    done = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error", "all.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [pdflatex, "-interaction=nonstopmode", "-halt-on-error", "all.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
 
 
@@ -244,18 +268,23 @@ def test_mini_run_fills_its_rows(spec, mini_results, mini_tables):
 
     # Table 15: domain Macro; Table 19/20: Macro and Micro over one generator's queries.
     assert cell(mini_tables["table15_domain_macro"], ("DOM-BM25",), "RecallAll@10")["reproduced"] == pytest.approx(
-        metrics["aggregates"]["domain_macro"]["recallall@10"])
+        metrics["aggregates"]["domain_macro"]["recallall@10"]
+    )
     per_query = pd.read_parquet(run.path / "per_query.parquet")
     for table, generator in (("table19_gpt41mini", "GPT-4.1-mini"), ("table20_qwen3vl", "Qwen3-VL-32B-Instruct")):
         expected = summarise(per_query[per_query["generator"] == generator], metrics["ks"])["aggregates"]
         for aggregate, name in (("Macro", "macro"), ("Micro", "micro")):
             assert cell(mini_tables[table], ("DOM-BM25", aggregate), "RecallAll@5")["reproduced"] == pytest.approx(
-                expected[name]["recallall@5"])
+                expected[name]["recallall@5"]
+            )
 
     # Count tables come from any run's per-query rows.
     t2 = mini_tables["table2_queries"]
     assert cell(t2, ("Total",), "Total")["reproduced"] == len(per_query) == 288
-    assert cell(t2, ("Cross-Doc",), "SEC")["reproduced"] == ((per_query.source == "sec") & (per_query.evidence_structure == "cross_doc")).sum()
+    assert (
+        cell(t2, ("Cross-Doc",), "SEC")["reproduced"]
+        == ((per_query.source == "sec") & (per_query.evidence_structure == "cross_doc")).sum()
+    )
     t11 = mini_tables["table11_domain_structure"]
     assert cell(t11, ("Total",), "Total")["reproduced"] == 288
     md = to_markdown(t13)
@@ -264,7 +293,9 @@ def test_mini_run_fills_its_rows(spec, mini_results, mini_tables):
 
 def test_multi_runs_fill_source_structure_and_marks(spec, multi_results, multi_tables):
     t16 = multi_tables["table16_source_structure_recallall5"]
-    run = StoredRun(newest_entry(multi_results, TEXT_BENCH, "colqwen25", "ctx-n256"), TEXT_BENCH, "colqwen25", "ctx-n256")
+    run = StoredRun(
+        newest_entry(multi_results, TEXT_BENCH, "colqwen25", "ctx-n256"), TEXT_BENCH, "colqwen25", "ctx-n256"
+    )
     metrics = json.loads((run.path / "metrics.json").read_text())
     value = metrics["breakdowns"]["source_structure"]["sec"]["cross_doc"]["recallall@5"]
     assert cell(t16, ("SEC Proxy Reports", "ColQwen2.5 (Ctx)"), "Cross-Doc")["reproduced"] == pytest.approx(value)
@@ -272,7 +303,10 @@ def test_multi_runs_fill_source_structure_and_marks(spec, multi_results, multi_t
     assert multi_tables["table5_structure"].cells["reproduced"].isna().all()
     t18 = multi_tables["table18_reduced"]
     assert cell(t18, ("Page-Single", "ColQwen"), "SEC")["reproduced"] == pytest.approx(
-        metrics_of(multi_results, "colqwen25", "base")["breakdowns"]["source_structure"]["sec"]["page_single"]["recallall@5"])
+        metrics_of(multi_results, "colqwen25", "base")["breakdowns"]["source_structure"]["sec"]["page_single"][
+            "recallall@5"
+        ]
+    )
     assert f"{TEXT_BENCH}-reduced/colqwen25/base" in cell(t18, ("Page-Single", "ColQwen Reduced"), "SEC")["status"]
 
     # Marks among reproduced values: ranks within each column (and aggregate), ties share a rank.
@@ -303,8 +337,12 @@ def test_evidence_type_groups_use_the_harness_balancing(spec, multi_tables, mult
 
 
 def test_cleaning_tables_read_reproduced_confusion_matrices(spec, tmp_path):
-    counts = {"actual_removed_pred_removed": 305, "actual_removed_pred_kept": 135,
-              "actual_kept_pred_removed": 140, "actual_kept_pred_kept": 860}
+    counts = {
+        "actual_removed_pred_removed": 305,
+        "actual_removed_pred_kept": 135,
+        "actual_kept_pred_removed": 140,
+        "actual_kept_pred_kept": 860,
+    }
     (tmp_path / "cleaning").mkdir()
     (tmp_path / "cleaning" / "llm_combined.json").write_text(json.dumps(counts))
     tables = build_tables(spec, ResultsView(tmp_path, spec.benchmark), ["table8_llm_combined", "table10_knn"])
@@ -321,7 +359,10 @@ def test_choose_benchmark(spec, empty_results, mini_results, multi_results, tmp_
     assert choose_benchmark(empty_results, spec) == ("vl-docir", None)
     name, note = choose_benchmark(mini_results, spec)
     assert name == TEXT_BENCH and "no runs of the paper's benchmark vl-docir" in note
-    assert choose_benchmark(mini_results, spec, "other") == ("other", "reproduced values are runs on other, not on the paper's vl-docir")
+    assert choose_benchmark(mini_results, spec, "other") == (
+        "other",
+        "reproduced values are runs on other, not on the paper's vl-docir",
+    )
     shutil.copytree(mini_results / "runs" / TEXT_BENCH, tmp_path / "runs" / "vl-docir")
     shutil.copytree(multi_results / "runs" / TEXT_BENCH, tmp_path / "runs" / TEXT_BENCH)
     assert choose_benchmark(tmp_path, spec) == ("vl-docir", None)

@@ -61,7 +61,9 @@ def test_sweep_end_renders_from_reproduced_runs_and_logs_to_wandb(spec, multi_re
     for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / var.lower()))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    config = OmegaConf.create({"paths": {"root_dir": str(REPO_ROOT), "results_dir": str(results)}, "dataset": {"name": TEXT_BENCH}})
+    config = OmegaConf.create(
+        {"paths": {"root_dir": str(REPO_ROOT), "results_dir": str(results)}, "dataset": {"name": TEXT_BENCH}}
+    )
     capsys.readouterr()
     TablesOnSweepEnd(wandb=True).on_multirun_end(config)
     printed = capsys.readouterr().out
@@ -78,23 +80,26 @@ def test_sweep_end_renders_from_reproduced_runs_and_logs_to_wandb(spec, multi_re
         assert (results / "figures" / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
     origins = dict(re.findall(r"^  (fig\S+) +(.+)$", printed, re.M))
     assert set(origins) == FIGURE_NAMES
-    for name in FIGURE_NAMES - {"fig8_recallall_by_family"}:
+    for name in FIGURE_NAMES - {"fig8_families"}:
         assert origins[name].startswith("reproduced"), (name, origins[name])
     # Fig. 8: only the ColQwen2.5 panel has runs (colqwen25/base, ctx-n256); the others stay published.
-    assert origins["fig8_recallall_by_family"] == (
-        f"reproduced on {TEXT_BENCH}: ColQwen2.5; published (Table 13): ColPali v1.3, ColNomic")
+    assert origins["fig8_families"] == (
+        f"reproduced on {TEXT_BENCH}: ColQwen2.5; published (Table 13): ColPali v1.3, ColNomic"
+    )
     assert "2 of 5 n_ctx runs" in origins["fig10_nctx"]
     assert "no domain has 100 Cross-Doc queries" in origins["fig9_domain_crossdoc"]
 
     # Fig. 2 shows, per source x structure, the best RecallAll@5 over the runs in the store.
-    figure, _ = fig2_source_structure("fig2_source_structure", spec.figures["fig2_source_structure"], spec,
-                                      ResultsView(results, TEXT_BENCH))
+    figure, _ = fig2_source_structure(
+        "fig2_source_structure", spec.figures["fig2_source_structure"], spec, ResultsView(results, TEXT_BENCH)
+    )
     shown = [text.get_text() for text in figure.axes[0].texts]
     runs = [json.loads(path.read_text()) for path in (results / "runs" / TEXT_BENCH).glob("*/*/*/metrics.json")]
     assert len(runs) == 5
     expected = [
         f"{max(m['breakdowns']['source_structure'][source][structure]['recallall@5'] for m in runs):.1f}"
-        for source in spec.sources for structure in spec.structures
+        for source in spec.sources
+        for structure in spec.structures
     ]
     assert shown == expected
 
@@ -110,4 +115,7 @@ def test_sweep_end_renders_from_reproduced_runs_and_logs_to_wandb(spec, multi_re
     assert t13["columns"] == ["Model", "Aggregate", "column", "published", "reproduced", "difference", "check", "run"]
     rows = {(r[0], r[1], r[2]): r for r in t13["data"]}
     assert rows[("DOM-BM25", "Macro", "RecallAll@10")][6] == "DIFF"
-    assert rows[("ColNomic", "Macro", "RecallAll@10")][4] is None and rows[("ColNomic", "Macro", "RecallAll@10")][6] == "MISSING"
+    assert (
+        rows[("ColNomic", "Macro", "RecallAll@10")][4] is None
+        and rows[("ColNomic", "Macro", "RecallAll@10")][6] == "MISSING"
+    )

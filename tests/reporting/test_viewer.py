@@ -14,12 +14,18 @@ import sys
 import pandas as pd
 import pytest
 
+from helpers import newest_entry
 from report_stores import IMAGE_SCALE, REPO_ROOT, TEXT_BENCH, chromium_path, evaluate_run
 from vldocir.data.benchmark import load_benchmark
 from vldocir.reporting.viewer import ViewerError, load, query_file_name, write_viewer
-from helpers import newest_entry
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-gpu"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-gpu",
+]
 
 
 def run_dir_of(results, benchmark):
@@ -34,7 +40,13 @@ def expected_boxes(bench, query_id: str, page_id: str) -> int:
         return 0
     page = pages.loc[page_id]
     cited = {e for ids in rows.element_ids for e in ids}
-    return int(((elements.doc_id == page.doc_id) & (elements.page_index == page.page_index) & elements.element_id.isin(cited)).sum())
+    return int(
+        (
+            (elements.doc_id == page.doc_id)
+            & (elements.page_index == page.page_index)
+            & elements.element_id.isin(cited)
+        ).sum()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +79,9 @@ def test_viewer_on_the_text_only_mini_benchmark(browser, mini_results, tmp_path,
     run_dir = run_dir_of(mini_results, TEXT_BENCH)
     out = tmp_path / "viewer"
     # The documented command: python -m vldocir.reporting.viewer <run dir> ...
-    monkeypatch.setattr(sys, "argv", ["viewer", str(run_dir), "--structure", "cross_doc", "--failed", "--out", str(out)])
+    monkeypatch.setattr(
+        sys, "argv", ["viewer", str(run_dir), "--structure", "cross_doc", "--failed", "--out", str(out)]
+    )
     with pytest.raises(SystemExit) as done:
         runpy.run_module("vldocir.reporting.viewer", run_name="__main__")
     assert done.value.code == 0
@@ -97,7 +111,9 @@ def test_viewer_on_the_text_only_mini_benchmark(browser, mini_results, tmp_path,
     assert page.locator(".thumb.correct").count() == int(row["pages_found@5"]) == top.page_id.isin(evidence).sum()
     assert page.locator(".evidence-view").count() == len(evidence) == row.n_evidence_pages
     assert page.locator(".evidence-view .bbox").count() == sum(expected_boxes(bench, query_id, p) for p in evidence) > 0
-    assert page.locator(".thumb .bbox").count() == sum(expected_boxes(bench, query_id, p) for p in top.page_id if p in evidence)
+    assert page.locator(".thumb .bbox").count() == sum(
+        expected_boxes(bench, query_id, p) for p in top.page_id if p in evidence
+    )
     assert page.locator(".thumb .page-text").count() == 5  # text-only pages: their DOM text
     texts = [page.locator(".retrieved figcaption").nth(i).inner_text() for i in range(5)]
     assert [t.split(" ")[0] for t in texts] == ["#1", "#2", "#3", "#4", "#5"]
@@ -121,9 +137,14 @@ def test_viewer_on_a_rendered_benchmark(browser, rendered_results, tmp_path):
     page, errors = open_page(browser, out / "q" / query_file_name(query_id))
     images = page.locator(".page img")
     assert images.count() == 5 + len(evidence)
-    loaded = page.evaluate("Array.from(document.querySelectorAll('.page img')).map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+    loaded = page.evaluate(
+        "Array.from(document.querySelectorAll('.page img')).map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
+    )
     assert all(ok and width == 2000 // IMAGE_SCALE and height == 4000 // IMAGE_SCALE for ok, width, height in loaded)
-    assert all(src.startswith("../img/") for src in page.eval_on_selector_all(".page img", "els => els.map(e => e.getAttribute('src'))"))
+    assert all(
+        src.startswith("../img/")
+        for src in page.eval_on_selector_all(".page img", "els => els.map(e => e.getAttribute('src'))")
+    )
 
     # Each evidence box sits where its element is on the page, although the image is 1/8 the size.
     pages = bench.pages.set_index("page_id")
@@ -138,9 +159,14 @@ def test_viewer_on_a_rendered_benchmark(browser, rendered_results, tmp_path):
         drawn = []
         for j in range(boxes.count()):
             box = boxes.nth(j).bounding_box()
-            drawn.append(((box["x"] - frame["x"]) / frame["width"] * 2000, (box["y"] - frame["y"]) / frame["height"] * 4000,
-                          (box["x"] + box["width"] - frame["x"]) / frame["width"] * 2000,
-                          (box["y"] + box["height"] - frame["y"]) / frame["height"] * 4000))
+            drawn.append(
+                (
+                    (box["x"] - frame["x"]) / frame["width"] * 2000,
+                    (box["y"] - frame["y"]) / frame["height"] * 4000,
+                    (box["x"] + box["width"] - frame["x"]) / frame["width"] * 2000,
+                    (box["y"] + box["height"] - frame["y"]) / frame["height"] * 4000,
+                )
+            )
         for want, got in zip(expected, sorted(drawn)):
             assert got == pytest.approx(want, abs=2000 * 0.01), (page_id, want, got)
     page.screenshot(path=str(tmp_path / "query-rendered.png"), full_page=True)

@@ -34,11 +34,25 @@ from vldocir.io import atomic_write_json, atomic_write_text
 from vldocir.reporting.viewer import CSS, PageImages, evidence_figure, load_evidence
 
 VERDICTS = ("correct", "incorrect")
-ISSUES = {"F": "incorrectly formulated or insufficiently identifying query", "E": "incorrect evidence",
-          "U": "unnecessary evidence page", "N": "non-presence query without directly retrievable positive evidence"}
+ISSUES = {
+    "F": "incorrectly formulated or insufficiently identifying query",
+    "E": "incorrect evidence",
+    "U": "unnecessary evidence page",
+    "N": "non-presence query without directly retrievable positive evidence",
+}
 """Table 12's issue codes; an ``incorrect`` row may name one in the sheet's ``issue`` column."""
-SHEET_COLUMNS = ["query_id", "source", "evidence_structure", "domain", "question", "answer", "evidence_pages",
-                 "verdict", "issue", "comment"]
+SHEET_COLUMNS = [
+    "query_id",
+    "source",
+    "evidence_structure",
+    "domain",
+    "question",
+    "answer",
+    "evidence_pages",
+    "verdict",
+    "issue",
+    "comment",
+]
 SAMPLE_FILE, SHEET_FILE, REVIEW_DIR = "sample.json", "sheet.csv", "review"
 
 
@@ -148,9 +162,20 @@ def export_review(bench: Benchmark, out_dir: str | Path, counts: Mapping[str, in
     for row in sample.itertuples():
         pages = data.pages
         evidence = [f"{p} (p.{int(pages.loc[p, 'page_index']) + 1})" for p in _evidence_pages(data.qrels, row.query_id)]
-        rows.append({"query_id": row.query_id, "source": row.source, "evidence_structure": row.evidence_structure,
-                     "domain": row.domain, "question": row.text, "answer": row.answer,
-                     "evidence_pages": "; ".join(evidence), "verdict": "", "issue": "", "comment": ""})
+        rows.append(
+            {
+                "query_id": row.query_id,
+                "source": row.source,
+                "evidence_structure": row.evidence_structure,
+                "domain": row.domain,
+                "question": row.text,
+                "answer": row.answer,
+                "evidence_pages": "; ".join(evidence),
+                "verdict": "",
+                "issue": "",
+                "comment": "",
+            }
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     sheet = pd.DataFrame(rows, columns=SHEET_COLUMNS)
     atomic_write_text(sheet.to_csv(index=False), out_dir / SHEET_FILE)
@@ -161,15 +186,22 @@ def export_review(bench: Benchmark, out_dir: str | Path, counts: Mapping[str, in
     body, position = [], 0
     by_stratum = {key: group for key, group in sample.groupby(["source", "evidence_structure"], sort=False)}
     for stratum in strata:
-        note = (f' <span class="short">(only {stratum.available} queries: all taken, {stratum.requested} asked for)</span>'
-                if stratum.short else "")
-        body.append(f'<h2 class="stratum">{html.escape(stratum.source)} &middot; {html.escape(stratum.evidence_structure)}: '
-                    f"{stratum.taken} queries{note}</h2>")
+        note = (
+            f' <span class="short">(only {stratum.available} queries: all taken, {stratum.requested} asked for)</span>'
+            if stratum.short
+            else ""
+        )
+        body.append(
+            f'<h2 class="stratum">{html.escape(stratum.source)} &middot; {html.escape(stratum.evidence_structure)}: '
+            f"{stratum.taken} queries{note}</h2>"
+        )
         group = by_stratum.get((stratum.source, stratum.evidence_structure))
-        for row in ([] if group is None else group.itertuples()):
+        for row in [] if group is None else group.itertuples():
             position += 1
-            figures = "".join(evidence_figure(data, images, row.query_id, page_id, "")
-                              for page_id in _evidence_pages(data.qrels, row.query_id))
+            figures = "".join(
+                evidence_figure(data, images, row.query_id, page_id, "")
+                for page_id in _evidence_pages(data.qrels, row.query_id)
+            )
             body.append(
                 f'<section class="audit-query" id="{html.escape(row.query_id)}"><h3>{position}. {html.escape(row.query_id)}</h3>'
                 f'<p class="meta">{html.escape(str(row.domain))}</p>'
@@ -184,15 +216,20 @@ def export_review(bench: Benchmark, out_dir: str | Path, counts: Mapping[str, in
 <body>
 <h1>Query audit: {html.escape(bench.name)}</h1>
 <p class="meta">{len(ids)} queries, seed {seed}. Mark each row of {SHEET_FILE} <b>correct</b> or <b>incorrect</b>
-(optionally an issue code: {', '.join(f'{k} = {v}' for k, v in ISSUES.items())}). Blue boxes: the cited elements.</p>
+(optionally an issue code: {", ".join(f"{k} = {v}" for k, v in ISSUES.items())}). Blue boxes: the cited elements.</p>
 {chr(10).join(body)}
 </body></html>
 """,
         review / "index.html",
     )
-    record = {"benchmark": bench.name, "fingerprint": bench.fingerprint, "seed": int(seed),
-              "counts": {k: int(v) for k, v in counts.items()},
-              "strata": [{**stratum.__dict__, "short": stratum.short} for stratum in strata], "query_ids": ids}
+    record = {
+        "benchmark": bench.name,
+        "fingerprint": bench.fingerprint,
+        "seed": int(seed),
+        "counts": {k: int(v) for k, v in counts.items()},
+        "strata": [{**stratum.__dict__, "short": stratum.short} for stratum in strata],
+        "query_ids": ids,
+    }
     atomic_write_json(record, out_dir / SAMPLE_FILE)
     return record
 
@@ -236,9 +273,15 @@ def read_sheet(path: str | Path, sample: Mapping) -> pd.DataFrame:
                 problems.append(f"{where}: issue {row.issue!r} is not one of {', '.join(ISSUES)}")
             elif row.verdict == "correct":
                 problems.append(f"{where}: issue {row.issue} given for a correct verdict")
-    absent = [q for q in (sample["query_ids"] if not isinstance(sample, pd.DataFrame) else sample["query_id"]) if q not in seen]
+    absent = [
+        q
+        for q in (sample["query_ids"] if not isinstance(sample, pd.DataFrame) else sample["query_id"])
+        if q not in seen
+    ]
     if absent:
-        problems.append(f"{len(absent)} sampled queries have no row: {', '.join(absent[:10])}{' ...' if len(absent) > 10 else ''}")
+        problems.append(
+            f"{len(absent)} sampled queries have no row: {', '.join(absent[:10])}{' ...' if len(absent) > 10 else ''}"
+        )
     if problems:
         shown = problems[:20]
         more = f"; and {len(problems) - 20} more" if len(problems) > 20 else ""
@@ -250,25 +293,43 @@ def _cell(frame: pd.DataFrame, confidence: float, **key) -> dict:
     n, correct = len(frame), int((frame["verdict"] == "correct").sum())
     low, high = wilson_interval(correct, n, confidence) if n else (float("nan"), float("nan"))
     issues = {code: int((frame["issue"] == code).sum()) for code in ISSUES}
-    return {**key, "correct": correct, "total": n, "accuracy": correct / n if n else float("nan"),
-            "wilson_low": low, "wilson_high": high, "issues": issues}
+    return {
+        **key,
+        "correct": correct,
+        "total": n,
+        "accuracy": correct / n if n else float("nan"),
+        "wilson_low": low,
+        "wilson_high": high,
+        "issues": issues,
+    }
 
 
 def accuracy(sheet: pd.DataFrame, queries: pd.DataFrame, confidence: float = 0.95) -> dict:
     """Accuracy and Wilson intervals of a read sheet: overall, per stratum, per source, per structure.
     Source and structure come from the benchmark's ``queries`` (not from the editable sheet)."""
     frame = sheet[["query_id", "verdict", "issue"]].merge(
-        queries[["query_id", "source", "evidence_structure"]], on="query_id", how="left", validate="one_to_one")
+        queries[["query_id", "source", "evidence_structure"]], on="query_id", how="left", validate="one_to_one"
+    )
     order = {s: i for i, s in enumerate(EVIDENCE_STRUCTURES)}
     strata = sorted(frame.groupby(["source", "evidence_structure"]).groups, key=lambda k: (k[0], order[k[1]]))
     return {
         "confidence": confidence,
         "overall": _cell(frame, confidence),
-        "strata": [_cell(frame[(frame["source"] == s) & (frame["evidence_structure"] == e)], confidence,
-                         source=s, evidence_structure=e) for s, e in strata],
+        "strata": [
+            _cell(
+                frame[(frame["source"] == s) & (frame["evidence_structure"] == e)],
+                confidence,
+                source=s,
+                evidence_structure=e,
+            )
+            for s, e in strata
+        ],
         "sources": [_cell(frame[frame["source"] == s], confidence, source=s) for s in sorted(frame["source"].unique())],
-        "structures": [_cell(frame[frame["evidence_structure"] == e], confidence, evidence_structure=e)
-                       for e in EVIDENCE_STRUCTURES if (frame["evidence_structure"] == e).any()],
+        "structures": [
+            _cell(frame[frame["evidence_structure"] == e], confidence, evidence_structure=e)
+            for e in EVIDENCE_STRUCTURES
+            if (frame["evidence_structure"] == e).any()
+        ],
     }
 
 
@@ -297,24 +358,36 @@ def census(bench: Benchmark, structures: Sequence[str] | None = None, examples: 
 
     stored = qrels.merge(pages[["page_id", "page_index"]], on="page_id", how="left")
     no_elements = stored["element_ids"].map(lambda ids: ids is None or len(ids) == 0)
-    cited = (stored.loc[~no_elements, ["query_id", "evidence_structure", "page_id", "doc_id", "page_index", "element_ids"]]
-             .rename(columns={"page_index": "stored_page_index"}).explode("element_ids")
-             .rename(columns={"element_ids": "element_id"}))
+    cited = (
+        stored.loc[~no_elements, ["query_id", "evidence_structure", "page_id", "doc_id", "page_index", "element_ids"]]
+        .rename(columns={"page_index": "stored_page_index"})
+        .explode("element_ids")
+        .rename(columns={"element_ids": "element_id"})
+    )
     cited = cited.merge(elements, on=["doc_id", "element_id"], how="left", indicator=True)
     missing_element = cited["_merge"] == "left_only"
     cited = cited.drop(columns="_merge").merge(
-        pages.rename(columns={"page_id": "element_page_id"}), on=["doc_id", "page_index"], how="left")
+        pages.rename(columns={"page_id": "element_page_id"}), on=["doc_id", "page_index"], how="left"
+    )
     missing = missing_element | cited["element_page_id"].isna()
 
     def outside(box) -> bool:
         return box is None or len(box) != 4 or not all(np.isfinite(box))
 
     box_bad = cited["bbox"].map(outside)
-    box = np.array([list(b) if not bad else [np.nan] * 4 for b, bad in zip(cited["bbox"], box_bad)], dtype=float).reshape(-1, 4)
+    box = np.array(
+        [list(b) if not bad else [np.nan] * 4 for b, bad in zip(cited["bbox"], box_bad)], dtype=float
+    ).reshape(-1, 4)
     width, height = cited["width"].to_numpy(float), cited["height"].to_numpy(float)
     with np.errstate(invalid="ignore"):
-        out = (box[:, 0] < 0) | (box[:, 1] < 0) | (box[:, 2] > width) | (box[:, 3] > height) \
-            | (box[:, 2] < box[:, 0]) | (box[:, 3] < box[:, 1])
+        out = (
+            (box[:, 0] < 0)
+            | (box[:, 1] < 0)
+            | (box[:, 2] > width)
+            | (box[:, 3] > height)
+            | (box[:, 2] < box[:, 0])
+            | (box[:, 3] < box[:, 1])
+        )
     cited["out_of_range"] = ~missing & (box_bad.to_numpy() | out)
     cited["page_mismatch"] = ~missing & (cited["page_index"] != cited["stored_page_index"])
     cited["spanning"] = ~missing & (cited["spans_pages"].fillna(False).astype(bool) if has_spans else False)
@@ -340,21 +413,34 @@ def census(bench: Benchmark, structures: Sequence[str] | None = None, examples: 
             continue
         rows = cited[cited[check]].drop_duplicates("query_id").head(examples)
         for row in rows.itertuples():
-            details.append({
-                "check": check, "query_id": row.query_id, "evidence_structure": row.evidence_structure,
-                "doc_id": row.doc_id, "element_id": row.element_id, "stored_page_id": row.page_id,
-                "element_page_id": None if pd.isna(row.element_page_id) else row.element_page_id,
-                "bbox": None if row.bbox is None or (isinstance(row.bbox, float) and math.isnan(row.bbox)) else [float(v) for v in row.bbox],
-                "page_size": None if pd.isna(row.width) else [int(row.width), int(row.height)],
-            })
+            details.append(
+                {
+                    "check": check,
+                    "query_id": row.query_id,
+                    "evidence_structure": row.evidence_structure,
+                    "doc_id": row.doc_id,
+                    "element_id": row.element_id,
+                    "stored_page_id": row.page_id,
+                    "element_page_id": None if pd.isna(row.element_page_id) else row.element_page_id,
+                    "bbox": None
+                    if row.bbox is None or (isinstance(row.bbox, float) and math.isnan(row.bbox))
+                    else [float(v) for v in row.bbox],
+                    "page_size": None if pd.isna(row.width) else [int(row.width), int(row.height)],
+                }
+            )
     return {
         "structures": list(structures) if structures else None,
         "spans_recorded": has_spans,
         "cited_elements": int(len(cited)),
-        "elements": {check: int(cited[check].sum()) for check in ("spanning", "out_of_range", "page_mismatch", "missing")},
+        "elements": {
+            check: int(cited[check].sum()) for check in ("spanning", "out_of_range", "page_mismatch", "missing")
+        },
         "overall": counts(flags),
-        "by_structure": {e: counts(flags[flags["evidence_structure"] == e])
-                         for e in EVIDENCE_STRUCTURES if (flags["evidence_structure"] == e).any()},
+        "by_structure": {
+            e: counts(flags[flags["evidence_structure"] == e])
+            for e in EVIDENCE_STRUCTURES
+            if (flags["evidence_structure"] == e).any()
+        },
         "examples": details,
     }
 
@@ -370,8 +456,10 @@ def format_accuracy(result: Mapping) -> str:
 
     def line(label: str, cell: Mapping) -> str:
         issues = " | ".join(str(cell["issues"][code]) for code in ISSUES)
-        return (f"| {label} | {cell['correct']}/{cell['total']} | {_pct(cell['accuracy'])} | "
-                f"{_pct(cell['wilson_low'])}–{_pct(cell['wilson_high'])} | {issues} |")
+        return (
+            f"| {label} | {cell['correct']}/{cell['total']} | {_pct(cell['accuracy'])} | "
+            f"{_pct(cell['wilson_low'])}–{_pct(cell['wilson_high'])} | {issues} |"
+        )
 
     lines = [head]
     lines += [line(f"{c['source']} · {c['evidence_structure']}", c) for c in result["strata"]]
@@ -390,19 +478,32 @@ def format_census(result: Mapping) -> str:
     lines = ["| structure | queries | " + " | ".join(checks) + " |", "|---|---|" + "---|" * len(checks)]
     rows = [*result["by_structure"].items(), ("**all**", result["overall"])]
     for name, cell in rows:
-        lines.append(f"| {name} | {cell['queries']} | " + " | ".join(share(cell[c], cell["queries"]) for c in checks) + " |")
+        lines.append(
+            f"| {name} | {cell['queries']} | " + " | ".join(share(cell[c], cell["queries"]) for c in checks) + " |"
+        )
     lines.append("")
-    lines.append(f"{result['cited_elements']} cited elements: " + ", ".join(f"{k} {v}" for k, v in result["elements"].items())
-                 + ("" if result["spans_recorded"] else " (spanning not recorded: the elements table has no spans_pages column)"))
+    lines.append(
+        f"{result['cited_elements']} cited elements: "
+        + ", ".join(f"{k} {v}" for k, v in result["elements"].items())
+        + ("" if result["spans_recorded"] else " (spanning not recorded: the elements table has no spans_pages column)")
+    )
     if result["examples"]:
-        lines += ["", "| check | query | element | stored page | element's page | bbox | page size |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| check | query | element | stored page | element's page | bbox | page size |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for ex in result["examples"]:
-            lines.append(f"| {ex['check']} | {ex['query_id']} | {ex['doc_id']}/{ex['element_id']} | {ex['stored_page_id']} | "
-                         f"{ex['element_page_id']} | {ex['bbox']} | {ex['page_size']} |")
+            lines.append(
+                f"| {ex['check']} | {ex['query_id']} | {ex['doc_id']}/{ex['element_id']} | {ex['stored_page_id']} | "
+                f"{ex['element_page_id']} | {ex['bbox']} | {ex['page_size']} |"
+            )
     return "\n".join(lines)
 
 
-def write_report(out_dir: str | Path, name: str, title: str, sections: Mapping[str, object], markdown: Sequence[str]) -> tuple[Path, Path]:
+def write_report(
+    out_dir: str | Path, name: str, title: str, sections: Mapping[str, object], markdown: Sequence[str]
+) -> tuple[Path, Path]:
     """``<name>.json`` (the sections) and ``<name>.md`` (the title and the Markdown parts) under ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -412,8 +513,14 @@ def write_report(out_dir: str | Path, name: str, title: str, sections: Mapping[s
     return json_path, md_path
 
 
-def import_review(bench: Benchmark, out_dir: str | Path, sheet_path: str | Path, confidence: float = 0.95,
-                  census_structures: Sequence[str] | None = None, examples: int = 5) -> dict:
+def import_review(
+    bench: Benchmark,
+    out_dir: str | Path,
+    sheet_path: str | Path,
+    confidence: float = 0.95,
+    census_structures: Sequence[str] | None = None,
+    examples: int = 5,
+) -> dict:
     """Read the filled sheet against ``sample.json`` and write ``report.json`` + ``report.md``
     (accuracy with Wilson intervals, and the census) under ``out_dir``."""
     out_dir = Path(out_dir)
@@ -422,17 +529,38 @@ def import_review(bench: Benchmark, out_dir: str | Path, sheet_path: str | Path,
         raise AuditSheetError(f"{sample_path} not found: export the sample first (python -m vldocir.apps.audit)")
     sample = json.loads(sample_path.read_text())
     if sample["fingerprint"] != bench.fingerprint:
-        raise AuditSheetError(f"{sample_path} was drawn from {sample['benchmark']} with fingerprint {sample['fingerprint']}, "
-                              f"but the benchmark now has {bench.fingerprint}: export a new sample")
+        raise AuditSheetError(
+            f"{sample_path} was drawn from {sample['benchmark']} with fingerprint {sample['fingerprint']}, "
+            f"but the benchmark now has {bench.fingerprint}: export a new sample"
+        )
     sheet = read_sheet(sheet_path, sample)
-    result = {"benchmark": bench.name, "fingerprint": bench.fingerprint, "sheet": str(sheet_path),
-              "sample": {k: sample[k] for k in ("seed", "counts", "strata")},
-              "accuracy": accuracy(sheet, bench.queries, confidence),
-              "census": census(bench, census_structures, examples)}
-    short = [f"{s['source']}·{s['evidence_structure']} ({s['available']} of {s['requested']})" for s in sample["strata"] if s["short"]]
+    result = {
+        "benchmark": bench.name,
+        "fingerprint": bench.fingerprint,
+        "sheet": str(sheet_path),
+        "sample": {k: sample[k] for k in ("seed", "counts", "strata")},
+        "accuracy": accuracy(sheet, bench.queries, confidence),
+        "census": census(bench, census_structures, examples),
+    }
+    short = [
+        f"{s['source']}·{s['evidence_structure']} ({s['available']} of {s['requested']})"
+        for s in sample["strata"]
+        if s["short"]
+    ]
     notes = f"Sample: seed {sample['seed']}, counts {sample['counts']}." + (
-        f" Strata taken whole (fewer queries than asked for): {', '.join(short)}." if short else "")
-    write_report(out_dir, "report", f"Query audit: {bench.name}", result,
-                 [notes, "## Accuracy (App. A.7, Table 12)", format_accuracy(result["accuracy"]),
-                  "## Bounding-box census", format_census(result["census"])])
+        f" Strata taken whole (fewer queries than asked for): {', '.join(short)}." if short else ""
+    )
+    write_report(
+        out_dir,
+        "report",
+        f"Query audit: {bench.name}",
+        result,
+        [
+            notes,
+            "## Accuracy (App. A.7, Table 12)",
+            format_accuracy(result["accuracy"]),
+            "## Bounding-box census",
+            format_census(result["census"]),
+        ],
+    )
     return result

@@ -43,7 +43,9 @@ def check_table(table: ReportTable, tolerance: float | None = None) -> pd.DataFr
     cells = table.cells.copy()
     if tolerance is not None:
         cells["tolerance"] = tolerance
-    cells["check"] = [cell_status(p, r, t) for p, r, t in zip(cells["published"], cells["reproduced"], cells["tolerance"])]
+    cells["check"] = [
+        cell_status(p, r, t) for p, r, t in zip(cells["published"], cells["reproduced"], cells["tolerance"])
+    ]
     cells.insert(0, "table", table.name)
     return cells
 
@@ -99,8 +101,13 @@ def missing_inputs(spec: PaperSpec, cells: pd.DataFrame) -> list[tuple[str, str]
     return list(dict.fromkeys(zip(missing["table"], missing["status"])))
 
 
-def print_check(spec: PaperSpec, view: ResultsView, tables: dict[str, ReportTable], tolerance: float | None = None,
-                quiet: bool = False) -> int:
+def print_check(
+    spec: PaperSpec,
+    view: ResultsView,
+    tables: dict[str, ReportTable],
+    tolerance: float | None = None,
+    quiet: bool = False,
+) -> int:
     """Print one line per cell (``quiet``: only those not OK), the commands that would make the
     missing runs, and the counts; return the exit status: 1 when a cell differs, else 0."""
     cells = check(tables, tolerance)
@@ -118,7 +125,11 @@ def print_check(spec: PaperSpec, view: ResultsView, tables: dict[str, ReportTabl
         for name, status in inputs:
             print(f"  {name:<36} {status}")
     counts = Counter(cells["check"])
-    print("\nSummary:", ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES), f"of {len(cells)} cells in {len(tables)} tables")
+    print(
+        "\nSummary:",
+        ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES),
+        f"of {len(cells)} cells in {len(tables)} tables",
+    )
     for name, group in cells.groupby("table", sort=False):
         c = Counter(group["check"])
         print(f"  {name:<38} " + "  ".join(f"{s} {c.get(s, 0):>4}" for s in STATUSES))

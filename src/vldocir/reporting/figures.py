@@ -35,15 +35,19 @@ SIZES: dict[str, tuple[float, float]] = {
     "fig5_domains": (8.0, 6.5),
     "fig6_pages_per_document": (9.0, 6.0),
     "fig7_evidence_types": (10.0, 5.5),
-    "fig8_recallall_by_family": (13.0, 4.6),
+    "fig8_families": (13.0, 4.6),
     "fig9_domain_crossdoc": (8.0, 5.0),
     "fig10_nctx": (7.5, 4.8),
     "fig11_crossdoc_completeness": (13.0, 4.8),
     "fig12_generators": (7.5, 7.0),
 }
 STRUCTURE_COLORS = {
-    "page_single": "#1f77b4", "page_multi": "#ff7f0e", "doc_adjacent": "#2ca02c",
-    "doc_near": "#d62728", "doc_far": "#9467bd", "cross_doc": "#8c564b",
+    "page_single": "#1f77b4",
+    "page_multi": "#ff7f0e",
+    "doc_adjacent": "#2ca02c",
+    "doc_near": "#d62728",
+    "doc_far": "#9467bd",
+    "cross_doc": "#8c564b",
 }
 SPLIT_COLORS = {"all": "#2ca02c", "partial": "#ffbf00", "none": "#d62728"}
 
@@ -87,7 +91,11 @@ def _title(fig: Figure, entry: dict, origin: str) -> None:
 
 def _candidates(entry: dict, spec: PaperSpec, view: ResultsView) -> dict[str, StoredRun]:
     """The runs a "best of" figure takes the maximum over: every mapped run (``best_of: all``)."""
-    refs = spec.all_runs() if entry.get("best_of", "all") == "all" else {k: spec.row_ref(entry, k) for k in entry.get("rows", {})}
+    refs = (
+        spec.all_runs()
+        if entry.get("best_of", "all") == "all"
+        else {k: spec.row_ref(entry, k) for k in entry.get("rows", {})}
+    )
     return view.available(refs)
 
 
@@ -96,7 +104,11 @@ def fig2_source_structure(name: str, entry: dict, spec: PaperSpec, view: Results
     runs = _candidates(entry, spec, view)
     structures = spec.structures
     if runs:
-        sources = [s for s in spec.sources if any(run.metrics["breakdowns"]["source_structure"].get(s) for run in runs.values())]
+        sources = [
+            s
+            for s in spec.sources
+            if any(run.metrics["breakdowns"]["source_structure"].get(s) for run in runs.values())
+        ]
         grid = np.full((len(sources), len(structures)), np.nan)
         for i, source in enumerate(sources):
             for j, structure in enumerate(structures):
@@ -114,7 +126,15 @@ def fig2_source_structure(name: str, entry: dict, spec: PaperSpec, view: Results
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="Blues", vmin=0, vmax=100, aspect="auto")
     for (i, j), value in np.ndenumerate(grid):
         text = "n/a" if np.isnan(value) else f"{value:.1f}"
-        ax.text(j, i, text, ha="center", va="center", fontsize=9, color="white" if not np.isnan(value) and value > 60 else "black")
+        ax.text(
+            j,
+            i,
+            text,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="white" if not np.isnan(value) and value > 60 else "black",
+        )
     ax.set_xticks(range(len(structures)), [spec.structure_label(s) for s in structures])
     ax.set_yticks(range(len(sources)), [spec.source_label(s) for s in sources])
     fig.colorbar(image, ax=ax, label=metric_label(metric))
@@ -154,15 +174,19 @@ def fig6_pages_per_document(name: str, entry: dict, spec: PaperSpec, view: Resul
             pages = documents.loc[documents["source"] == source, "n_pages"].to_numpy()
             if len(pages):
                 bins = np.arange(0, pages.max() + width + 1, width)
-                ax.hist(pages, bins=bins, weights=np.full(len(pages), 1 / len(pages)), color="#4c72b0", edgecolor="white")
+                ax.hist(
+                    pages, bins=bins, weights=np.full(len(pages), 1 / len(pages)), color="#4c72b0", edgecolor="white"
+                )
             else:
                 _placeholder(ax, "no documents")
             ax.set_title(f"{spec.source_label(source)} (N={len(pages):,})", fontsize=9)
             ax.set_xlabel("Pages per document")
             ax.set_ylabel("Probability")
     else:
-        origin = _published_without_benchmark("Table 1's N and mean pages, and the ranges the text names "
-                                              "(the histograms are not printed as numbers)", view)
+        origin = _published_without_benchmark(
+            "Table 1's N and mean pages, and the ranges the text names (the histograms are not printed as numbers)",
+            view,
+        )
         csv = spec.csv(entry["csv"])
         by_source = {spec.source_id(r["source"]): r for r in csv.to_dict("records") if r["source"] != "Total"}
         for ax, source in zip(axes, spec.sources):
@@ -171,7 +195,9 @@ def fig6_pages_per_document(name: str, entry: dict, spec: PaperSpec, view: Resul
             if low is not None:
                 ax.axvspan(low, high, color="#4c72b0", alpha=0.25, label=f"most documents: {low}-{high} pages")
             if record is not None:
-                ax.axvline(record["avg_pages"], color="black", linestyle="--", label=f"mean {record['avg_pages']:.2f} pages")
+                ax.axvline(
+                    record["avg_pages"], color="black", linestyle="--", label=f"mean {record['avg_pages']:.2f} pages"
+                )
             ax.set_xlim(0, max(70, (high or 0) + 10))
             ax.set_yticks([])
             docs = f"N={int(record['docs']):,}" if record is not None else ""
@@ -216,8 +242,11 @@ def fig7_evidence_types(name: str, entry: dict, spec: PaperSpec, view: ResultsVi
         combinations = pd.Series(entry["published_combinations"], dtype=int)
         per_type = None
         types = list(dict.fromkeys(t for label in combinations.index for t in label.split("+")))
-        origin = _published_without_benchmark("the three commonest combinations its text names; the other bars and "
-                                              "the per-type counts are printed without numbers", view)
+        origin = _published_without_benchmark(
+            "the three commonest combinations its text names; the other bars and "
+            "the per-type counts are printed without numbers",
+            view,
+        )
     fig = _figure(name)
     grid = fig.add_gridspec(2, 2, width_ratios=(1, 4), height_ratios=(3, 2))
     bars_ax = fig.add_subplot(grid[0, 1])
@@ -248,8 +277,9 @@ def fig7_evidence_types(name: str, entry: dict, spec: PaperSpec, view: ResultsVi
             types_ax.text(value, i, f"{value:,} ", ha="right", va="center", fontsize=6)
         types_ax.margins(x=0.45)
     else:
-        types_ax.text(0.5, 0.5, "not printed", ha="center", va="center", fontsize=8, color="0.35",
-                      transform=types_ax.transAxes)
+        types_ax.text(
+            0.5, 0.5, "not printed", ha="center", va="center", fontsize=8, color="0.35", transform=types_ax.transAxes
+        )
         types_ax.set_xticks([])
     types_ax.invert_xaxis()
     types_ax.set_yticks(y, [spec.element_type_label(t) for t in types], fontsize=8)
@@ -258,7 +288,7 @@ def fig7_evidence_types(name: str, entry: dict, spec: PaperSpec, view: ResultsVi
     return fig, origin
 
 
-def fig8_recallall_by_family(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[Figure, str]:
+def fig8_families(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[Figure, str]:
     table_entry = next(e for e in spec.tables.values() if e.get("csv") == entry["csv"])
     csv = spec.csv(entry["csv"])
     csv = csv[csv["aggregate"] == entry["aggregate"]].set_index("model")
@@ -274,7 +304,9 @@ def fig8_recallall_by_family(name: str, entry: dict, spec: PaperSpec, view: Resu
         for setting, row in variants.items():
             if reproduced:
                 run = runs[setting]
-                values[setting] = [run.aggregates()[aggregate].get(f"recallall@{k}", np.nan) if run else np.nan for k in ks]
+                values[setting] = [
+                    run.aggregates()[aggregate].get(f"recallall@{k}", np.nan) if run else np.nan for k in ks
+                ]
             else:
                 values[setting] = [csv.loc[row, f"recallall@{k}"] if row in csv.index else np.nan for k in ks]
         origins.append((family, reproduced))
@@ -288,14 +320,17 @@ def fig8_recallall_by_family(name: str, entry: dict, spec: PaperSpec, view: Resu
         finite = [v for s in variants for v in values[s] if not np.isnan(v)]
         if finite:
             ax.set_ylim(max(0, min(finite) - 10), min(100, max(finite) + 5))
-        ax.set_title(f"{family} ({'reproduced on ' + view.benchmark if reproduced else 'published, Table 13'})", fontsize=9)
+        ax.set_title(
+            f"{family} ({'reproduced on ' + view.benchmark if reproduced else 'published, Table 13'})", fontsize=9
+        )
         ax.set_ylabel(f"{entry['aggregate']} RecallAll@k")
         ax.legend(fontsize=7)
     reproduced_panels = [family for family, reproduced in origins if reproduced]
     if reproduced_panels:
         published_panels = [family for family, reproduced in origins if not reproduced]
         origin = f"reproduced on {view.benchmark}: {', '.join(reproduced_panels)}" + (
-            f"; published (Table 13): {', '.join(published_panels)}" if published_panels else "")
+            f"; published (Table 13): {', '.join(published_panels)}" if published_panels else ""
+        )
     else:
         origin = _published(f"Table 13, {entry['aggregate']} rows")
     _title(fig, entry, origin)
@@ -356,15 +391,24 @@ def fig10_nctx(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tu
             points = [(n, run.structure(structure, metric)) for n, run in sorted(runs.items())]
             points = [(n, v) for n, v in points if v is not None]
             if points:
-                ax.plot(*zip(*points), marker="o", color=STRUCTURE_COLORS[structure], label=spec.structure_label(structure))
+                ax.plot(
+                    *zip(*points), marker="o", color=STRUCTURE_COLORS[structure], label=spec.structure_label(structure)
+                )
         ax.set_ylabel(metric_label(metric))
         origin = f"reproduced: {len(runs)} of {len(entry['n_ctx'])} n_ctx runs on {view.benchmark}"
     else:
         # The paper prints no numbers: draw where its text says each structure peaks.
         for i, structure in enumerate(structures):
             low, high = entry["published_peaks"][structure]
-            ax.plot([low, high], [i, i], color=STRUCTURE_COLORS[structure], linewidth=8, marker="o", markersize=12,
-                    solid_capstyle="round")
+            ax.plot(
+                [low, high],
+                [i, i],
+                color=STRUCTURE_COLORS[structure],
+                linewidth=8,
+                marker="o",
+                markersize=12,
+                solid_capstyle="round",
+            )
             ax.text(high * 1.15, i, f"peak {low}" + (f"-{high}" if high != low else ""), va="center", fontsize=8)
         ax.set_yticks(range(len(structures)), [spec.structure_label(s) for s in structures])
         ax.set_ylim(-0.8, len(structures) - 0.2)
@@ -391,9 +435,19 @@ def fig11_crossdoc_completeness(name: str, entry: dict, spec: PaperSpec, view: R
             for level, offset, hatch in (("page", -0.2, None), ("document", 0.2, "..")):
                 bottom = np.zeros(len(runs))
                 for part in ("all", "partial", "none"):
-                    heights = np.array([splits[label].get(source, {}).get(level, {}).get(part, np.nan) for label in runs])
-                    ax.bar(x + offset, np.nan_to_num(heights), 0.38, bottom=bottom, color=SPLIT_COLORS[part], hatch=hatch,
-                           edgecolor="white", label=f"{part} ({level}s)")
+                    heights = np.array(
+                        [splits[label].get(source, {}).get(level, {}).get(part, np.nan) for label in runs]
+                    )
+                    ax.bar(
+                        x + offset,
+                        np.nan_to_num(heights),
+                        0.38,
+                        bottom=bottom,
+                        color=SPLIT_COLORS[part],
+                        hatch=hatch,
+                        edgecolor="white",
+                        label=f"{part} ({level}s)",
+                    )
                     bottom += np.nan_to_num(heights)
             ax.set_xticks(x, list(runs), rotation=25, fontsize=7)
             ax.set_title(spec.source_label(source), fontsize=9)
@@ -463,7 +517,7 @@ FIGURES: dict[str, Callable[..., tuple[Figure, str]]] = {
     "fig5_domains": fig5_domains,
     "fig6_pages_per_document": fig6_pages_per_document,
     "fig7_evidence_types": fig7_evidence_types,
-    "fig8_recallall_by_family": fig8_recallall_by_family,
+    "fig8_families": fig8_families,
     "fig9_domain_crossdoc": fig9_domain_crossdoc,
     "fig10_nctx": fig10_nctx,
     "fig11_crossdoc_completeness": fig11_crossdoc_completeness,
@@ -482,7 +536,9 @@ def render_figure(name: str, spec: PaperSpec, view: ResultsView, out_dir: Path) 
     return FigureResult(name, pdf, png, origin)
 
 
-def render_figures(spec: PaperSpec, view: ResultsView, out_dir: Path, names: list[str] | None = None) -> dict[str, FigureResult]:
+def render_figures(
+    spec: PaperSpec, view: ResultsView, out_dir: Path, names: list[str] | None = None
+) -> dict[str, FigureResult]:
     """The figures ``names`` (default: every figure of the manifest) as PDF and PNG in ``out_dir``."""
     ignore_generated(out_dir)
     return {name: render_figure(name, spec, view, out_dir) for name in (list(spec.figures) if names is None else names)}

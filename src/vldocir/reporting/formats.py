@@ -133,9 +133,23 @@ def to_markdown(table, note: str | None = None) -> str:
 
 
 LATEX_SPECIAL = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-    "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "–": "--", "—": "---", "−": "-", "×": r"$\times$",
-    "≥": r"$\geq$", "≤": r"$\leq$", "Δ": r"$\Delta$",
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "–": "--",
+    "—": "---",
+    "−": "-",
+    "×": r"$\times$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "Δ": r"$\Delta$",
 }
 
 
@@ -144,7 +158,9 @@ def latex_escape(text: str) -> str:
 
 
 def to_latex(table, note: str | None = None) -> str:
-    texts = _cell_parts(table.cells, LATEX_MARKS[table.marks], r"\runmissing{}", "--", lambda signed: rf"{{\scriptsize(${signed}$)}}")
+    texts = _cell_parts(
+        table.cells, LATEX_MARKS[table.marks], r"\runmissing{}", "--", lambda signed: rf"{{\scriptsize(${signed}$)}}"
+    )
     rows, grid = _grid(table, texts)
     n_keys = len(table.index)
     caption = (

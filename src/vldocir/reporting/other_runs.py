@@ -79,8 +79,14 @@ def runs_table(runs: list[StoredRun], ks) -> pd.DataFrame:
         aggregates = run.aggregates() or {}
         for label, key in AGGREGATES.items():
             values = aggregates.get(key, {})
-            records.append({"Run": run.label, "Entry": run.path.name, "Aggregate": label,
-                            **{metric_label(c): values.get(c, math.nan) for c in columns}})
+            records.append(
+                {
+                    "Run": run.label,
+                    "Entry": run.path.name,
+                    "Aggregate": label,
+                    **{metric_label(c): values.get(c, math.nan) for c in columns},
+                }
+            )
     return pd.DataFrame(records, columns=["Run", "Entry", "Aggregate", *(metric_label(c) for c in columns)])
 
 
@@ -131,8 +137,11 @@ def describe_benchmark(name: str, view: ResultsView) -> list[str]:
     origin = info.get("imported_from")
     if isinstance(origin, dict):
         importer = (info.get("built_by") or {}).get("importer") or {}
-        details = [f"format {origin.get('format', '?')}", f"revision {origin.get('revision') or '–'}",
-                   f"licence {origin.get('license') or '–'}"]
+        details = [
+            f"format {origin.get('format', '?')}",
+            f"revision {origin.get('revision') or '–'}",
+            f"licence {origin.get('license') or '–'}",
+        ]
         if importer.get("_target_"):
             details.append(f"importer `{importer['_target_']}`")
         about.append(f"Imported from `{origin.get('source', '?')}` ({', '.join(details)}).")
@@ -152,8 +161,11 @@ def describe_benchmark(name: str, view: ResultsView) -> list[str]:
     if len(set(per_run.values())) == 1:
         about.append(f"Macro is the mean over the structures with queries: {next(iter(per_run.values()))}.")
     else:
-        about.append("Macro is the mean over the structures with queries: "
-                     + "; ".join(f"{label}: {text}" for label, text in per_run.items()) + ".")
+        about.append(
+            "Macro is the mean over the structures with queries: "
+            + "; ".join(f"{label}: {text}" for label, text in per_run.items())
+            + "."
+        )
     return about
 
 
@@ -166,15 +178,18 @@ def other_benchmarks(spec: PaperSpec, view: ResultsView) -> list[BenchmarkRuns]:
         other = ResultsView(view.results_dir, name, ks=view.ks, depth=view.depth, entries=view.entries)
         runs = [run for run in other.distinct_runs() if run.path not in used]
         if runs:
-            found.append(BenchmarkRuns(name, runs, runs_table(runs, section_ks(runs, spec.ks)),
-                                       describe_benchmark(name, other)))
+            found.append(
+                BenchmarkRuns(name, runs, runs_table(runs, section_ks(runs, spec.ks)), describe_benchmark(name, other))
+            )
     return found
 
 
 def _caption(view: ResultsView) -> str:
-    return (f"Runs of `{view.benchmark}` that no paper row uses, one store entry per run (ks including "
-            f"{list(view.ks)}, depth {view.depth} preferred, then the newest); percent, – where the entry "
-            "was evaluated without that k.")
+    return (
+        f"Runs of `{view.benchmark}` that no paper row uses, one store entry per run (ks including "
+        f"{list(view.ks)}, depth {view.depth} preferred, then the newest); percent, – where the entry "
+        "was evaluated without that k."
+    )
 
 
 def _number(value) -> str:
@@ -182,8 +197,10 @@ def _number(value) -> str:
 
 
 def _markdown_rows(table: pd.DataFrame) -> list[str]:
-    lines = ["| " + " | ".join(table.columns) + " |",
-             "|" + "|".join([":--"] * 3 + ["--:"] * (len(table.columns) - 3)) + "|"]
+    lines = [
+        "| " + " | ".join(table.columns) + " |",
+        "|" + "|".join([":--"] * 3 + ["--:"] * (len(table.columns) - 3)) + "|",
+    ]
     for record in table.itertuples(index=False):
         run, entry, aggregate, *values = record
         lines.append(f"| {run} | `{entry}` | {aggregate} | " + " | ".join(_number(v) for v in values) + " |")
@@ -199,9 +216,11 @@ def to_markdown(table: pd.DataFrame, view: ResultsView) -> list[str]:
 
 
 def _benchmark_caption(view: ResultsView) -> str:
-    return (f"Benchmarks in the store other than the compared `{view.benchmark}`, one section each, with their "
-            f"runs that no paper row uses: one store entry per run (ks including {list(view.ks)}, depth "
-            f"{view.depth} preferred, then the newest); percent, – where the entry was evaluated without that k.")
+    return (
+        f"Benchmarks in the store other than the compared `{view.benchmark}`, one section each, with their "
+        f"runs that no paper row uses: one store entry per run (ks including {list(view.ks)}, depth "
+        f"{view.depth} preferred, then the newest); percent, – where the entry was evaluated without that k."
+    )
 
 
 def benchmarks_markdown(benchmarks: list[BenchmarkRuns], view: ResultsView) -> list[str]:
@@ -242,8 +261,9 @@ def _plain(sentences: list[str]) -> str:
     return " ".join(sentences).replace("`", "")
 
 
-def write_other_runs(table: pd.DataFrame, benchmarks: list[BenchmarkRuns], view: ResultsView,
-                     out_dir: Path) -> list[Path]:
+def write_other_runs(
+    table: pd.DataFrame, benchmarks: list[BenchmarkRuns], view: ResultsView, out_dir: Path
+) -> list[Path]:
     """``<out_dir>/other_runs.md`` and ``.tex``: the compared benchmark's other runs, then one section
     (one LaTeX table) per other benchmark; written only where there is a run to list (otherwise an
     earlier report's files are removed)."""
@@ -252,12 +272,20 @@ def write_other_runs(table: pd.DataFrame, benchmarks: list[BenchmarkRuns], view:
         for path in paths:
             path.unlink(missing_ok=True)
         return []
-    markdown = ["# Runs that no paper table shows", "", f"## {TITLE}: `{view.benchmark}` (compared with the paper)", "",
-                _caption(view), ""]
+    markdown = [
+        "# Runs that no paper table shows",
+        "",
+        f"## {TITLE}: `{view.benchmark}` (compared with the paper)",
+        "",
+        _caption(view),
+        "",
+    ]
     markdown += _markdown_rows(table) if not table.empty else ["None: every run of it in the store is a paper row's."]
     markdown += benchmarks_markdown(benchmarks, view)
-    latex = [f"% {FILE}: generated by vldocir.reporting.other_runs from the results store; do not edit.",
-             r"% Needs \usepackage{booktabs,graphicx}."]
+    latex = [
+        f"% {FILE}: generated by vldocir.reporting.other_runs from the results store; do not edit.",
+        r"% Needs \usepackage{booktabs,graphicx}.",
+    ]
     if not table.empty:
         latex += _latex_table(table, f"{TITLE}: {_plain([_caption(view)])}", f"{FILE}:{view.benchmark}")
     for bench in benchmarks:

@@ -93,7 +93,10 @@ class PaperSpec:
     @classmethod
     def load(cls, manifest: str | Path, paper_dir: str | Path) -> "PaperSpec":
         raw = yaml.safe_load(Path(manifest).read_text())
-        labels = {kind: {k: list(v) if isinstance(v, list) else [v] for k, v in table.items()} for kind, table in raw.get("labels", {}).items()}
+        labels = {
+            kind: {k: list(v) if isinstance(v, list) else [v] for k, v in table.items()}
+            for kind, table in raw.get("labels", {}).items()
+        }
         return cls(
             benchmark=str(raw["benchmark"]),
             dataset=str(raw.get("dataset", raw["benchmark"])),
@@ -124,7 +127,9 @@ class PaperSpec:
         for key, spellings in self.labels.get(kind, {}).items():
             if label == key or label in spellings:
                 return key
-        raise PaperSpecError(f"unknown {kind[:-1]} label {label!r}: add it under labels.{kind} in experiments/paper.yaml")
+        raise PaperSpecError(
+            f"unknown {kind[:-1]} label {label!r}: add it under labels.{kind} in experiments/paper.yaml"
+        )
 
     def structure_id(self, label: str) -> str:
         return self._lookup("structures", label)
@@ -155,7 +160,9 @@ class PaperSpec:
         """The run of the printed row ``label`` of a table/figure entry (``None``: not evaluated)."""
         rows = entry.get("rows") or {}
         if label not in rows:
-            raise PaperSpecError(f"row {label!r} of {entry.get('csv')} has no mapping under its 'rows' in experiments/paper.yaml")
+            raise PaperSpecError(
+                f"row {label!r} of {entry.get('csv')} has no mapping under its 'rows' in experiments/paper.yaml"
+            )
         return RunRef.from_entry(rows[label])
 
     def all_runs(self) -> dict[str, RunRef]:
@@ -170,8 +177,11 @@ class PaperSpec:
                     if not (isinstance(value, dict) and "retriever" in value):
                         continue
                     # A sweep row ("ctx-n{n_ctx}") stands for one run per value of the entry's n_ctx.
-                    settings = [str(value["setting"]).format(n_ctx=n) for n in entry.get("n_ctx", [])] \
-                        if "{n_ctx}" in str(value["setting"]) else [str(value["setting"])]
+                    settings = (
+                        [str(value["setting"]).format(n_ctx=n) for n in entry.get("n_ctx", [])]
+                        if "{n_ctx}" in str(value["setting"])
+                        else [str(value["setting"])]
+                    )
                     for setting in settings:
                         ref = RunRef.from_entry({**value, "setting": setting})
                         if ref.benchmark is None:

@@ -62,18 +62,23 @@ def run(cfg: DictConfig) -> int:
     results, out, paper_dir = Path(cfg.paths.results_dir), Path(cfg.out_dir), Path(cfg.paper_dir)
     spec = load_spec(Path(cfg.manifest), paper_dir)
     if only is not None and set(only) - set(spec.tables) - set(spec.figures):
-        raise ConfigError(f"only: {sorted(set(only) - set(spec.tables) - set(spec.figures))} are neither tables nor figures of {cfg.manifest}")
+        raise ConfigError(
+            f"only: {sorted(set(only) - set(spec.tables) - set(spec.figures))} are neither tables nor figures of {cfg.manifest}"
+        )
     benchmark, note = choose_benchmark(results, spec, cfg.benchmark)
     view = ResultsView(results, benchmark, ks=spec.ks, depth=spec.depth, audit_dir=cfg.audit_dir)
     paths = OmegaConf.to_container(cfg.paths, resolve=True)
-    view.bench = locate_benchmark(benchmark, view.benchmark_dir(), requested=cfg.benchmark_dir, paths=paths,
-                                  dataset_dir=CONF_DIR / "dataset")
+    view.bench = locate_benchmark(
+        benchmark, view.benchmark_dir(), requested=cfg.benchmark_dir, paths=paths, dataset_dir=CONF_DIR / "dataset"
+    )
     print(f"Comparing runs of {benchmark} in {results}/runs with the published numbers in {paper_dir}")
     if note:
         print(f"Note: {note}")
     print(f"Benchmark tables (Table 1, Figs. 5-7): {view.bench.found}")
-    print(f"Imported audit (Table 12): {view.audit_dir / AUDIT_REPORT}"
-          + ("" if (view.audit_dir / AUDIT_REPORT).is_file() else " (none yet)"))
+    print(
+        f"Imported audit (Table 12): {view.audit_dir / AUDIT_REPORT}"
+        + ("" if (view.audit_dir / AUDIT_REPORT).is_file() else " (none yet)")
+    )
     print(f"Store entries used (ks including {list(spec.ks)}, depth {spec.depth} preferred, then the newest):")
     for line in view.choices():
         print(f"  {line}")
@@ -96,7 +101,9 @@ def run(cfg: DictConfig) -> int:
             print_other_runs(others, out / "tables" / "README.md", elsewhere)
     figures: dict[str, Path] = {}
     if "figures" in do:
-        made = render_figures(spec, view, out / "figures", [name for name in spec.figures if only is None or name in only])
+        made = render_figures(
+            spec, view, out / "figures", [name for name in spec.figures if only is None or name in only]
+        )
         figures = {name: result.png for name, result in made.items()}
         files += [path for result in made.values() for path in (result.pdf, result.png)]
         for name, result in made.items():
@@ -109,7 +116,9 @@ def run(cfg: DictConfig) -> int:
 
     logger = instantiate(cfg.logger)
     if isinstance(logger, WandbTracker) and files:
-        where = log_report(tables if "tables" in do else {}, figures, logger, benchmark=benchmark, note=note, files=files)
+        where = log_report(
+            tables if "tables" in do else {}, figures, logger, benchmark=benchmark, note=note, files=files
+        )
         print(f"Logged to W&B: {where}")
     return status
 
@@ -157,6 +166,9 @@ class TablesOnSweepEnd(Callback):
         self.wandb, self.benchmark = wandb, benchmark
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        overrides = [f"benchmark={self.benchmark or config.dataset.name}", f"logger={'wandb' if self.wandb else 'none'}"]
+        overrides = [
+            f"benchmark={self.benchmark or config.dataset.name}",
+            f"logger={'wandb' if self.wandb else 'none'}",
+        ]
         log.info("sweep finished: rendering the paper tables (%s)", " ".join(overrides))
         run(compose_report(overrides, paths=OmegaConf.to_container(config.paths, resolve=True)))

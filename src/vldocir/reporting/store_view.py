@@ -87,8 +87,13 @@ class StoredRun:
         cell = self.metrics["breakdowns"]["structure"].get(structure)
         return None if cell is None else cell.get(column)
 
-    def balanced(self, by: str, columns: Sequence[str], groups: Mapping[str, Sequence[str]] | None = None,
-                 where: Mapping[str, str] | None = None) -> pd.DataFrame:
+    def balanced(
+        self,
+        by: str,
+        columns: Sequence[str],
+        groups: Mapping[str, Sequence[str]] | None = None,
+        where: Mapping[str, str] | None = None,
+    ) -> pd.DataFrame:
         """:func:`balanced_by` over the per-query rows: per value of ``by`` the structure-balanced
         mean (percent). ``groups`` relabels values first (``{"Image": ["image", "image+text"]}``;
         values in no group are dropped); ``where`` keeps only matching rows."""
@@ -126,8 +131,15 @@ class ResultsView:
     and its own tables (:attr:`bench`, Table 1 and Figs. 5-7).
     """
 
-    def __init__(self, results_dir: str | Path, benchmark: str, ks: Sequence[int] = (), depth: int | None = None,
-                 audit_dir: str | Path | None = None, entries: pd.DataFrame | None = None):
+    def __init__(
+        self,
+        results_dir: str | Path,
+        benchmark: str,
+        ks: Sequence[int] = (),
+        depth: int | None = None,
+        audit_dir: str | Path | None = None,
+        entries: pd.DataFrame | None = None,
+    ):
         self.results_dir = Path(results_dir)
         self.benchmark = benchmark
         # Where vldocir.apps.audit writes the benchmark's audit (conf/audit.yaml: out_dir), unless told otherwise.
@@ -157,7 +169,9 @@ class ResultsView:
             return None
         benchmark = ref.benchmark_for(self.benchmark)
         hit = self.index[
-            (self.index.benchmark == benchmark) & (self.index.retriever == ref.retriever) & (self.index.setting == ref.setting)
+            (self.index.benchmark == benchmark)
+            & (self.index.retriever == ref.retriever)
+            & (self.index.setting == ref.setting)
         ]
         return self._stored(hit.iloc[0]) if len(hit) else None
 
@@ -241,7 +255,11 @@ def choose_benchmark(results_dir: str | Path, spec: PaperSpec, requested: str | 
     under their own benchmark (:func:`vldocir.reporting.other_runs.other_benchmarks`).
     """
     if requested:
-        note = None if requested == spec.benchmark else f"reproduced values are runs on {requested}, not on the paper's {spec.benchmark}"
+        note = (
+            None
+            if requested == spec.benchmark
+            else f"reproduced values are runs on {requested}, not on the paper's {spec.benchmark}"
+        )
         return requested, note
     index = select(list_runs(results_dir), ks=spec.ks, depth=spec.depth)
     imported = sorted(imported_benchmarks(index) - {spec.benchmark})

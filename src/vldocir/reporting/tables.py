@@ -30,6 +30,7 @@ from vldocir.reporting.store_view import ResultsView, StoredRun
 
 log = logging.getLogger(__name__)
 
+
 class _Cells:
     """Collects a table's cells in printing order."""
 
@@ -39,8 +40,19 @@ class _Cells:
         self.decimals = int(entry.get("decimals", 2))
         self.tolerance = float(entry.get("tolerance", spec.tolerance))
 
-    def add(self, row: tuple, column: str, published, reproduced, run: StoredRun | None, ref: RunRef | None,
-            group=None, decimals: int | None = None, tolerance: float | None = None, why: str | None = None) -> None:
+    def add(
+        self,
+        row: tuple,
+        column: str,
+        published,
+        reproduced,
+        run: StoredRun | None,
+        ref: RunRef | None,
+        group=None,
+        decimals: int | None = None,
+        tolerance: float | None = None,
+        why: str | None = None,
+    ) -> None:
         if run is None:
             if ref is None:
                 status = why or f"no run of {self.benchmark} in the store"
@@ -98,7 +110,9 @@ def layout_aggregates(name: str, entry: dict, spec: PaperSpec, view: ResultsView
         values = (values or {}).get(aggregates[aggregate_label], {}) if run is not None else {}
         row = (label, aggregate_label) if has_aggregate else (label,)
         for metric in metrics:
-            cells.add(row, metric_label(metric), record[metric], values.get(metric), run, ref, group=(aggregate_label, metric))
+            cells.add(
+                row, metric_label(metric), record[metric], values.get(metric), run, ref, group=(aggregate_label, metric)
+            )
     return (["Model", "Aggregate"] if has_aggregate else ["Model"]), cells.frame()
 
 
@@ -110,14 +124,24 @@ def layout_settings(name: str, entry: dict, spec: PaperSpec, view: ResultsView) 
         for record in block.to_dict("records"):
             settings = entry["rows"].get(family)
             if settings is None or record["setting"] not in settings:
-                raise PaperSpecError(f"Table 4 row {family}/{record['setting']} has no mapping in experiments/paper.yaml")
+                raise PaperSpecError(
+                    f"Table 4 row {family}/{record['setting']} has no mapping in experiments/paper.yaml"
+                )
             ref = RunRef.from_entry(settings[record["setting"]])
             run = view.get(ref)
             why = None if ref is not None else "not evaluated in the paper"
             values = (run.aggregates() or {}).get(entry["aggregates"][aggregate], {}) if run is not None else {}
             for metric in entry["metrics"]:
-                cells.add((family, aggregate), f"{record['setting']} {metric_label(metric)}", record[metric], values.get(metric),
-                          run, ref, group=(family, aggregate, metric), why=why)
+                cells.add(
+                    (family, aggregate),
+                    f"{record['setting']} {metric_label(metric)}",
+                    record[metric],
+                    values.get(metric),
+                    run,
+                    ref,
+                    group=(family, aggregate, metric),
+                    why=why,
+                )
     return ["Family", "Aggregate"], cells.frame()
 
 
@@ -134,7 +158,10 @@ def layout_structure_view(name: str, entry: dict, spec: PaperSpec, view: Results
         count = value = None
         if run is not None:
             count = run.structure(structure, "n_queries")
-            per_source = [run.source_structure(source, structure, metric) for source in run.metrics["breakdowns"]["source_structure"]]
+            per_source = [
+                run.source_structure(source, structure, metric)
+                for source in run.metrics["breakdowns"]["source_structure"]
+            ]
             per_source = [v for v in per_source if v is not None]
             value = float(np.mean(per_source)) if per_source else None
         row = (record["evidence_structure"],)
@@ -143,7 +170,9 @@ def layout_structure_view(name: str, entry: dict, spec: PaperSpec, view: Results
     return ["Evidence structure"], cells.frame()
 
 
-def layout_source_structure(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+def layout_source_structure(
+    name: str, entry: dict, spec: PaperSpec, view: ResultsView
+) -> tuple[list[str], pd.DataFrame]:
     """Table 16: rows source x model; columns the six structures."""
     csv = spec.csv(entry["csv"])
     metric = entry["metric"]
@@ -155,12 +184,21 @@ def layout_source_structure(name: str, entry: dict, spec: PaperSpec, view: Resul
         run = view.get(ref)
         for structure in structures:
             value = run.source_structure(source, structure, metric) if run is not None else None
-            cells.add((record["source"], record["model"]), spec.structure_label(structure), record[structure], value, run, ref,
-                      group=(source, structure))
+            cells.add(
+                (record["source"], record["model"]),
+                spec.structure_label(structure),
+                record[structure],
+                value,
+                run,
+                ref,
+                group=(source, structure),
+            )
     return ["Source", "Model"], cells.frame()
 
 
-def layout_source_structure_by_structure(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+def layout_source_structure_by_structure(
+    name: str, entry: dict, spec: PaperSpec, view: ResultsView
+) -> tuple[list[str], pd.DataFrame]:
     """Table 18: rows structure x model; columns the four sources."""
     csv = spec.csv(entry["csv"])
     metric = entry["metric"]
@@ -173,8 +211,15 @@ def layout_source_structure_by_structure(name: str, entry: dict, spec: PaperSpec
         for column in sources:
             source = spec.source_id(column)
             value = run.source_structure(source, structure, metric) if run is not None else None
-            cells.add((record["evidence_structure"], record["model"]), spec.source_label(source), record[column], value, run, ref,
-                      group=(structure, source))
+            cells.add(
+                (record["evidence_structure"], record["model"]),
+                spec.source_label(source),
+                record[column],
+                value,
+                run,
+                ref,
+                group=(structure, source),
+            )
     return ["Evidence structure", "Model"], cells.frame()
 
 
@@ -195,8 +240,15 @@ def layout_evidence_type(name: str, entry: dict, spec: PaperSpec, view: ResultsV
             value = None
             if table is not None and record["evidence_type"] in table.index:
                 value = table.loc[record["evidence_type"], metric]
-            cells.add((record["evidence_type"], record["model"]), metric_label(metric), record[metric], value, run, ref,
-                      group=(record["evidence_type"], metric))
+            cells.add(
+                (record["evidence_type"], record["model"]),
+                metric_label(metric),
+                record[metric],
+                value,
+                run,
+                ref,
+                group=(record["evidence_type"], metric),
+            )
     return ["Evidence type", "Model"], cells.frame()
 
 
@@ -228,7 +280,9 @@ def layout_query_counts(name: str, entry: dict, spec: PaperSpec, view: ResultsVi
         for column in [c for c in csv.columns if c != "evidence_structure"]:
             source = None if column == "total" else spec.source_id(column)
             value = _count(None if counts is None else counts.T, structure, source)
-            cells.add((label,), "Total" if source is None else spec.source_label(source), record[column], value, run, None)
+            cells.add(
+                (label,), "Total" if source is None else spec.source_label(source), record[column], value, run, None
+            )
     return ["Evidence structure"], cells.frame()
 
 
@@ -273,10 +327,28 @@ def layout_confusion(name: str, entry: dict, spec: PaperSpec, view: ResultsView)
         source = _ResultFile(path) if reproduced is not None else None
         why = f"no {relative} in the results directory (written by the cleaning stage)"
         for column, display in CONFUSION_COLUMNS.items():
-            cells.add((label,), display, published[column], None if reproduced is None else reproduced.get(column), source, None,
-                      decimals=0, tolerance=0, why=why)
-        cells.add((label,), "FOR", published["reported_for"], None if reproduced is None else false_omission_rate(reproduced),
-                  source, None, decimals=4, tolerance=0.00005, why=why)
+            cells.add(
+                (label,),
+                display,
+                published[column],
+                None if reproduced is None else reproduced.get(column),
+                source,
+                None,
+                decimals=0,
+                tolerance=0,
+                why=why,
+            )
+        cells.add(
+            (label,),
+            "FOR",
+            published["reported_for"],
+            None if reproduced is None else false_omission_rate(reproduced),
+            source,
+            None,
+            decimals=4,
+            tolerance=0.00005,
+            why=why,
+        )
     return ["Method"], cells.frame()
 
 
@@ -287,8 +359,9 @@ class _ResultFile:
         self.path, self.label = path, path.name
 
 
-def layout_benchmark_sources(name: str, entry: dict, spec: PaperSpec,
-                             view: ResultsView) -> tuple[list[str], pd.DataFrame]:
+def layout_benchmark_sources(
+    name: str, entry: dict, spec: PaperSpec, view: ResultsView
+) -> tuple[list[str], pd.DataFrame]:
     """Table 1: documents and mean pages per document, per source and in total, from the compared
     benchmark's documents table (:attr:`ResultsView.bench`), not from runs."""
     csv = spec.csv(entry["csv"])
@@ -313,8 +386,10 @@ AUDIT_REPORT = "report.json"  # what `python -m vldocir.apps.audit do=import` wr
 def _audit_command(view: ResultsView, spec: PaperSpec) -> str:
     dataset = spec.dataset if view.benchmark == spec.benchmark else view.bench.dataset
     where = f" dataset={dataset}" if dataset else " dataset=<its conf/dataset entry>"
-    return (f"python -m vldocir.apps.audit{where}, review the sheet it writes, then "
-            f"python -m vldocir.apps.audit{where} do=import")
+    return (
+        f"python -m vldocir.apps.audit{where}, review the sheet it writes, then "
+        f"python -m vldocir.apps.audit{where} do=import"
+    )
 
 
 def layout_audit(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tuple[list[str], pd.DataFrame]:
@@ -342,14 +417,24 @@ def layout_audit(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> 
         found = strata.get(key)
         reproduced = {} if found is None else {"correct": found["correct"], "total": found["total"], **found["issues"]}
         for column in ("correct", "total", *ISSUES):
-            cells.add(row, column.capitalize() if column in ("correct", "total") else column, record[column],
-                      reproduced.get(column), source, None, decimals=0, tolerance=0, why=why)
+            cells.add(
+                row,
+                column.capitalize() if column in ("correct", "total") else column,
+                record[column],
+                reproduced.get(column),
+                source,
+                None,
+                decimals=0,
+                tolerance=0,
+                why=why,
+            )
         published = _accuracy(record["correct"], record["total"], confidence)
         ours = _accuracy(reproduced["correct"], reproduced["total"], confidence) if reproduced else (None, None, None)
         # The paper's decimals (93.25%, 91.3-94.8); OK within half a unit of the last printed digit.
-        for column, pub, rep, decimals in zip(("Accuracy (%)", f"Wilson {level} low", f"Wilson {level} high"),
-                                              published, ours, (2, 1, 1)):
-            cells.add(row, column, pub, rep, source, None, decimals=decimals, tolerance=0.5 * 10 ** -decimals, why=why)
+        for column, pub, rep, decimals in zip(
+            ("Accuracy (%)", f"Wilson {level} low", f"Wilson {level} high"), published, ours, (2, 1, 1)
+        ):
+            cells.add(row, column, pub, rep, source, None, decimals=decimals, tolerance=0.5 * 10**-decimals, why=why)
     return ["Source", "Evidence structure"], cells.frame()
 
 
@@ -362,8 +447,9 @@ def _read_audit(path: Path) -> dict:
         if not all({"correct", "total", "issues"} <= set(cell) for cell in cells):
             raise KeyError("correct, total or issues")
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-        raise AuditSheetError(f"{path}: not a report of `python -m vldocir.apps.audit do=import` ({error!r}); "
-                              "import the sheet again") from error
+        raise AuditSheetError(
+            f"{path}: not a report of `python -m vldocir.apps.audit do=import` ({error!r}); import the sheet again"
+        ) from error
     return accuracy
 
 
@@ -409,9 +495,16 @@ def build_table(name: str, spec: PaperSpec, view: ResultsView) -> ReportTable:
         raise PaperSpecError(f"table {name}: unknown layout {layout!r} (one of {sorted(LAYOUTS)})")
     index, cells = LAYOUTS[layout](name, entry, spec, view)
     columns = list(dict.fromkeys(cells["column"]))
-    return ReportTable(name=name, title=entry.get("title", name), index=index, columns=columns, cells=cells,
-                       benchmark=view.benchmark, marks=entry.get("marks", "none"),
-                       reproduced_from=_reproduced_from(layout, entry, view))
+    return ReportTable(
+        name=name,
+        title=entry.get("title", name),
+        index=index,
+        columns=columns,
+        cells=cells,
+        benchmark=view.benchmark,
+        marks=entry.get("marks", "none"),
+        reproduced_from=_reproduced_from(layout, entry, view),
+    )
 
 
 def build_tables(spec: PaperSpec, view: ResultsView, names: list[str] | None = None) -> dict[str, ReportTable]:
@@ -419,8 +512,13 @@ def build_tables(spec: PaperSpec, view: ResultsView, names: list[str] | None = N
     return {name: build_table(name, spec, view) for name in (list(spec.tables) if names is None else names)}
 
 
-def write_tables(tables: dict[str, ReportTable], out_dir: Path, note: str | None = None,
-                 entries: list[str] | None = None, sections: list[str] | None = None) -> list[Path]:
+def write_tables(
+    tables: dict[str, ReportTable],
+    out_dir: Path,
+    note: str | None = None,
+    entries: list[str] | None = None,
+    sections: list[str] | None = None,
+) -> list[Path]:
     """Each table as ``<name>.md`` and ``<name>.tex``, plus the index ``README.md`` (the tables,
     the store entries used, then ``sections``: further Markdown lines, e.g. the other runs)."""
     ignore_generated(out_dir)
@@ -434,7 +532,9 @@ def write_tables(tables: dict[str, ReportTable], out_dir: Path, note: str | None
     if note:
         index += [f"> {note}", ""]
     for name, table in tables.items():
-        index.append(f"- [{table.title}]({name}.md) ({name}.tex): {table.n_rows_reproduced} of {len(table.rows)} rows reproduced")
+        index.append(
+            f"- [{table.title}]({name}.md) ({name}.tex): {table.n_rows_reproduced} of {len(table.rows)} rows reproduced"
+        )
     if entries:
         index += ["", "## Store entries used", "", *[f"- {line}" for line in entries]]
     if sections:

@@ -53,10 +53,10 @@ class EvidenceData:
     """The slices of a benchmark that drawing some queries' evidence pages needs (also the audit's)."""
 
     bench_root: Path
-    queries: pd.DataFrame    # query_id -> text, answer
-    qrels: pd.DataFrame      # query_id, page_id, doc_id, element_ids
-    pages: pd.DataFrame      # page_id -> doc_id, page_index, image, width, height, dom_text
-    elements: pd.DataFrame   # doc_id, element_id, page_index, bbox, element_type
+    queries: pd.DataFrame  # query_id -> text, answer
+    qrels: pd.DataFrame  # query_id, page_id, doc_id, element_ids
+    pages: pd.DataFrame  # page_id -> doc_id, page_index, image, width, height, dom_text
+    elements: pd.DataFrame  # doc_id, element_id, page_index, bbox, element_type
     documents: pd.DataFrame  # doc_id -> title, source
 
 
@@ -68,7 +68,7 @@ class ViewerData(EvidenceData):
     manifest: dict
     k: int
     per_query: pd.DataFrame  # selected queries, in benchmark order
-    top: pd.DataFrame        # query_id, page_id, score, rank (1-based, score desc then page_id asc)
+    top: pd.DataFrame  # query_id, page_id, score, rank (1-based, score desc then page_id asc)
 
 
 PAGE_COLUMNS = ["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text"]
@@ -77,19 +77,27 @@ PAGE_COLUMNS = ["page_id", "doc_id", "page_index", "image", "width", "height", "
 def load_evidence(root: Path, query_ids: Sequence[str]) -> EvidenceData:
     """What drawing the evidence pages of ``query_ids`` needs, read from the benchmark at ``root``."""
     root = Path(root)
-    queries = _read_filtered(root, "queries", "query_id", query_ids, ["query_id", "text", "answer"]).set_index("query_id")
+    queries = _read_filtered(root, "queries", "query_id", query_ids, ["query_id", "text", "answer"]).set_index(
+        "query_id"
+    )
     qrels = _read_filtered(root, "qrels", "query_id", query_ids)
     pages = _read_filtered(root, "pages", "page_id", set(qrels["page_id"]), PAGE_COLUMNS).set_index("page_id")
-    documents = _read_filtered(root, "documents", "doc_id", set(qrels["doc_id"]), ["doc_id", "title", "source"]).set_index("doc_id")
+    documents = _read_filtered(
+        root, "documents", "doc_id", set(qrels["doc_id"]), ["doc_id", "title", "source"]
+    ).set_index("doc_id")
     elements = _read_filtered(root, "elements", "doc_id", set(qrels["doc_id"]))
     return EvidenceData(root, queries, qrels, pages, elements, documents)
 
 
-def _read_filtered(root: Path, table: str, column: str, values: Iterable[str], columns: Sequence[str] | None = None) -> pd.DataFrame:
+def _read_filtered(
+    root: Path, table: str, column: str, values: Iterable[str], columns: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Rows of a benchmark table whose ``column`` is in ``values``, without reading the rest."""
     values = sorted(set(values))
     location = table_location(root, table)
-    data = pq.read_table(location, columns=list(columns) if columns else None, filters=[(column, "in", values)] if values else None)
+    data = pq.read_table(
+        location, columns=list(columns) if columns else None, filters=[(column, "in", values)] if values else None
+    )
     if not values:
         data = data.slice(0, 0)
     return data.to_pandas()
@@ -120,9 +128,17 @@ def benchmark_root(run_dir: Path, manifest: dict, override: Path | None = None) 
     return root
 
 
-def load(run_dir: str | Path, *, k: int = 5, queries: Sequence[str] | None = None, structure: str | None = None,
-         source: str | None = None, solved: bool | None = None, limit: int | None = None,
-         benchmark_dir: Path | None = None) -> ViewerData:
+def load(
+    run_dir: str | Path,
+    *,
+    k: int = 5,
+    queries: Sequence[str] | None = None,
+    structure: str | None = None,
+    source: str | None = None,
+    solved: bool | None = None,
+    limit: int | None = None,
+    benchmark_dir: Path | None = None,
+) -> ViewerData:
     """Select queries of the run and read what their pages need."""
     run_dir = Path(run_dir)
     if not (run_dir / MANIFEST_FILE).is_file():  # a <benchmark>/<retriever>/<setting> directory: its newest entry at k
@@ -173,8 +189,19 @@ def load(run_dir: str | Path, *, k: int = 5, queries: Sequence[str] | None = Non
     doc_ids = set(pages["doc_id"]) | set(qrels["doc_id"])
     documents = _read_filtered(root, "documents", "doc_id", doc_ids, ["doc_id", "title", "source"]).set_index("doc_id")
     elements = _read_filtered(root, "elements", "doc_id", set(qrels["doc_id"]))
-    return ViewerData(bench_root=root, queries=query_rows, qrels=qrels, pages=pages, elements=elements, documents=documents,
-                      run_dir=run_dir, manifest=manifest, k=k, per_query=selected, top=top)
+    return ViewerData(
+        bench_root=root,
+        queries=query_rows,
+        qrels=qrels,
+        pages=pages,
+        elements=elements,
+        documents=documents,
+        run_dir=run_dir,
+        manifest=manifest,
+        k=k,
+        per_query=selected,
+        top=top,
+    )
 
 
 # -- HTML ------------------------------------------------------------------------------------------
@@ -273,20 +300,35 @@ def _boxes(data: EvidenceData, query_id: str, page_id: str) -> list[tuple[float,
     page = data.pages.loc[page_id]
     cited = {str(e) for ids in rows["element_ids"] for e in (ids if ids is not None else [])}
     elements = data.elements[
-        (data.elements["doc_id"] == page["doc_id"]) & (data.elements["page_index"] == page["page_index"])
+        (data.elements["doc_id"] == page["doc_id"])
+        & (data.elements["page_index"] == page["page_index"])
         & data.elements["element_id"].isin(cited)
     ]
     width, height = float(page["width"]), float(page["height"])
     boxes = []
     for element in elements.itertuples():
         x0, y0, x1, y1 = (float(v) for v in element.bbox)
-        boxes.append((100 * x0 / width, 100 * y0 / height, 100 * (x1 - x0) / width, 100 * (y1 - y0) / height,
-                      f"{element.element_id} ({element.element_type})"))
+        boxes.append(
+            (
+                100 * x0 / width,
+                100 * y0 / height,
+                100 * (x1 - x0) / width,
+                100 * (y1 - y0) / height,
+                f"{element.element_id} ({element.element_type})",
+            )
+        )
     return boxes
 
 
-def _page_html(data: EvidenceData, images: PageImages, query_id: str, page_id: str, css_class: str, prefix: str,
-               with_boxes: bool = True) -> str:
+def _page_html(
+    data: EvidenceData,
+    images: PageImages,
+    query_id: str,
+    page_id: str,
+    css_class: str,
+    prefix: str,
+    with_boxes: bool = True,
+) -> str:
     page = data.pages.loc[page_id]
     image = images(page_id)
     if image is not None:
@@ -306,16 +348,19 @@ def _doc_label(data: EvidenceData, doc_id: str) -> str:
     return f"{title} ({doc_id})"
 
 
-def evidence_figure(data: EvidenceData, images: PageImages, query_id: str, page_id: str, prefix: str,
-                    note: str | None = None) -> str:
+def evidence_figure(
+    data: EvidenceData, images: PageImages, query_id: str, page_id: str, prefix: str, note: str | None = None
+) -> str:
     """One evidence page of a query with its cited elements' boxes drawn, captioned with its document
     and page (and ``note`` in bold). ``prefix`` leads from the HTML file to the images' root."""
     page = data.pages.loc[page_id]
     caption = f"{_e(_doc_label(data, page['doc_id']))}, page {int(page['page_index']) + 1} &middot; {_e(page_id)}"
     if note:
         caption += f" &middot; <b>{_e(note)}</b>"
-    return (f'<figure class="evidence">{_page_html(data, images, query_id, page_id, "evidence-view", prefix)}'
-            f"<figcaption>{caption}</figcaption></figure>")
+    return (
+        f'<figure class="evidence">{_page_html(data, images, query_id, page_id, "evidence-view", prefix)}'
+        f"<figcaption>{caption}</figcaption></figure>"
+    )
 
 
 def query_page(data: ViewerData, images: PageImages, row, previous: str | None, following: str | None) -> str:
@@ -330,8 +375,14 @@ def query_page(data: ViewerData, images: PageImages, row, previous: str | None, 
     rank_of = dict(zip(top["page_id"], top["rank"]))
 
     evidence_html = [
-        evidence_figure(data, images, query_id, page_id, "../",
-                        f"rank {rank_of[page_id]}" if page_id in rank_of else f"not in the top {k}")
+        evidence_figure(
+            data,
+            images,
+            query_id,
+            page_id,
+            "../",
+            f"rank {rank_of[page_id]}" if page_id in rank_of else f"not in the top {k}",
+        )
         for page_id in evidence_pages
     ]
     thumbs = []
@@ -349,21 +400,23 @@ def query_page(data: ViewerData, images: PageImages, row, previous: str | None, 
         nav.append(f'<a href="{_e(previous)}">&larr; previous</a>')
     if following:
         nav.append(f'<a href="{_e(following)}">next &rarr;</a>')
-    metrics = " &middot; ".join(f"{name}@{k} {row[f'{name}@{k}']:.2f}" for name in ("recall", "ndcg") if f"{name}@{k}" in row)
+    metrics = " &middot; ".join(
+        f"{name}@{k} {row[f'{name}@{k}']:.2f}" for name in ("recall", "ndcg") if f"{name}@{k}" in row
+    )
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{_e(query_id)}: {'solved' if solved else 'unsolved'}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{_e(query_id)}: {"solved" if solved else "unsolved"}</title>
 <link rel="stylesheet" href="../viewer.css"></head>
 <body>
-<nav>{''.join(nav)}</nav>
-<h1>{_e(query_id)} <span class="badge {'solved' if solved else 'unsolved'}">{'solved' if solved else 'unsolved'} at {k}</span></h1>
-<p class="meta">{_e(row['evidence_structure'])} &middot; {_e(row['source'])} &middot; {_e(row['domain'])} &middot; generator {_e(row['generator'])}
-&middot; {int(row[f'pages_found@{k}'])} of {int(row['n_evidence_pages'])} evidence pages in the top {k} &middot; {metrics}</p>
+<nav>{"".join(nav)}</nav>
+<h1>{_e(query_id)} <span class="badge {"solved" if solved else "unsolved"}">{"solved" if solved else "unsolved"} at {k}</span></h1>
+<p class="meta">{_e(row["evidence_structure"])} &middot; {_e(row["source"])} &middot; {_e(row["domain"])} &middot; generator {_e(row["generator"])}
+&middot; {int(row[f"pages_found@{k}"])} of {int(row["n_evidence_pages"])} evidence pages in the top {k} &middot; {metrics}</p>
 <p class="query"><b>Query:</b> {_e(text)}</p>
 <p class="answer"><b>Answer:</b> {_e(answer)}</p>
 <h2>Evidence pages ({len(evidence_pages)})</h2>
-<div class="pages">{''.join(evidence_html)}</div>
+<div class="pages">{"".join(evidence_html)}</div>
 <h2>Top {k} retrieved</h2>
-<div class="pages">{''.join(thumbs) or '<p>The run retrieved nothing for this query.</p>'}</div>
+<div class="pages">{"".join(thumbs) or "<p>The run retrieved nothing for this query.</p>"}</div>
 </body></html>
 """
 
@@ -384,8 +437,8 @@ def index_page(data: ViewerData, files: list[str]) -> str:
         rows.append(
             f'<tr data-structure="{_e(row["evidence_structure"])}" data-source="{_e(row["source"])}" data-solved="{solved}">'
             f'<td><a href="q/{_e(file)}">{_e(row["query_id"])}</a></td><td>{_e(row["evidence_structure"])}</td>'
-            f'<td>{_e(row["source"])}</td><td>{_e(row["domain"])}</td><td>{solved}</td>'
-            f'<td>{int(row[f"pages_found@{k}"])}/{int(row["n_evidence_pages"])}</td><td>{_e(text)}</td></tr>'
+            f"<td>{_e(row['source'])}</td><td>{_e(row['domain'])}</td><td>{solved}</td>"
+            f"<td>{int(row[f'pages_found@{k}'])}/{int(row['n_evidence_pages'])}</td><td>{_e(text)}</td></tr>"
         )
     n_solved = int((frame[f"recallall@{k}"] == 1).sum())
     return f"""<!DOCTYPE html>
@@ -430,7 +483,11 @@ def write_viewer(data: ViewerData, out_dir: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     p = argparse.ArgumentParser(prog="python -m vldocir.reporting.viewer", description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path, help="a results-store entry, or results/runs/<benchmark>/<retriever>/<setting> for its newest entry")
+    p.add_argument(
+        "run_dir",
+        type=Path,
+        help="a results-store entry, or results/runs/<benchmark>/<retriever>/<setting> for its newest entry",
+    )
     p.add_argument("--query", action="append", default=None, help="a query id (repeatable); default: all selected")
     p.add_argument("--structure", default=None, help="only this evidence structure, e.g. cross_doc")
     p.add_argument("--source", default=None, help="only this source, e.g. sec")
@@ -443,9 +500,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--benchmark-dir", type=Path, default=None, help="the benchmark, if not where the manifest says")
     args = p.parse_args(argv)
     try:
-        data = load(args.run_dir, k=args.k, queries=args.query, structure=args.structure, source=args.source,
-                    solved=True if args.solved else False if args.failed else None, limit=args.limit or None,
-                    benchmark_dir=args.benchmark_dir)
+        data = load(
+            args.run_dir,
+            k=args.k,
+            queries=args.query,
+            structure=args.structure,
+            source=args.source,
+            solved=True if args.solved else False if args.failed else None,
+            limit=args.limit or None,
+            benchmark_dir=args.benchmark_dir,
+        )
     except ViewerError as error:
         p.error(str(error))
     out = args.out or data.run_dir / "viewer"

@@ -29,8 +29,17 @@ def _cell_rows(table: ReportTable) -> tuple[list[str], list[list[Any]]]:
     rows = []
     for cell in cells.itertuples():
         difference = cell.reproduced - cell.published
-        rows.append([*(str(k) if k is not None else "" for k in cell.row), cell.column,
-                     _nan_to_none(cell.published), _nan_to_none(cell.reproduced), _nan_to_none(difference), cell.check, cell.run or ""])
+        rows.append(
+            [
+                *(str(k) if k is not None else "" for k in cell.row),
+                cell.column,
+                _nan_to_none(cell.published),
+                _nan_to_none(cell.reproduced),
+                _nan_to_none(difference),
+                cell.check,
+                cell.run or "",
+            ]
+        )
     return columns, rows
 
 
@@ -38,8 +47,14 @@ def _nan_to_none(value):
     return None if value != value else float(value)  # NaN != NaN
 
 
-def log_report(tables: dict[str, ReportTable], figures: dict[str, Path], logger: WandbTracker, benchmark: str,
-               note: str | None = None, files: list[Path] | None = None) -> str:
+def log_report(
+    tables: dict[str, ReportTable],
+    figures: dict[str, Path],
+    logger: WandbTracker,
+    benchmark: str,
+    note: str | None = None,
+    files: list[Path] | None = None,
+) -> str:
     """Log ``tables`` (name -> ReportTable) and ``figures`` (name -> PNG path) to a W&B run with
     ``logger``'s project, entity, mode, directory, group and tags; returns the run's directory
     (offline) or URL."""
@@ -53,8 +68,14 @@ def log_report(tables: dict[str, ReportTable], figures: dict[str, Path], logger:
     sys.argv = [*argv[:1], *redact_overrides(argv[1:])]
     try:
         run = wandb.init(
-            project=logger.project, entity=logger.entity, mode=logger.mode, dir=logger.dir, group=logger.group,
-            tags=logger.tags, job_type="report", name=f"paper-tables/{benchmark}",
+            project=logger.project,
+            entity=logger.entity,
+            mode=logger.mode,
+            dir=logger.dir,
+            group=logger.group,
+            tags=logger.tags,
+            job_type="report",
+            name=f"paper-tables/{benchmark}",
             config={"benchmark": benchmark, "note": note, "tables": list(tables), "figures": list(figures)},
             reinit="finish_previous",
         )
