@@ -203,7 +203,8 @@ def export_review(bench: Benchmark, out_dir: str | Path, counts: Mapping[str, in
                 for page_id in _evidence_pages(data.qrels, row.query_id)
             )
             body.append(
-                f'<section class="audit-query" id="{html.escape(row.query_id)}"><h3>{position}. {html.escape(row.query_id)}</h3>'
+                f'<section class="audit-query" id="{html.escape(row.query_id)}">'
+                f"<h3>{position}. {html.escape(row.query_id)}</h3>"
                 f'<p class="meta">{html.escape(str(row.domain))}</p>'
                 f'<p class="query"><b>Query:</b> {html.escape(str(row.text))}</p>'
                 f'<p class="answer"><b>Answer:</b> {html.escape(str(row.answer))}</p>'
@@ -452,7 +453,10 @@ def _pct(value: float) -> str:
 
 def format_accuracy(result: Mapping) -> str:
     level = round(100 * result["confidence"])
-    head = f"| stratum | correct/total | accuracy (%) | Wilson {level}% (%) | F | E | U | N |\n|---|---|---|---|---|---|---|---|"
+    head = (
+        f"| stratum | correct/total | accuracy (%) | Wilson {level}% (%) | F | E | U | N |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
 
     def line(label: str, cell: Mapping) -> str:
         issues = " | ".join(str(cell["issues"][code]) for code in ISSUES)

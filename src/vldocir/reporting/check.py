@@ -63,7 +63,10 @@ def format_line(cell) -> str:
     where = " | ".join(str(k) for k in cell.row if k is not None) + f" | {cell.column}"
     d = cell.decimals
     if cell.check in ("OK", "DIFF"):
-        detail = f"{_fmt(cell.reproduced, d)} vs {_fmt(cell.published, d)}  ({cell.reproduced - cell.published:+.{int(d)}f}, tol {cell.tolerance:g})"
+        detail = (
+            f"{_fmt(cell.reproduced, d)} vs {_fmt(cell.published, d)}  "
+            f"({cell.reproduced - cell.published:+.{int(d)}f}, tol {cell.tolerance:g})"
+        )
     elif cell.check == "UNPUBLISHED":
         detail = f"{_fmt(cell.reproduced, d)}, not printed in the paper"
     else:

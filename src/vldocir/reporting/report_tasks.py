@@ -63,7 +63,8 @@ def run(cfg: DictConfig) -> int:
     spec = load_spec(Path(cfg.manifest), paper_dir)
     if only is not None and set(only) - set(spec.tables) - set(spec.figures):
         raise ConfigError(
-            f"only: {sorted(set(only) - set(spec.tables) - set(spec.figures))} are neither tables nor figures of {cfg.manifest}"
+            f"only: {sorted(set(only) - set(spec.tables) - set(spec.figures))} are neither tables nor figures "
+            f"of {cfg.manifest}"
         )
     benchmark, note = choose_benchmark(results, spec, cfg.benchmark)
     view = ResultsView(results, benchmark, ks=spec.ks, depth=spec.depth, audit_dir=cfg.audit_dir)
@@ -160,7 +161,7 @@ class TablesOnSweepEnd(Callback):
     results store and log them to W&B (``wandb=False``: render only).
 
         python run.py -m experiment=fig10_nctx +hydra.callbacks.tables._target_=vldocir.reporting.report_tasks.TablesOnSweepEnd
-    """
+    """  # noqa: E501 -- a shell command line in the docstring; it cannot be wrapped
 
     def __init__(self, wandb: bool = True, benchmark: str | None = None):
         self.wandb, self.benchmark = wandb, benchmark

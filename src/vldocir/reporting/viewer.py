@@ -214,7 +214,8 @@ h1 { font-size: 1.3rem; } h2 { font-size: 1.1rem; margin-top: 1.5rem; }
 .badge.solved { background: #2e7d32; } .badge.unsolved { background: #c62828; }
 .query { font-size: 1.1rem; margin: .6rem 0; } .answer { margin: .3rem 0 1rem; }
 .pages { display: flex; flex-wrap: wrap; gap: 1rem; align-items: flex-start; }
-figure { margin: 0; } figcaption { font-size: .8rem; color: #444; margin-top: .3rem; max-width: 100%; overflow-wrap: anywhere; }
+figure { margin: 0; } figcaption { font-size: .8rem; color: #444; margin-top: .3rem; \
+max-width: 100%; overflow-wrap: anywhere; }
 .page { position: relative; background: #fff; border: 1px solid #bbb; overflow: hidden; }
 .page img { position: absolute; left: 0; top: 0; width: 100%; height: 100%; }
 .page-text { position: absolute; inset: 0; padding: 3%; color: #666; overflow: hidden; white-space: pre-wrap; }
@@ -222,7 +223,8 @@ figure { margin: 0; } figcaption { font-size: .8rem; color: #444; margin-top: .3
 .thumb { width: 150px; border: 4px solid #c62828; border-radius: 3px; padding: 2px; }
 .thumb.correct { border-color: #2e7d32; } .thumb .page-text { font-size: 4px; }
 .bbox { position: absolute; border: 2px solid #1f5fd6; background: rgba(31, 95, 214, .15); box-sizing: border-box; }
-table { border-collapse: collapse; font-size: .85rem; } th, td { border-bottom: 1px solid #ddd; padding: .25rem .5rem; text-align: left; }
+table { border-collapse: collapse; font-size: .85rem; } \
+th, td { border-bottom: 1px solid #ddd; padding: .25rem .5rem; text-align: left; }
 .filters { margin: 1rem 0; display: flex; gap: 1rem; align-items: center; }
 nav a { margin-right: 1rem; }
 """
@@ -336,7 +338,8 @@ def _page_html(
     else:
         body = f'<div class="page-text">{_e(page["dom_text"])}</div>'
     boxes = "".join(
-        f'<div class="bbox" style="left:{left:.3f}%;top:{top:.3f}%;width:{w:.3f}%;height:{h:.3f}%" title="{_e(label)}"></div>'
+        f'<div class="bbox" style="left:{left:.3f}%;top:{top:.3f}%;width:{w:.3f}%;height:{h:.3f}%" '
+        f'title="{_e(label)}"></div>'
         for left, top, w, h, label in (_boxes(data, query_id, page_id) if with_boxes else [])
     )
     ratio = f"{int(page['width'])} / {int(page['height'])}"
@@ -390,10 +393,14 @@ def query_page(data: ViewerData, images: PageImages, row, previous: str | None, 
     for hit in top.itertuples():
         correct = hit.page_id in evidence_set
         page = data.pages.loc[hit.page_id]
+        thumb = _page_html(
+            data, images, query_id, hit.page_id, "thumb " + ("correct" if correct else "wrong"), "../", correct
+        )
         thumbs.append(
-            f'<figure class="retrieved">{_page_html(data, images, query_id, hit.page_id, "thumb " + ("correct" if correct else "wrong"), "../", correct)}'
+            f'<figure class="retrieved">{thumb}'
             f"<figcaption>#{int(hit.rank)} &middot; {'&#10003; evidence' if correct else '&#10007; not evidence'}"
-            f"<br>{_e(_doc_label(data, page['doc_id']))} p.{int(page['page_index']) + 1}<br>score {hit.score:.3f}</figcaption></figure>"
+            f"<br>{_e(_doc_label(data, page['doc_id']))} p.{int(page['page_index']) + 1}"
+            f"<br>score {hit.score:.3f}</figcaption></figure>"
         )
     nav = ['<a href="../index.html">index</a>']
     if previous:
@@ -408,9 +415,12 @@ def query_page(data: ViewerData, images: PageImages, row, previous: str | None, 
 <link rel="stylesheet" href="../viewer.css"></head>
 <body>
 <nav>{"".join(nav)}</nav>
-<h1>{_e(query_id)} <span class="badge {"solved" if solved else "unsolved"}">{"solved" if solved else "unsolved"} at {k}</span></h1>
-<p class="meta">{_e(row["evidence_structure"])} &middot; {_e(row["source"])} &middot; {_e(row["domain"])} &middot; generator {_e(row["generator"])}
-&middot; {int(row[f"pages_found@{k}"])} of {int(row["n_evidence_pages"])} evidence pages in the top {k} &middot; {metrics}</p>
+<h1>{_e(query_id)} \
+<span class="badge {"solved" if solved else "unsolved"}">{"solved" if solved else "unsolved"} at {k}</span></h1>
+<p class="meta">{_e(row["evidence_structure"])} &middot; {_e(row["source"])} &middot; {_e(row["domain"])} \
+&middot; generator {_e(row["generator"])}
+&middot; {int(row[f"pages_found@{k}"])} of {int(row["n_evidence_pages"])} evidence pages in the top {k} \
+&middot; {metrics}</p>
 <p class="query"><b>Query:</b> {_e(text)}</p>
 <p class="answer"><b>Answer:</b> {_e(answer)}</p>
 <h2>Evidence pages ({len(evidence_pages)})</h2>
@@ -425,7 +435,10 @@ def index_page(data: ViewerData, files: list[str]) -> str:
     k = data.k
     frame = data.per_query
     config = data.manifest.get("config", {})
-    title = f"{data.manifest.get('benchmark', {}).get('name', '?')} / {config.get('retriever', {}).get('id', '?')} / {config.get('setting', {}).get('id', '?')}"
+    title = (
+        f"{data.manifest.get('benchmark', {}).get('name', '?')} / {config.get('retriever', {}).get('id', '?')} / "
+        f"{config.get('setting', {}).get('id', '?')}"
+    )
 
     def options(column: str) -> str:
         return "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in sorted(frame[column].astype(str).unique()))
@@ -435,7 +448,8 @@ def index_page(data: ViewerData, files: list[str]) -> str:
         solved = "solved" if row[f"recallall@{k}"] == 1 else "unsolved"
         text = data.queries["text"].get(row["query_id"], "")
         rows.append(
-            f'<tr data-structure="{_e(row["evidence_structure"])}" data-source="{_e(row["source"])}" data-solved="{solved}">'
+            f'<tr data-structure="{_e(row["evidence_structure"])}" data-source="{_e(row["source"])}" '
+            f'data-solved="{solved}">'
             f'<td><a href="q/{_e(file)}">{_e(row["query_id"])}</a></td><td>{_e(row["evidence_structure"])}</td>'
             f"<td>{_e(row['source'])}</td><td>{_e(row['domain'])}</td><td>{solved}</td>"
             f"<td>{int(row[f'pages_found@{k}'])}/{int(row['n_evidence_pages'])}</td><td>{_e(text)}</td></tr>"
@@ -446,14 +460,17 @@ def index_page(data: ViewerData, files: list[str]) -> str:
 <link rel="stylesheet" href="viewer.css"></head>
 <body>
 <h1>Failure viewer: {_e(title)}</h1>
-<p class="meta">{len(frame)} queries shown here, {n_solved} solved at {k} (RecallAll@{k} = 1). Run: {_e(data.run_dir)}. Benchmark: {_e(data.bench_root)}.</p>
+<p class="meta">{len(frame)} queries shown here, {n_solved} solved at {k} (RecallAll@{k} = 1). \
+Run: {_e(data.run_dir)}. Benchmark: {_e(data.bench_root)}.</p>
 <div class="filters">
 <label>structure <select name="structure"><option value="">all</option>{options("evidence_structure")}</select></label>
 <label>source <select name="source"><option value="">all</option>{options("source")}</select></label>
-<label>status <select name="solved"><option value="">all</option><option value="solved">solved</option><option value="unsolved">unsolved</option></select></label>
+<label>status <select name="solved"><option value="">all</option>\
+<option value="solved">solved</option><option value="unsolved">unsolved</option></select></label>
 <span><span id="shown">{len(frame)}</span> shown</span>
 </div>
-<table id="queries"><thead><tr><th>query</th><th>structure</th><th>source</th><th>domain</th><th>status</th><th>evidence in top {k}</th><th>text</th></tr></thead>
+<table id="queries"><thead><tr><th>query</th><th>structure</th><th>source</th><th>domain</th><th>status</th>\
+<th>evidence in top {k}</th><th>text</th></tr></thead>
 <tbody>
 {chr(10).join(rows)}
 </tbody></table>

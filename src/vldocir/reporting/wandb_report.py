@@ -5,7 +5,8 @@
 OK / DIFF / MISSING), every figure as a ``wandb.Image``, the check's counts as the summary, and the
 rendered files (Markdown, LaTeX, PDF, PNG) as an artifact. Project, entity, mode and directory are
 the ``logger=wandb`` group's (``conf/logger/wandb.yaml``), as for runs; the API key comes only from
-the environment (docs/evaluation.md, Secrets). When a sweep ends: :class:`vldocir.reporting.report_tasks.TablesOnSweepEnd`.
+the environment (docs/evaluation.md, Secrets). When a sweep ends:
+:class:`vldocir.reporting.report_tasks.TablesOnSweepEnd`.
 """
 
 from __future__ import annotations
