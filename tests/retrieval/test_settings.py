@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from ranx import Run, fuse
 
-from helpers import evaluate, tiny_overrides
+from helpers import compose_cfg, evaluate, tiny_overrides
 from vldocir.data.runs import make_run, read_run
 from vldocir.launch import input_overrides
 from vldocir.retrieval.fusion import (
@@ -168,6 +168,21 @@ def test_a_setting_that_names_its_own_store_directory_is_a_cycle(isolated_paths)
 
     with pytest.raises(ConfigError, match=r"cycle: dom_bm25/bctx-n256 -> dom_bm25/bctx-n256"):
         evaluate("setting=bctx", "setting.method.inputs=[bctx]")
+    assert not (isolated_paths / "results").exists()
+
+
+def test_an_input_on_another_dataset_fails_in_the_checks_before_any_work(isolated_paths):
+    from vldocir.config_checks import ConfigError
+    from vldocir.pipeline import check_inputs
+
+    over = ["setting=bctx", "setting.id=mixed",
+            "setting.method.inputs=[base,{setting:base,overrides:['dataset=synthetic_text']}]"]
+    says = (r"input run 'base dataset=synthetic_text' of dom_bm25/mixed is on another dataset \(synthetic-text\); "
+            r"a setting combines runs of one benchmark")
+    with pytest.raises(ConfigError, match=says):
+        check_inputs(compose_cfg(*over), over)
+    with pytest.raises(ConfigError, match=says):
+        evaluate(*over)
     assert not (isolated_paths / "results").exists()
 
 

@@ -17,12 +17,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vldocir.errors import ConfigError
+from vldocir.errors import ConfigError, VldocirError
 
 log = logging.getLogger(__name__)
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(VldocirError, RuntimeError):
     """A checkpoint that could not be loaded, with what to do about it."""
 
 
@@ -227,9 +227,11 @@ class Checkpoint:
         except (OSError, ValueError) as error:
             where = f"local directory {self.source}" if self.local_path else f"hub id {self.hub_id} (commit {self.commit})"
             commit = next((r for r in (self.commit, self.revision) if is_commit(r)), "<commit>")
-            raise ModelLoadError(
-                f"could not load the {what} from {where}: {error}\n"
-                f"Without network access, download it once elsewhere (hf download "
+            reason = next((line.strip().rstrip(".") for line in str(error).splitlines() if line.strip()),
+                          type(error).__name__)
+            raise ModelLoadError(  # one line: the loader's first line, then what to do
+                f"could not load the {what} from {where}: {reason}; "
+                f"without network access, download it once elsewhere (hf download "
                 f"{self.hub_id} --revision {commit} --local-dir <dir>), "
                 f"copy <dir> here, and set retriever.model.encoder.checkpoint.local_path=<dir>; or pre-fill the Hugging "
                 f"Face cache (HF_HOME) and set HF_HUB_OFFLINE=1."

@@ -194,7 +194,10 @@ class ColEngineEncoder(TorchEncoder):
 
     def encode_queries(self, texts):
         self.ensure_loaded()
-        return self._forward(self.processor.process_queries(list(texts)))
+        # colpali-engine's processors add the query augmentation tokens in process_queries; processors
+        # shipped as hub code (Tomoro ColQwen3) have only process_texts, which adds them itself.
+        process = getattr(self.processor, "process_queries", None) or self.processor.process_texts
+        return self._forward(process(list(texts)))
 
     def describe(self) -> dict[str, Any]:
         facts = {**super().describe(), "model_class": self.model_class, "processor_class": self.processor_class,

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 
 from vldocir.cache import ArtifactCache, content_key
 from vldocir.data.benchmark import Benchmark
+from vldocir.errors import VldocirError
 from vldocir.io import atomic_write_json
 from vldocir.retrieval.checkpoints import Checkpoint, ModelLoadError, RevisionError, as_checkpoint
 from vldocir.retrieval.embeddings import PageInputs
@@ -306,7 +307,7 @@ class ScoreCache:
 
 
 # -- page images -------------------------------------------------------------------------------------
-class UnknownPageError(LookupError):
+class UnknownPageError(VldocirError, LookupError):
     """The input run names a page the benchmark does not have."""
 
 
@@ -327,13 +328,14 @@ class PageImages:
         return self.inputs.decode(value)
 
 
-class BadRerankPagesError(RuntimeError):
+class BadRerankPagesError(VldocirError, RuntimeError):
     """Candidate pages whose image could not be decoded; the scores written so far are kept."""
 
     def __init__(self, bad: Sequence[dict], scores_dir: Path):
         self.bad = list(bad)
-        listing = "\n".join(f"  {b['page_id']}: {b['error']}" for b in self.bad)
-        super().__init__(f"{len(self.bad)} candidate page(s) could not be decoded for reranking:\n{listing}\n"
+        listing = "; ".join(f"{b['page_id']} ({b['error']})" for b in self.bad[:5])  # one line; all are in self.bad
+        more = f"; and {len(self.bad) - 5} more" if len(self.bad) > 5 else ""
+        super().__init__(f"{len(self.bad)} candidate page(s) could not be decoded for reranking: {listing}{more}. "
                          f"The scores computed so far are kept in {scores_dir}. Fix the images, or rerun with "
                          "setting.method.on_bad_page=skip to leave such pages out of the ranking (recorded in the manifest).")
 
