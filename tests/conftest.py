@@ -72,7 +72,8 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def subset_dir(tmp_path_factory) -> Path:
-    """Three documents of the shipped mini benchmark (helpers.SUBSET_PAGES pages, SUBSET_QUERIES queries), images inline."""
+    """Three documents of the shipped mini benchmark (helpers.SUBSET_PAGES pages, SUBSET_QUERIES queries),
+    images inline."""
     from helpers import SUBSET_DOCS, mini_subset
 
     return mini_subset(tmp_path_factory.mktemp("subset") / "b", SUBSET_DOCS)

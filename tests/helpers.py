@@ -33,6 +33,8 @@ def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subproc
 
 
 MINI_DIR = REPO_ROOT / "data" / "vl-docir-mini"
+
+
 def _chromium_or_reason() -> tuple[str | None, str]:
     """The Chromium the renderer would use, or why there is none (a skip reason)."""
     try:
@@ -93,10 +95,14 @@ def mini_subset(dest: Path, doc_ids: list[str], *, corrupt_page: str | None = No
     for page_id, image in zip(pages.column("page_id").to_pylist(), pages.column("image").to_pylist()):
         data = (MINI_DIR / image["path"]).read_bytes()
         images.append({"bytes": data[: len(data) // 3] if page_id == corrupt_page else data, "path": None})
-    pages = pages.set_column(pages.schema.get_field_index("image"), "image", pa.array(images, pages.schema.field("image").type))
+    pages = pages.set_column(
+        pages.schema.get_field_index("image"), "image", pa.array(images, pages.schema.field("image").type)
+    )
     elements = mini.arrow("elements").filter(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))
     qrels = mini.arrow("qrels")
-    outside = set(qrels.filter(pc.invert(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))).column("query_id").to_pylist())
+    outside = set(
+        qrels.filter(pc.invert(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))).column("query_id").to_pylist()
+    )
     keep = [q for q in set(qrels.column("query_id").to_pylist()) if q not in outside]
     queries = mini.arrow("queries").filter(pc.is_in(pc.field("query_id"), pa.array(keep)))
     qrels = qrels.filter(pc.is_in(pc.field("query_id"), pa.array(keep)))
@@ -110,8 +116,11 @@ def tiny_overrides(name: str, tiny) -> list[str]:
     stand-in ``tiny[name]``, see tiny_models.RETRIEVERS), plus CPU-friendly sizes."""
     from tiny_models import RETRIEVERS, overrides_for
 
-    return [f"retriever={name}", "retriever.model.progress=false",
-            *overrides_for(RETRIEVERS[name], "retriever.model.encoder", tiny[name])]
+    return [
+        f"retriever={name}",
+        "retriever.model.progress=false",
+        *overrides_for(RETRIEVERS[name], "retriever.model.encoder", tiny[name]),
+    ]
 
 
 def compose_cfg(*overrides: str, config_dir: Path = CONFIG_DIR, keep_hydra: bool = False):
@@ -227,7 +236,11 @@ class ScriptedVLM:
             return Reply("A table with the rows of the page; no chart.")
         if '"clarity"' in text:
             bad = "in the table" in text.split("Given answer")[0]
-            return Reply(json.dumps({"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 0 if bad else 1}))
+            return Reply(
+                json.dumps(
+                    {"clarity": 1, "answer_correctness": 1, "closedness": 1, "no_layout_reference": 0 if bad else 1}
+                )
+            )
         if '"decision"' in text:
             return Reply('{"decision": "keep"}')
         ids = re.findall(r'\bid="([^"]+)"', text)
@@ -245,18 +258,46 @@ class ScriptedVLM:
         if behaviour == "bad_json":
             return Reply(f"thinking\n{SPLIT}\n[{{'question': 'single quotes'}}]")
         if behaviour == "unknown_id":
-            return Reply(generation_answer([{"question": "Which value is cited?", "answer": "1", "evidence": [first + "99"]}]))
+            return Reply(
+                generation_answer([{"question": "Which value is cited?", "answer": "1", "evidence": [first + "99"]}])
+            )
         if behaviour == "one_page":
-            return Reply(generation_answer([{"question": "What is reported about Yorvaxpra's pay ratio?", "answer": "287,525", "evidence": [first]}]))
+            return Reply(
+                generation_answer(
+                    [
+                        {
+                            "question": "What is reported about Yorvaxpra's pay ratio?",
+                            "answer": "287,525",
+                            "evidence": [first],
+                        }
+                    ]
+                )
+            )
         evidence = [first] if family == "page_single" else [first, last]
-        return Reply(generation_answer([
-            {"question": f"What does Ranvelzel report for {family} item {len(ids)}?", "answer": "42", "evidence": evidence},
-            {"question": f"What value is given in the table for {family} item {len(ids)}?", "answer": "7", "evidence": evidence},
-        ]))
+        return Reply(
+            generation_answer(
+                [
+                    {
+                        "question": f"What does Ranvelzel report for {family} item {len(ids)}?",
+                        "answer": "42",
+                        "evidence": evidence,
+                    },
+                    {
+                        "question": f"What value is given in the table for {family} item {len(ids)}?",
+                        "answer": "7",
+                        "evidence": evidence,
+                    },
+                ]
+            )
+        )
 
 
-FAMILY_MARKERS = {"page_single": "answered by the content of", "page_multi": "two or more",
-                  "within_doc": "pages of one document", "cross_doc": "one page from each of two documents"}
+FAMILY_MARKERS = {
+    "page_single": "answered by the content of",
+    "page_multi": "two or more",
+    "within_doc": "pages of one document",
+    "cross_doc": "one page from each of two documents",
+}
 
 
 def make_pdf(path: Path, pages: list[list[str]], figure_pages=frozenset(), size=(4.25, 5.5)) -> Path:

@@ -67,8 +67,13 @@ def tied_bench(small_bench, tmp_path_factory):
 
     from vldocir.data.benchmark import load_benchmark, write_benchmark
 
-    texts = ["solar panel output per year", "solar output in the quarterly report", "revenue and net income",
-             "income of the patient cohort", "panel of the report"]
+    texts = [
+        "solar panel output per year",
+        "solar output in the quarterly report",
+        "revenue and net income",
+        "income of the patient cohort",
+        "panel of the report",
+    ]
     pages = small_bench.arrow("pages")
     dom = pa.array([texts[i % len(texts)] for i in range(pages.num_rows)], pa.string())
     pages = pages.set_column(pages.schema.get_field_index("dom_text"), "dom_text", dom)
@@ -91,14 +96,24 @@ def _oracle(bench, queries, depth, cache):
     for qid, text in queries.items():
         tokens = tokenizer.tokenize([text], update_vocab=False, return_as="ids", show_progress=False)
         docs, scores = model.retrieve(tokens, k=len(page_ids), show_progress=False)
-        ranked = sorted(((float(s), page_ids[d]) for d, s in zip(docs[0], scores[0]) if s > 0), key=lambda x: (-x[0], x[1]))
+        ranked = sorted(
+            ((float(s), page_ids[d]) for d, s in zip(docs[0], scores[0]) if s > 0), key=lambda x: (-x[0], x[1])
+        )
         out[qid] = [p for _, p in ranked[:depth]]
     return out
 
 
-@pytest.mark.parametrize("options", [dict(backend="numba", n_threads=2), dict(backend="numba", n_threads=1, query_batch_size=7),
-                                     dict(backend="numpy", n_threads=0), dict(backend="numpy", n_threads=2, query_batch_size=1),
-                                     dict(backend="numba", n_threads=-1, tie_margin=0), dict(backend="auto")])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(backend="numba", n_threads=2),
+        dict(backend="numba", n_threads=1, query_batch_size=7),
+        dict(backend="numpy", n_threads=0),
+        dict(backend="numpy", n_threads=2, query_batch_size=1),
+        dict(backend="numba", n_threads=-1, tie_margin=0),
+        dict(backend="auto"),
+    ],
+)
 def test_rankings_do_not_depend_on_backend_threads_or_batch_size(tied_bench, tmp_path, options):
     queries = {"q1": "solar output", "q2": "income report", "q3": "panel", "q4": "revenue of the panel"}
     cache = ArtifactCache(tmp_path)
@@ -107,7 +122,9 @@ def test_rankings_do_not_depend_on_backend_threads_or_batch_size(tied_bench, tmp
     run = retriever.retrieve(tied_bench, queries, 10, cache).to_pandas()
     got = {q: list(g.sort_values("rank").page_id) for q, g in run.groupby("query_id")}
     assert got == expected
-    assert retriever.stats["search"]["refetched_for_ties"] > 0  # hundreds of tied pages: the cut-off needed a wider fetch
+    assert (
+        retriever.stats["search"]["refetched_for_ties"] > 0
+    )  # hundreds of tied pages: the cut-off needed a wider fetch
     assert retriever.stats["search"]["queries_per_s"] > 0
 
 

@@ -25,8 +25,14 @@ from vldocir.cache import ArtifactCache, CorruptArtifactError
 from vldocir.errors import ConfigError
 from vldocir.retrieval import context as context_module
 from vldocir.retrieval.context import DocumentContextVectors, document_context_vectors, spherical_kmeans
-from vldocir.retrieval.embeddings import (PageEmbeddingStore, RaggedWriter, finish_if_complete, open_page_store,
-                                          verify_ragged, write_ragged)
+from vldocir.retrieval.embeddings import (
+    PageEmbeddingStore,
+    RaggedWriter,
+    finish_if_complete,
+    open_page_store,
+    verify_ragged,
+    write_ragged,
+)
 from vldocir.retrieval.search import exact_search
 from vldocir.retrieval.vectors import RaggedVectors
 
@@ -56,13 +62,25 @@ def test_context_scores_equal_page_maxsim_plus_document_maxsim():
     doc_of_page = np.repeat(np.arange(len(pages_per_doc)), pages_per_doc)
     pages = [unit(rng.standard_normal((int(rng.integers(6, 20)), 24))) for _ in doc_of_page]
     stored_pages = stored_fp32(pages, "float16")
-    contexts = [spherical_kmeans(np.concatenate([p.numpy() for p, d in zip(stored_pages, doc_of_page) if d == doc]), 4, 10, 0)
-                for doc in range(len(pages_per_doc))]
-    context = DocumentContextVectors(RaggedVectors.from_list(contexts), [f"d{i}" for i in range(len(contexts))], doc_of_page)
+    contexts = [
+        spherical_kmeans(np.concatenate([p.numpy() for p, d in zip(stored_pages, doc_of_page) if d == doc]), 4, 10, 0)
+        for doc in range(len(pages_per_doc))
+    ]
+    context = DocumentContextVectors(
+        RaggedVectors.from_list(contexts), [f"d{i}" for i in range(len(contexts))], doc_of_page
+    )
     queries = [unit(rng.standard_normal((int(rng.integers(3, 9)), 24))) for _ in range(13)]
 
-    top = exact_search(RaggedVectors.from_list(queries), shard(pages, 5), depth=len(pages), context=context.for_shard,
-                       query_batch_size=4, page_block_tokens=40, device="cpu", progress=False)
+    top = exact_search(
+        RaggedVectors.from_list(queries),
+        shard(pages, 5),
+        depth=len(pages),
+        context=context.for_shard,
+        query_batch_size=4,
+        page_block_tokens=40,
+        device="cpu",
+        progress=False,
+    )
 
     qs = [torch.from_numpy(q) for q in queries]
     page_scores = torch.cat([score_multi_vector(qs, [p], device="cpu") for p in stored_pages], dim=1)
@@ -74,7 +92,9 @@ def test_context_scores_equal_page_maxsim_plus_document_maxsim():
 
 
 def test_ctx_on_a_text_retriever_says_what_it_needs(subset_dir, isolated_paths):
-    with pytest.raises(ConfigError, match=r"setting ctx-n4 scores pages .* retriever dom_bm25 \(BM25Retriever\) has none"):
+    with pytest.raises(
+        ConfigError, match=r"setting ctx-n4 scores pages .* retriever dom_bm25 \(BM25Retriever\) has none"
+    ):
         evaluate("setting=ctx", "n_ctx=4", f"dataset.source={subset_dir}")
 
 
@@ -88,8 +108,15 @@ def test_ctx_end_to_end_builds_context_vectors_once_per_n_ctx(subset_dir, tiny, 
     metrics, manifest, run_dir = evaluate(*common, "n_ctx=4")
     assert run_dir.parent.name == "ctx-n4" and metrics["n_queries"] == SUBSET_QUERIES
     built = manifest["retrieval"]["doc_context"]
-    assert built == {"n_ctx": 4, "documents": 3, "documents_clustered": 3, "documents_reused": 0, "workers": 1,
-                     "build_s": built["build_s"], "s_per_doc": built["s_per_doc"]}
+    assert built == {
+        "n_ctx": 4,
+        "documents": 3,
+        "documents_clustered": 3,
+        "documents_reused": 0,
+        "workers": 1,
+        "build_s": built["build_s"],
+        "s_per_doc": built["s_per_doc"],
+    }
     assert events(manifest, "doc-context") == ["miss"]
 
     _, manifest, _ = evaluate(*common, "n_ctx=8")
@@ -108,17 +135,22 @@ def test_ctx_end_to_end_builds_context_vectors_once_per_n_ctx(subset_dir, tiny, 
 
 
 # -- the build: streamed, parallel, resumable -----------------------------------------------------
-def synthetic_store(cache_dir: Path, page_doc: np.ndarray, shard_size: int = 4, dim: int = 8, seed: int = 0,
-                    dtype: str = "float16") -> PageEmbeddingStore:
+def synthetic_store(
+    cache_dir: Path, page_doc: np.ndarray, shard_size: int = 4, dim: int = 8, seed: int = 0, dtype: str = "float16"
+) -> PageEmbeddingStore:
     """A finished page store of random unit token vectors (0 to 30 per page), pages in shards of ``shard_size``."""
     rng = np.random.default_rng(seed)
     page_ids = [f"p{i:04d}" for i in range(len(page_doc))]
     store = open_page_store(ArtifactCache(cache_dir), "synthetic", {}, page_ids, shard_size, dtype)
-    for shard in range(store.n_shards):
-        start, stop = store.shard_range(shard)
-        store.shard_dir(shard).mkdir(parents=True)
-        write_ragged(store.shard_dir(shard), [unit(rng.standard_normal((int(rng.integers(0, 31)), dim)))
-                                              for _ in range(start, stop)], dtype, {})
+    for index in range(store.n_shards):
+        start, stop = store.shard_range(index)
+        store.shard_dir(index).mkdir(parents=True)
+        write_ragged(
+            store.shard_dir(index),
+            [unit(rng.standard_normal((int(rng.integers(0, 31)), dim))) for _ in range(start, stop)],
+            dtype,
+            {},
+        )
     finish_if_complete(store, {})
     return store
 
@@ -127,9 +159,9 @@ def sequential_reference(store: PageEmbeddingStore, page_doc: np.ndarray, n_ctx:
     """The build as it was before streaming: every document's tokens gathered in page order from
     fully read shards, clustered one after the other, written at once by write_ragged."""
     tokens = [[] for _ in range(page_doc.max() + 1)]
-    for shard in store.shards(full=True):
-        for i in range(len(shard)):
-            tokens[page_doc[shard.first_index + i]].append(shard.subset(np.array([i])).fp32().numpy())
+    for stored in store.shards(full=True):
+        for i in range(len(stored)):
+            tokens[page_doc[stored.first_index + i]].append(stored.subset(np.array([i])).fp32().numpy())
     directory.mkdir(parents=True)
     write_ragged(directory, [spherical_kmeans(np.concatenate(t), n_ctx, 5, 0) for t in tokens], store.dtype, {})
     return directory
@@ -147,13 +179,17 @@ def corpus(tmp_path: Path, page_doc: np.ndarray | None = None, **store_options):
 def build(store, doc_ids, page_doc, n_ctx=12, policy="resume", **options):
     stats = {}
     cache = ArtifactCache(store.directory.parents[1], policy)
-    built = document_context_vectors(store, doc_ids, page_doc, cache, n_ctx, 5, 0, progress=False, stats=stats, **options)
+    built = document_context_vectors(
+        store, doc_ids, page_doc, cache, n_ctx, 5, 0, progress=False, stats=stats, **options
+    )
     return built, stats.get("doc_context"), cache
 
 
 def artifact_files(built: DocumentContextVectors) -> dict[str, bytes]:
     directory = Path(built.vectors.source)
-    return {name: (directory / name).read_bytes() for name in ("vectors.npy", "offsets.npy", "shard.json", "doc_ids.json")}
+    return {
+        name: (directory / name).read_bytes() for name in ("vectors.npy", "offsets.npy", "shard.json", "doc_ids.json")
+    }
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -172,11 +208,23 @@ def test_streamed_build_is_bit_for_bit_the_sequential_one(tmp_path, dtype, order
     for name, data in files.items():
         assert data == (reference / name).read_bytes(), name
     assert len(set(built.vectors.lengths.tolist())) > 1, "some documents have fewer tokens than n_ctx, some more"
-    assert stats == {"n_ctx": 12, "documents": 12, "documents_clustered": 12, "documents_reused": 0, "workers": 1,
-                     "build_s": stats["build_s"], "s_per_doc": stats["s_per_doc"]}
+    assert stats == {
+        "n_ctx": 12,
+        "documents": 12,
+        "documents_clustered": 12,
+        "documents_reused": 0,
+        "workers": 1,
+        "build_s": stats["build_s"],
+        "s_per_doc": stats["s_per_doc"],
+    }
     artifact = Path(built.vectors.source)
-    assert sorted(p.name for p in artifact.iterdir()) == ["artifact.json", "doc_ids.json", "offsets.npy", "shard.json",
-                                                        "vectors.npy"]
+    assert sorted(p.name for p in artifact.iterdir()) == [
+        "artifact.json",
+        "doc_ids.json",
+        "offsets.npy",
+        "shard.json",
+        "vectors.npy",
+    ]
     assert not list(artifact.parent.glob(".*.partial"))
 
 
@@ -280,7 +328,11 @@ def test_a_damaged_page_shard_stops_the_build_naming_it(tmp_path):
 
 def test_corrupt_artifact_error_survives_the_trip_from_a_worker_process():
     error = pickle.loads(pickle.dumps(CorruptArtifactError("/x/vectors.npy", "is missing")))
-    assert (error.path, error.reason, str(error)) == (Path("/x/vectors.npy"), "is missing", "/x/vectors.npy: is missing")
+    assert (error.path, error.reason, str(error)) == (
+        Path("/x/vectors.npy"),
+        "is missing",
+        "/x/vectors.npy: is missing",
+    )
 
 
 @pytest.mark.slow
@@ -308,11 +360,15 @@ def test_a_build_killed_with_sigkill_resumes_byte_identical(tmp_path):
             time.sleep(0.5)
             return chunk(*args)
         context._cluster_chunk = slow_chunk
-        store = PageEmbeddingStore(__import__("pathlib").Path({str(store.directory)!r}), {store.n_pages}, {store.shard_size}, {store.dtype!r})
+        store = PageEmbeddingStore(__import__("pathlib").Path({str(store.directory)!r}), {store.n_pages},
+                                   {store.shard_size}, {store.dtype!r})
         context.document_context_vectors(store, {doc_ids!r}, np.array({page_doc.tolist()!r}),
-                                         ArtifactCache({str(store.directory.parents[1])!r}), 12, 5, 0, workers=1, progress=False)
+                                         ArtifactCache({str(store.directory.parents[1])!r}), 12, 5, 0, workers=1,
+                                         progress=False)
     """)
-    process = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    )
     record = store.directory.parents[1] / "doc-context"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:

@@ -48,9 +48,20 @@ def test_equals_brute_force(top_docs):
     queries, docs, pages, page_doc = corpus()
     pages_16 = stored_fp32(pages, "float16")  # the oracle sees the stored numbers
     stats = {}
-    top = hierarchical_search(RaggedVectors.from_list(queries), RaggedVectors.from_list(docs), page_doc,
-                              shard(pages, 16), depth=10, top_docs=top_docs, n_items=len(pages), device="cpu",
-                              query_batch_size=4, page_block_tokens=40, progress=False, stats=stats)
+    top = hierarchical_search(
+        RaggedVectors.from_list(queries),
+        RaggedVectors.from_list(docs),
+        page_doc,
+        shard(pages, 16),
+        depth=10,
+        top_docs=top_docs,
+        n_items=len(pages),
+        device="cpu",
+        query_batch_size=4,
+        page_block_tokens=40,
+        progress=False,
+        stats=stats,
+    )
     expected = brute_force(queries, docs, [p.numpy() for p in pages_16], page_doc, top_docs, 10)
     for q, want in enumerate(expected):
         got = [int(i) for i in top.indices[q] if i >= 0]
@@ -70,8 +81,18 @@ def test_every_document_kept_is_exhaustive_search():
     queries, docs, pages, page_doc = corpus(seed=1)
     q = RaggedVectors.from_list(queries)
     stats = {}
-    hier = hierarchical_search(q, RaggedVectors.from_list(docs), page_doc, shard(pages, 7), depth=25, top_docs=len(docs),
-                               n_items=len(pages), device="cpu", progress=False, stats=stats)
+    hier = hierarchical_search(
+        q,
+        RaggedVectors.from_list(docs),
+        page_doc,
+        shard(pages, 7),
+        depth=25,
+        top_docs=len(docs),
+        n_items=len(pages),
+        device="cpu",
+        progress=False,
+        stats=stats,
+    )
     exact = exact_search(q, shard(pages, 7), 25, device="cpu", progress=False)
     np.testing.assert_array_equal(hier.indices, exact.indices)
     np.testing.assert_allclose(hier.scores, exact.scores, rtol=1e-6)
@@ -104,8 +125,12 @@ def test_parameters_are_checked():
 def test_end_to_end_records_the_fraction_of_page_scores(subset_dir, tiny, isolated_paths, doc_vectors):
     common = [*tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", "n_ctx=4"]
     exhaustive = evaluate(*common)
-    hier = evaluate(*common, "setting=hierarchical", "retriever.model.hierarchical.top_docs=1",
-                    f"retriever.model.hierarchical.doc_vectors={doc_vectors}")
+    hier = evaluate(
+        *common,
+        "setting=hierarchical",
+        "retriever.model.hierarchical.top_docs=1",
+        f"retriever.model.hierarchical.doc_vectors={doc_vectors}",
+    )
     assert hier.entry.parent.name == ("hier-context-n4-d1" if doc_vectors == "context" else "hier-pooled-d1")
     stats = hier.manifest["retrieval"]["hierarchical"]
     assert stats["exhaustive_page_scores"] == SUBSET_QUERIES * SUBSET_PAGES and 0 < stats["page_score_fraction"] < 1

@@ -10,17 +10,16 @@ import pyarrow as pa
 import pytest
 from hydra.utils import instantiate
 
-from vldocir.llm_server import ChatServer, Recorded, Reply
 from helpers import compose_cfg
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import load_benchmark
 from vldocir.data.runs import make_run
 from vldocir.errors import ConfigError
 from vldocir.llm import ChatClient
+from vldocir.llm_server import ChatServer, Recorded, Reply
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.bm25 import BM25Retriever
-from vldocir.retrieval.query_split import (QuerySplit, QuerySplitError, parse_subqueries, prompt_text,
-                                           render_prompt)
+from vldocir.retrieval.query_split import QuerySplit, QuerySplitError, parse_subqueries, prompt_text, render_prompt
 from vldocir.retrieval.settings import RunJob
 
 KEY = "sk-test-qsplit-0123456789"
@@ -57,14 +56,28 @@ def split_in_halves(request: Recorded) -> Reply:
 
 
 def llm(url: str, cache_dir, **kwargs) -> ChatClient:
-    options = dict(model="test-model", base_url=url, api_env_var="VLDOCIR_TEST_LLM_KEY", timeout_s=0.3,
-                   max_retries=1, backoff_s=0.01, backoff_max_s=0.02, concurrency=4, cache_dir=cache_dir)
+    options = dict(
+        model="test-model",
+        base_url=url,
+        api_env_var="VLDOCIR_TEST_LLM_KEY",
+        timeout_s=0.3,
+        max_retries=1,
+        backoff_s=0.01,
+        backoff_max_s=0.02,
+        concurrency=4,
+        cache_dir=cache_dir,
+    )
     return ChatClient(**{**options, **kwargs})
 
 
 def job(bench, queries, tmp_path, retriever=None, depth=DEPTH) -> RunJob:
-    return RunJob(bench=bench, queries=dict(queries), depth=depth, cache=ArtifactCache(tmp_path / "artifacts"),
-                  retriever=retriever or BM25Retriever())
+    return RunJob(
+        bench=bench,
+        queries=dict(queries),
+        depth=depth,
+        cache=ArtifactCache(tmp_path / "artifacts"),
+        retriever=retriever or BM25Retriever(),
+    )
 
 
 def lists_of(run: pa.Table) -> dict[str, list[str]]:
@@ -83,29 +96,35 @@ def by_hand(*lists: list[str], depth: int) -> list[str]:
 
 
 # -- parsing and prompts -------------------------------------------------------------------------
-@pytest.mark.parametrize("answer, expected", [
-    ('["a b", "c d"]', ["a b", "c d"]),
-    ('```json\n["a b", "c d"]\n```', ["a b", "c d"]),
-    ('Here are the sub-queries:\n["a b", "c d"]\nHope this helps.', ["a b", "c d"]),
-    ('Sub-queries [2 of them]: ["a b", "c d"] (done)', ["a b", "c d"]),
-    ('<think>maybe ["x"]? no.</think>\n["a b", "c d"]', ["a b", "c d"]),
-    ('{"sub_queries": ["a b", "c d"]}', ["a b", "c d"]),
-    ('[" a b ", "", "A B", "c d"]', ["a b", "c d"]),
-])
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ('["a b", "c d"]', ["a b", "c d"]),
+        ('```json\n["a b", "c d"]\n```', ["a b", "c d"]),
+        ('Here are the sub-queries:\n["a b", "c d"]\nHope this helps.', ["a b", "c d"]),
+        ('Sub-queries [2 of them]: ["a b", "c d"] (done)', ["a b", "c d"]),
+        ('<think>maybe ["x"]? no.</think>\n["a b", "c d"]', ["a b", "c d"]),
+        ('{"sub_queries": ["a b", "c d"]}', ["a b", "c d"]),
+        ('[" a b ", "", "A B", "c d"]', ["a b", "c d"]),
+    ],
+)
 def test_parse_accepts_a_json_list_of_strings(answer, expected):
     assert parse_subqueries(answer, limit=4) == (expected, None, False)
 
 
-@pytest.mark.parametrize("answer, reason", [
-    ("a b; c d", "malformed"),
-    ('["a b", ', "malformed"),
-    ('["a b", 3]', "malformed"),
-    ('[["a b"], ["c d"]]', "malformed"),
-    ('{"one": ["a"], "two": ["b"]}', "malformed"),
-    ("", "malformed"),
-    ("[]", "empty"),
-    ('["", "  "]', "empty"),
-])
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        ("a b; c d", "malformed"),
+        ('["a b", ', "malformed"),
+        ('["a b", 3]', "malformed"),
+        ('[["a b"], ["c d"]]', "malformed"),
+        ('{"one": ["a"], "two": ["b"]}', "malformed"),
+        ("", "malformed"),
+        ("[]", "empty"),
+        ('["", "  "]', "empty"),
+    ],
+)
 def test_parse_rejects_what_is_not_a_list_of_queries(answer, reason):
     assert parse_subqueries(answer, limit=4) == (None, reason, False)
 
@@ -136,14 +155,19 @@ class FixedLists(Retriever):
     def retrieve(self, bench, queries, depth, cache):
         self.searched.append(dict(queries))
         ids = list(queries)
-        return make_run(ids, [self.lists[q][:depth] for q in ids], [list(range(len(self.lists[q][:depth]), 0, -1)) for q in ids])
+        return make_run(
+            ids, [self.lists[q][:depth] for q in ids], [list(range(len(self.lists[q][:depth]), 0, -1)) for q in ids]
+        )
 
 
-@pytest.mark.parametrize("variant, expected", [
-    # lists: original [p1 p2 p3], s1 [p2 p4], s2 [p5 p1 p6]; round robin by position, duplicates skipped
-    (3, ["p1", "p2", "p5", "p4"]),   # p1 p2 p5 | (p2) p4 (p1) | p3 ... cut at depth 4
-    (2, ["p2", "p5", "p4", "p1"]),   # p2 p5 | p4 p1 | p6
-])
+@pytest.mark.parametrize(
+    "variant, expected",
+    [
+        # lists: original [p1 p2 p3], s1 [p2 p4], s2 [p5 p1 p6]; round robin by position, duplicates skipped
+        (3, ["p1", "p2", "p5", "p4"]),  # p1 p2 p5 | (p2) p4 (p1) | p3 ... cut at depth 4
+        (2, ["p2", "p5", "p4", "p1"]),  # p2 p5 | p4 p1 | p6
+    ],
+)
 def test_round_robin_merge_by_hand(bench, tmp_path, variant, expected):
     retriever = FixedLists({"q": ["p1", "p2", "p3"], "q#s1": ["p2", "p4"], "q#s2": ["p5", "p1", "p6"]})
     with ChatServer([Reply('["first part", "second part"]')]) as server:
@@ -152,7 +176,9 @@ def test_round_robin_merge_by_hand(bench, tmp_path, variant, expected):
         run = setting.make_run(the_job)
     assert lists_of(run) == {"q": expected}
     assert run.column("rank").to_pylist() == [1, 2, 3, 4] and run.column("score").to_pylist() == [4, 3, 2, 1]
-    searched = {"q#s1": "first part", "q#s2": "second part"} | ({"q": "first part and second part"} if variant == 3 else {})
+    searched = {"q#s1": "first part", "q#s2": "second part"} | (
+        {"q": "first part and second part"} if variant == 3 else {}
+    )
     assert retriever.searched == [searched], "one retrieve call for all sub-queries"
     assert the_job.query_flags["qsplit_n"] == {"q": 2} and the_job.query_flags["qsplit_failed"] == {"q": False}
 
@@ -182,8 +208,11 @@ def test_failed_splits_are_searched_unsplit_and_flagged(bench, queries, tmp_path
     ids = list(queries)
     texts = list(queries.values())
     malformed, empty, broken, fine = [q for q in ids if texts.count(queries[q]) == 1][:4]  # replies go by text
-    replies = {queries[malformed]: Reply("Sub-queries: first, then second"), queries[empty]: Reply("[]"),
-               queries[broken]: Reply(status=500)}
+    replies = {
+        queries[malformed]: Reply("Sub-queries: first, then second"),
+        queries[empty]: Reply("[]"),
+        queries[broken]: Reply(status=500),
+    }
     with ChatServer(responder=lambda r: replies.get(question(r)) or split_in_halves(r)) as server:
         setting = QuerySplit(llm(server.url, tmp_path / "llm", max_retries=2), variant=2, progress=False)
         the_job = job(bench, queries, tmp_path)
@@ -195,8 +224,11 @@ def test_failed_splits_are_searched_unsplit_and_flagged(bench, queries, tmp_path
         assert merged[qid] == base[qid], "a query that could not be split is searched as it is"
     flags = the_job.query_flags
     assert {q for q, failed in flags["qsplit_failed"].items() if failed} == {malformed, empty, broken}
-    assert (flags["qsplit_failure"][malformed], flags["qsplit_failure"][empty], flags["qsplit_failure"][broken]) \
-        == ("malformed", "empty", "llm_error")
+    assert (flags["qsplit_failure"][malformed], flags["qsplit_failure"][empty], flags["qsplit_failure"][broken]) == (
+        "malformed",
+        "empty",
+        "llm_error",
+    )
     assert flags["qsplit_n"][malformed] == 0 and flags["qsplit_n"][fine] == 2
     stats = the_job.stats["query_split"]
     assert stats["failed"] == {"llm_error": 1, "malformed": 1, "empty": 1} and stats["split"] == len(ids) - 3
@@ -214,7 +246,9 @@ def test_timeout_then_success_splits(bench, queries, tmp_path):
 
 def test_server_down_with_a_warm_cache_gives_the_same_run(bench, queries, tmp_path):
     with ChatServer(responder=split_in_halves) as server:
-        first = QuerySplit(llm(server.url, tmp_path / "llm"), variant=3, progress=False).make_run(job(bench, queries, tmp_path))
+        first = QuerySplit(llm(server.url, tmp_path / "llm"), variant=3, progress=False).make_run(
+            job(bench, queries, tmp_path)
+        )
     assert len(server.requests) == len(set(queries.values()))
     replay = QuerySplit(llm(server.url, tmp_path / "llm"), variant=3, progress=False)  # the server is down now
     the_job = job(bench, queries, tmp_path)
@@ -255,22 +289,35 @@ def test_cache_params_cover_variant_prompt_and_sampling():
     base = params()
     assert base["prompt_sha256"] != params(variant=2)["prompt_sha256"]
     assert {"variant", "max_subqueries", "prompt_sha256", "llm"} <= set(base)
-    for changed in (dict(variant=2), dict(max_subqueries=3), dict(llm={"model": "n"}), dict(llm={"temperature": 0.3}),
-                    dict(llm={"max_tokens": 9}), dict(llm={"params": {"seed": 1}})):
+    for changed in (
+        dict(variant=2),
+        dict(max_subqueries=3),
+        dict(llm={"model": "n"}),
+        dict(llm={"temperature": 0.3}),
+        dict(llm={"max_tokens": 9}),
+        dict(llm={"params": {"seed": 1}}),
+    ):
         assert params(**changed) != base, changed
-    for same in (dict(llm={"base_url": "http://elsewhere/v1"}), dict(llm={"timeout_s": 1, "concurrency": 1}),
-                 dict(max_failed_fraction=0.2), dict(progress=False)):
+    for same in (
+        dict(llm={"base_url": "http://elsewhere/v1"}),
+        dict(llm={"timeout_s": 1, "concurrency": 1}),
+        dict(max_failed_fraction=0.2),
+        dict(progress=False),
+    ):
         assert params(**same) == base, same
     assert params(variant=1, max_subqueries=4) == params(variant=1, max_subqueries=6), "variant 1 keeps at most 2"
     with pytest.raises(ConfigError, match="variant"):
         params(variant=4)
 
 
-@pytest.mark.parametrize("overrides, setting_id, variant", [
-    ((), "qsplit", 3),
-    (("setting.method.variant=2",), "qsplit-v2", 2),
-    (("setting.method.variant=1",), "qsplit-v1", 1),
-])
+@pytest.mark.parametrize(
+    "overrides, setting_id, variant",
+    [
+        ((), "qsplit", 3),
+        (("setting.method.variant=2",), "qsplit-v2", 2),
+        (("setting.method.variant=1",), "qsplit-v1", 1),
+    ],
+)
 def test_config_composes_and_instantiates(isolated_paths, monkeypatch, overrides, setting_id, variant):
     monkeypatch.setenv("VLDOCIR_LLM_BASE_URL", "http://127.0.0.1:9/v1")
     cfg = compose_cfg("setting=qsplit", *overrides)
@@ -293,9 +340,17 @@ def test_qsplit_end_to_end_flags_failed_splits_in_per_query(subset_dir, isolated
     bench = load_benchmark(subset_dir)
     broken = bench.queries.text.iloc[0]
     monkeypatch.setenv("VLDOCIR_TEST_LLM_KEY", KEY)
-    over = [f"dataset.source={subset_dir}", "setting=qsplit", "setting.method.llm.api_env_var=VLDOCIR_TEST_LLM_KEY",
-            "setting.method.llm.timeout_s=20", "setting.method.llm.max_retries=2", "setting.method.max_failed_fraction=0.5"]
-    with ChatServer(responder=lambda r: Reply("no list here") if question(r) == broken else split_in_halves(r)) as server:
+    over = [
+        f"dataset.source={subset_dir}",
+        "setting=qsplit",
+        "setting.method.llm.api_env_var=VLDOCIR_TEST_LLM_KEY",
+        "setting.method.llm.timeout_s=20",
+        "setting.method.llm.max_retries=2",
+        "setting.method.max_failed_fraction=0.5",
+    ]
+    with ChatServer(
+        responder=lambda r: Reply("no list here") if question(r) == broken else split_in_halves(r)
+    ) as server:
         first = evaluate(*over, f"setting.method.llm.base_url={server.url}")
     assert first.entry.parent.name == "qsplit"
     per_query = pd.read_parquet(first.entry / "per_query.parquet").set_index("query_id")

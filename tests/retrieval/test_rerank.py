@@ -37,15 +37,21 @@ from vldocir.retrieval.settings import RunJob, RunSpec
 JINA_COMMIT = "94bfe0aeb2d4dd7978362699cddd5893d4e0adc8"
 A, W, V = "arxiv-00003-p{:03d}", "wikipedia-00000-p{:03d}", "wikipedia-00001-p{:03d}"
 Q1, Q2, Q3, Q4, Q5 = SUBSET_QUERY_IDS[:5]  # queries of the subset benchmark (any will do)
-OUTSIDE = OUTSIDE_SUBSET_QUERY_IDS[0]       # a query of the mini that the subset does not have
+OUTSIDE = OUTSIDE_SUBSET_QUERY_IDS[0]  # a query of the mini that the subset does not have
 
 
 def tiny_rerank_overrides(jina_dir: Path) -> list[str]:
     """``run.py`` overrides for ``setting=rerank`` with the tiny Jina stand-in on CPU (a user's
     local copy plus the opt-in), for an end-to-end pipeline test."""
     key = "reranker.model"
-    return ["setting=rerank", f"{key}.checkpoint.local_path={jina_dir}", f"{key}.checkpoint.trust_remote_code=true",
-            f"{key}.dtype=float32", f"{key}.device=cpu", "setting.method.progress=false"]
+    return [
+        "setting=rerank",
+        f"{key}.checkpoint.local_path={jina_dir}",
+        f"{key}.checkpoint.trust_remote_code=true",
+        f"{key}.dtype=float32",
+        f"{key}.device=cpu",
+        "setting.method.progress=false",
+    ]
 
 
 # -- a scripted reranker ------------------------------------------------------------------------------
@@ -67,8 +73,14 @@ class ScriptedReranker(Reranker):
     """Scores ``scores[(query text, page_id)]`` (else :func:`default_score`), the page recognised by
     its image; counts the pairs it scores and raises after ``fail_after`` calls."""
 
-    def __init__(self, bench: Benchmark, scores: dict | None = None, batch_size: int = 2, fail_after: int | None = None,
-                 name: str = "scripted"):
+    def __init__(
+        self,
+        bench: Benchmark,
+        scores: dict | None = None,
+        batch_size: int = 2,
+        fail_after: int | None = None,
+        name: str = "scripted",
+    ):
         self.page_of = _page_by_image(str(bench.root))
         self.table, self.batch_size, self.fail_after, self.name = scores or {}, batch_size, fail_after, name
         self.calls, self.pairs = 0, []
@@ -85,8 +97,14 @@ class ScriptedReranker(Reranker):
         return [self.table.get((q, p), default_score(q, p)) for q, p in zip(queries, pages)]
 
 
-def job_for(bench: Benchmark, run, cache: ArtifactCache, query_ids: list[str], depth: int = 100,
-            same_text: dict[str, str] | None = None) -> RunJob:
+def job_for(
+    bench: Benchmark,
+    run,
+    cache: ArtifactCache,
+    query_ids: list[str],
+    depth: int = 100,
+    same_text: dict[str, str] | None = None,
+) -> RunJob:
     """A job over ``query_ids``; ``same_text``: query -> another query whose text it is given."""
     texts = dict(zip(bench.queries["query_id"], bench.queries["text"]))
     texts |= {q: texts[other] for q, other in (same_text or {}).items()}
@@ -121,25 +139,37 @@ def test_rerank_list_hand_checked():
 
 def test_toy_run_is_reranked_by_hand(bench, text, tmp_path):
     q1, q2, q3, outside = Q1, Q2, Q3, OUTSIDE
-    run = ordered_run([q1, q2, outside], [
-        [A.format(0), A.format(1), A.format(2), A.format(3), A.format(4)],
-        [W.format(0), W.format(1)],
-        [V.format(0)],
-    ])
-    scores = {(text[q1], A.format(0)): 0.2, (text[q1], A.format(1)): 0.9, (text[q1], A.format(2)): 0.2,
-              (text[q1], A.format(3)): 5.0,  # beyond top_n: never scored, keeps its place
-              (text[q2], W.format(0)): 0.1, (text[q2], W.format(1)): 0.3}
+    run = ordered_run(
+        [q1, q2, outside],
+        [
+            [A.format(0), A.format(1), A.format(2), A.format(3), A.format(4)],
+            [W.format(0), W.format(1)],
+            [V.format(0)],
+        ],
+    )
+    scores = {
+        (text[q1], A.format(0)): 0.2,
+        (text[q1], A.format(1)): 0.9,
+        (text[q1], A.format(2)): 0.2,
+        (text[q1], A.format(3)): 5.0,  # beyond top_n: never scored, keeps its place
+        (text[q2], W.format(0)): 0.1,
+        (text[q2], W.format(1)): 0.3,
+    }
     reranker = ScriptedReranker(bench, scores)
     job = job_for(bench, run, ArtifactCache(tmp_path), [q1, q2, q3])
     out = Rerank(reranker, top_n=3).make_run(job)
 
     lists = ranked_lists(out)
-    assert lists == {q1: [A.format(1), A.format(0), A.format(2), A.format(3), A.format(4)],  # p000/p002 tie: by page_id
-                     q2: [W.format(1), W.format(0)]}  # fewer than top_n; q3 (absent from the input) and outside: no rows
+    assert lists == {
+        q1: [A.format(1), A.format(0), A.format(2), A.format(3), A.format(4)],  # p000/p002 tie: by page_id
+        q2: [W.format(1), W.format(0)],
+    }  # fewer than top_n; q3 (absent from the input) and outside: no rows
     for q, group in out.to_pandas().groupby("query_id"):
         assert list(group["rank"]) == list(range(1, len(group) + 1))
         assert (np.diff(group["score"].to_numpy()) < 0).all(), "scores strictly decrease down each list"
-    assert sorted(p for _, p in reranker.pairs) == sorted([A.format(0), A.format(1), A.format(2), W.format(0), W.format(1)])
+    assert sorted(p for _, p in reranker.pairs) == sorted(
+        [A.format(0), A.format(1), A.format(2), W.format(0), W.format(1)]
+    )
     stats = job.stats["rerank"]
     assert (stats["pairs"], stats["pairs_scored"], stats["pairs_cached"], stats["queries"]) == (5, 5, 0, 3)
 
@@ -195,7 +225,9 @@ def test_interrupted_rerank_resumes_where_it_stopped(bench, tmp_path):
     run = _toy_run(bench, queries, n=5)
     cache = ArtifactCache(tmp_path / "cache")
     with pytest.raises(KeyboardInterrupt):
-        Rerank(ScriptedReranker(bench, batch_size=2, fail_after=3), top_n=5).make_run(job_for(bench, run, cache, queries))
+        Rerank(ScriptedReranker(bench, batch_size=2, fail_after=3), top_n=5).make_run(
+            job_for(bench, run, cache, queries)
+        )
     (segment,) = (tmp_path / "cache" / "rerank-scores").glob("*/segments/*.jsonl")
     assert len(segment.read_text().splitlines()) == 6, "three batches of two were on disk before the stop"
     with open(segment, "a") as handle:
@@ -207,7 +239,9 @@ def test_interrupted_rerank_resumes_where_it_stopped(bench, tmp_path):
     assert (job.stats["rerank"]["pairs_cached"], job.stats["rerank"]["pairs_scored"]) == (6, 9)
     assert len(resumed.pairs) == 9
 
-    fresh = Rerank(ScriptedReranker(bench, batch_size=4), top_n=5).make_run(job_for(bench, run, ArtifactCache(tmp_path / "b"), queries))
+    fresh = Rerank(ScriptedReranker(bench, batch_size=4), top_n=5).make_run(
+        job_for(bench, run, ArtifactCache(tmp_path / "b"), queries)
+    )
     assert out.equals(fresh), "resuming gives the run an uninterrupted rerank gives"
 
 
@@ -223,8 +257,12 @@ def test_overwrite_policy_scores_again(bench, tmp_path):
 # -- bad pages --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def broken_bench(tmp_path_factory) -> Benchmark:
-    root = mini_subset(tmp_path_factory.mktemp("broken") / "b", ["arxiv-00003", "wikipedia-00000"],
-                       corrupt_page="arxiv-00003-p002", name="mini-broken")
+    root = mini_subset(
+        tmp_path_factory.mktemp("broken") / "b",
+        ["arxiv-00003", "wikipedia-00000"],
+        corrupt_page="arxiv-00003-p002",
+        name="mini-broken",
+    )
     return load_benchmark(root)
 
 
@@ -260,12 +298,16 @@ def test_undecodable_candidate_is_skipped_on_request_and_recorded(broken_bench, 
 def test_page_missing_from_the_benchmark_is_named(bench, tmp_path):
     run = ordered_run([Q2], [[A.format(0), "nowhere-p000"]])
     with pytest.raises(UnknownPageError, match="nowhere-p000"):
-        Rerank(ConstantReranker(), top_n=2, on_bad_page="skip").make_run(job_for(bench, run, ArtifactCache(tmp_path), [Q2]))
+        Rerank(ConstantReranker(), top_n=2, on_bad_page="skip").make_run(
+            job_for(bench, run, ArtifactCache(tmp_path), [Q2])
+        )
 
 
 # -- configuration ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("reranker, setting_id, reranker_class", [("jina_m0", "rerank", JinaRerankerM0),
-                                                                 ("colqwen25", "rerank-colqwen25", ColEngineReranker)])
+@pytest.mark.parametrize(
+    "reranker, setting_id, reranker_class",
+    [("jina_m0", "rerank", JinaRerankerM0), ("colqwen25", "rerank-colqwen25", ColEngineReranker)],
+)
 def test_setting_files_compose_and_instantiate(reranker, setting_id, reranker_class, tmp_path):
     cfg = compose_cfg("retriever=colqwen25", "setting=rerank", f"reranker={reranker}")
     setting = instantiate(cfg.setting.method)
@@ -276,8 +318,15 @@ def test_setting_files_compose_and_instantiate(reranker, setting_id, reranker_cl
     if reranker == "jina_m0":
         assert params["reranker"]["hub_id"] == "jinaai/jina-reranker-m0" and params["reranker"]["commit"] == JINA_COMMIT
         assert setting.reranker.checkpoint.remote_code and not setting.reranker.checkpoint.trust_remote_code
-    other = instantiate(compose_cfg("retriever=colqwen25", "setting=rerank", f"reranker={reranker}", "setting.method.top_n=10",
-                                    "setting.method.input=ocr_bm25:base").setting.method)
+    other = instantiate(
+        compose_cfg(
+            "retriever=colqwen25",
+            "setting=rerank",
+            f"reranker={reranker}",
+            "setting.method.top_n=10",
+            "setting.method.input=ocr_bm25:base",
+        ).setting.method
+    )
     assert other.cache_params() != params and other.inputs() == (RunSpec("base", "ocr_bm25"),)
 
 
@@ -286,8 +335,15 @@ def test_tiny_overrides_compose(tmp_path):
     assert setting.reranker.checkpoint.local_path == str(tmp_path) and setting.reranker.checkpoint.trust_remote_code
 
 
-@pytest.mark.parametrize("kwargs, message", [({"top_n": 0}, "top_n"), ({"top_n": True}, "top_n"),
-                                             ({"on_bad_page": "ignore"}, "on_bad_page"), ({"reranker": object()}, "Reranker")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"top_n": 0}, "top_n"),
+        ({"top_n": True}, "top_n"),
+        ({"on_bad_page": "ignore"}, "on_bad_page"),
+        ({"reranker": object()}, "Reranker"),
+    ],
+)
 def test_bad_parameters_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Rerank(**{"reranker": ConstantReranker(), **kwargs})
@@ -309,8 +365,18 @@ def tiny_jina(tmp_path_factory) -> Path:
 
 
 def _jina(directory: Path, trust: bool = True) -> JinaRerankerM0:
-    return JinaRerankerM0({"hub_id": "jinaai/jina-reranker-m0", "revision": JINA_COMMIT, "local_path": str(directory),
-                           "remote_code": True, "trust_remote_code": trust}, dtype="float32", device="cpu", batch_size=3)
+    return JinaRerankerM0(
+        {
+            "hub_id": "jinaai/jina-reranker-m0",
+            "revision": JINA_COMMIT,
+            "local_path": str(directory),
+            "remote_code": True,
+            "trust_remote_code": trust,
+        },
+        dtype="float32",
+        device="cpu",
+        batch_size=3,
+    )
 
 
 def test_tiny_jina_checkpoint_is_refused_without_the_opt_in(tiny_jina):
@@ -362,9 +428,14 @@ def test_colengine_reranker_scores_exact_maxsim_of_the_model_vectors(bench, text
     from vldocir.retrieval.encoders import ColEngineEncoder
 
     def encoder():
-        return ColEngineEncoder("colpali_engine.models.ColQwen2_5", "colpali_engine.models.ColQwen2_5_Processor",
-                                {"hub_id": "vidore/colqwen2.5-v0.2", "local_path": str(tiny_colqwen)},
-                                processor_kwargs={"max_num_visual_tokens": 64}, dtype="float32", device="cpu")
+        return ColEngineEncoder(
+            "colpali_engine.models.ColQwen2_5",
+            "colpali_engine.models.ColQwen2_5_Processor",
+            {"hub_id": "vidore/colqwen2.5-v0.2", "local_path": str(tiny_colqwen)},
+            processor_kwargs={"max_num_visual_tokens": 64},
+            dtype="float32",
+            device="cpu",
+        )
 
     queries = [Q2, Q3, Q4]
     run = _toy_run(bench, queries, n=6)

@@ -12,16 +12,19 @@ from types import SimpleNamespace
 import huggingface_hub
 import pytest
 import transformers
-from helpers import REPO_ROOT, compose_cfg, evaluate, tiny_overrides
 from hydra.utils import instantiate
 
+from helpers import REPO_ROOT, compose_cfg, evaluate, tiny_overrides
 from vldocir.config_checks import ConfigError
 from vldocir.retrieval.checkpoints import Checkpoint, ModelLoadError, RevisionError, is_commit
 
 RETRIEVER_YAMLS = sorted((REPO_ROOT / "conf" / "retriever").glob("*.yaml"))
 SHA = "0123456789abcdef0123456789abcdef01234567"
 OTHER_SHA = "fedcba9876543210fedcba9876543210fedcba98"
-FLOATING = ("retriever.model.encoder.checkpoint.revision=main", "retriever.model.encoder.checkpoint.allow_floating=true")
+FLOATING = (
+    "retriever.model.encoder.checkpoint.revision=main",
+    "retriever.model.encoder.checkpoint.allow_floating=true",
+)
 
 
 @pytest.fixture
@@ -62,10 +65,13 @@ def test_every_checkpoint_in_a_model_file_is_pinned_to_a_commit_with_its_source(
     assert found, f"{path.name} names a hub_id but no revision"
     revision, line = found.group(1), found.group(0)
     if is_commit(revision):
-        assert re.search(r"#.*(mteb|huggingface\.co|model card|from )", line), f"{path.name}: say where {revision} comes from"
+        assert re.search(r"#.*(mteb|huggingface\.co|model card|from )", line), (
+            f"{path.name}: say where {revision} comes from"
+        )
     else:
         assert "#" in line and re.search(r"searched|no commit|not found", line), (
-            f"{path.name}: the floating revision {revision!r} needs a comment saying why and what was searched")
+            f"{path.name}: the floating revision {revision!r} needs a comment saying why and what was searched"
+        )
 
 
 @pytest.mark.parametrize("path", RETRIEVER_YAMLS, ids=lambda p: p.stem)
@@ -108,8 +114,12 @@ def test_a_floating_revision_offline_is_refused_naming_the_hub_id(offline_hub, s
 def test_run_py_refuses_a_floating_revision_offline_in_one_line(subset_dir, isolated_paths):
     from helpers import run_py
 
-    done = run_py("retriever=colpali13", f"dataset.source={subset_dir}", *FLOATING,
-                  env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(isolated_paths / "hf-cache")})
+    done = run_py(
+        "retriever=colpali13",
+        f"dataset.source={subset_dir}",
+        *FLOATING,
+        env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(isolated_paths / "hf-cache")},
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("run error:")]
     assert len(errors) == 1 and "vidore/colpali-v1.3" in errors[0] and "local_path" in errors[0]
@@ -117,10 +127,15 @@ def test_run_py_refuses_a_floating_revision_offline_in_one_line(subset_dir, isol
 
 def test_a_floating_revision_offline_resolves_through_the_cache_to_the_same_key_as_its_commit(offline_hub, subset_dir):
     _cache_ref(offline_hub, "vidore/colpali-v1.3", "main", SHA)
-    floating_key, parts = _page_key(compose_cfg("retriever=colpali13", f"dataset.source={subset_dir}", *FLOATING), subset_dir)
+    floating_key, parts = _page_key(
+        compose_cfg("retriever=colpali13", f"dataset.source={subset_dir}", *FLOATING), subset_dir
+    )
     assert parts["encoder"]["commit"] == SHA and "main" not in json.dumps(parts)
     pinned = f"retriever.model.encoder.checkpoint.revision={SHA}"
-    assert _page_key(compose_cfg("retriever=colpali13", f"dataset.source={subset_dir}", pinned), subset_dir)[0] == floating_key
+    assert (
+        _page_key(compose_cfg("retriever=colpali13", f"dataset.source={subset_dir}", pinned), subset_dir)[0]
+        == floating_key
+    )
 
 
 def test_a_floating_revision_online_is_resolved_by_the_hub_and_loaded_at_that_commit(monkeypatch, tmp_path):
@@ -151,7 +166,9 @@ def test_an_unreachable_hub_is_refused_like_offline(monkeypatch, tmp_path):
         raise ConnectionError("Failed to resolve 'huggingface.co'\nmore detail")
 
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
-    with pytest.raises(RevisionError, match=r"^cannot resolve revision 'main' of org/model .*ConnectionError.*local_path") as error:
+    with pytest.raises(
+        RevisionError, match=r"^cannot resolve revision 'main' of org/model .*ConnectionError.*local_path"
+    ) as error:
         Checkpoint("org/model", revision="main", allow_floating=True).cache_params()
     assert "\n" not in str(error.value)
 
@@ -169,7 +186,9 @@ def test_remote_code_opt_in_names_the_pinned_commit_and_code_is_fetched_at_it(mo
     with pytest.raises(ModelLoadError, match=f"tree/{SHA}.*trust_remote_code=true"):
         checkpoint.load(transformers.AutoModel.from_pretrained, "model")
     assert calls == []
-    Checkpoint("org/model", revision=SHA, remote_code=True, trust_remote_code=True).load(transformers.AutoModel.from_pretrained, "model")
+    Checkpoint("org/model", revision=SHA, remote_code=True, trust_remote_code=True).load(
+        transformers.AutoModel.from_pretrained, "model"
+    )
     assert calls == [("org/model", {"revision": SHA, "trust_remote_code": True, "code_revision": SHA})]
 
 
@@ -184,15 +203,22 @@ def test_remote_code_is_not_trusted_on_a_floating_revision(offline_hub):
 # -- local copies --------------------------------------------------------------------------------
 def test_a_local_copy_is_identified_by_its_files_or_the_commit_it_was_downloaded_at(tiny, tmp_path):
     plain = Checkpoint("vidore/colpali-v1.3", revision=SHA, local_path=str(tiny["colpali13"]))
-    assert re.fullmatch(r"local-files:[0-9a-f]{16}", plain.commit) and plain.commit == f"local-files:{plain.local_files}"
+    assert (
+        re.fullmatch(r"local-files:[0-9a-f]{16}", plain.commit) and plain.commit == f"local-files:{plain.local_files}"
+    )
     assert plain.cache_params()["local_files"] == plain.local_files and plain.pretrained_kwargs() == {}
     # A label only: a local copy may be named by a branch without the opt-in; the label still keys it.
-    assert Checkpoint("vidore/colpali-v1.3", revision="v1", local_path=str(tiny["colpali13"])).cache_params() != plain.cache_params()
+    assert (
+        Checkpoint("vidore/colpali-v1.3", revision="v1", local_path=str(tiny["colpali13"])).cache_params()
+        != plain.cache_params()
+    )
 
     downloaded = tmp_path / "downloaded"  # what `hf download --revision <sha> --local-dir` leaves
     (downloaded / ".cache" / "huggingface" / "download").mkdir(parents=True)
     (downloaded / "config.json").write_text("{}")
-    (downloaded / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text(f"{OTHER_SHA}\netag\n1.0\n")
+    (downloaded / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text(
+        f"{OTHER_SHA}\netag\n1.0\n"
+    )
     assert Checkpoint("org/model", revision=OTHER_SHA, local_path=str(downloaded)).commit == OTHER_SHA
     snapshot = tmp_path / "hub" / "models--org--model" / "snapshots" / SHA  # a snapshot of the HF cache
     snapshot.mkdir(parents=True)

@@ -31,7 +31,14 @@ import pytrec_eval
 from helpers import MINI_DIR, REPO_ROOT, evaluate, run_py
 from vldocir import store
 from vldocir.data.benchmark import load_benchmark
-from vldocir.data.runs import TrecRunError, float32_keeping_order, read_run, read_trec_run, run_from_rows, write_trec_run
+from vldocir.data.runs import (
+    TrecRunError,
+    float32_keeping_order,
+    read_run,
+    read_trec_run,
+    run_from_rows,
+    write_trec_run,
+)
 from vldocir.data.schema import RUN_SCHEMA
 from vldocir.errors import ConfigError
 from vldocir.retrieval.run_file import RunFileError
@@ -58,7 +65,11 @@ def qrels(mini) -> dict[str, dict[str, int]]:
 
 
 def paths(root: Path) -> list[str]:
-    return [f"paths.results_dir={root / 'results'}", f"paths.cache_dir={root / 'cache'}", f"paths.log_dir={root / 'logs'}"]
+    return [
+        f"paths.results_dir={root / 'results'}",
+        f"paths.cache_dir={root / 'cache'}",
+        f"paths.log_dir={root / 'logs'}",
+    ]
 
 
 def evaluate_file(root: Path, path: Path, *overrides: str):
@@ -90,8 +101,10 @@ def same_as_trec_eval(ours: pd.DataFrame, theirs: dict, queries) -> list[tuple[s
     differ = []
     for query in queries:
         for k in KS:
-            if (abs(ours.at[query, f"ndcg@{k}"] - theirs[query][f"ndcg_cut_{k}"]) > 1e-9
-                    or abs(ours.at[query, f"recall@{k}"] - theirs[query][f"recall_{k}"]) > 1e-9):
+            if (
+                abs(ours.at[query, f"ndcg@{k}"] - theirs[query][f"ndcg_cut_{k}"]) > 1e-9
+                or abs(ours.at[query, f"recall@{k}"] - theirs[query][f"recall_{k}"]) > 1e-9
+            ):
                 differ.append((query, k))
     return differ
 
@@ -142,7 +155,10 @@ def stored(tmp_path_factory, mini):
 def _first_for_trec_eval(scores: dict[str, float]) -> str:
     """The page trec_eval ranks first."""
     for page in scores:
-        if pytrec_eval.RelevanceEvaluator({"q": {page: 1}}, {"recall.1"}).evaluate({"q": scores})["q"]["recall_1"] == 1.0:
+        if (
+            pytrec_eval.RelevanceEvaluator({"q": {page: 1}}, {"recall.1"}).evaluate({"q": scores})["q"]["recall_1"]
+            == 1.0
+        ):
             return page
     raise AssertionError(scores)
 
@@ -159,9 +175,18 @@ def test_trec_eval_reads_float32_and_breaks_ties_by_docid_descending():
 
 def test_read_trec_run_formats(tmp_path):
     text = "q1 Q0 p2 1 2.5 run\nq1 Q0 p1 2 0.1 run\n\nq2 Q0 p1 1 -3e-5 run\n"
-    expected = {"query_id": ["q1", "q1", "q2"], "page_id": ["p2", "p1", "p1"], "score": [2.5, 0.1, -3e-5], "tag": ["run"] * 3}
-    variants = {"space": text, "tab": text.replace(" ", "\t"), "crlf": text.replace("\n", "\r\n"),
-                "mixed": "q1  Q0\tp2 1 2.5 run \nq1 Q0 p1 2 0.1 run\n   \nq2 Q0 p1 1 -3e-5 run"}
+    expected = {
+        "query_id": ["q1", "q1", "q2"],
+        "page_id": ["p2", "p1", "p1"],
+        "score": [2.5, 0.1, -3e-5],
+        "tag": ["run"] * 3,
+    }
+    variants = {
+        "space": text,
+        "tab": text.replace(" ", "\t"),
+        "crlf": text.replace("\n", "\r\n"),
+        "mixed": "q1  Q0\tp2 1 2.5 run \nq1 Q0 p1 2 0.1 run\n   \nq2 Q0 p1 1 -3e-5 run",
+    }
     for name, content in variants.items():
         path = tmp_path / f"{name}.trec"
         path.write_bytes(content.encode())
@@ -173,12 +198,18 @@ def test_read_trec_run_formats(tmp_path):
     assert read_trec_run(precise).column("score").to_pylist() == [0.1, 1.0000000000000002]  # correctly rounded
 
 
-@pytest.mark.parametrize("content, problem", [
-    ("q1 Q0 p1 1 2.5 run\nq1 Q0 p2 2 1.5\n", "line 2: expected 6 whitespace-separated columns .* found 5: 'q1 Q0 p2 2 1.5'"),
-    ("q1 Q0 p1 1 2.5 run extra\n", "line 1: expected 6 .* found 7"),
-    ("\nq1 Q0 p1 1 2.5 run\nq1 Q0 p2 2 high run\n", "line 3: the score \\(5th column\\) 'high' is not a number"),
-    ("q1 Q0 p1 1 nan run\n", "line 1: the score .* 'nan' is not a number"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (
+            "q1 Q0 p1 1 2.5 run\nq1 Q0 p2 2 1.5\n",
+            "line 2: expected 6 whitespace-separated columns .* found 5: 'q1 Q0 p2 2 1.5'",
+        ),
+        ("q1 Q0 p1 1 2.5 run extra\n", "line 1: expected 6 .* found 7"),
+        ("\nq1 Q0 p1 1 2.5 run\nq1 Q0 p2 2 high run\n", "line 3: the score \\(5th column\\) 'high' is not a number"),
+        ("q1 Q0 p1 1 nan run\n", "line 1: the score .* 'nan' is not a number"),
+    ],
+)
 def test_malformed_trec_lines_are_named(tmp_path, content, problem):
     path = tmp_path / "bad.trec"
     path.write_text(content)
@@ -212,12 +243,16 @@ def test_float32_keeps_every_float64_order(seed):
     got = run.to_pandas()
     got_order = got.sort_values(["query_id", "score", "page_id"], ascending=[True, False, True])
     key = ["query_id", "page_id"]
-    assert got_order[key].to_numpy().tolist() == expected.sort_values(["query_id"], kind="stable")[key].to_numpy().tolist()
+    assert (
+        got_order[key].to_numpy().tolist() == expected.sort_values(["query_id"], kind="stable")[key].to_numpy().tolist()
+    )
     assert got[key].to_numpy().tolist() == got_order[key].to_numpy().tolist(), "rows are stored in rank order"
     merged = frame.merge(got, on=key)
     pairs = merged.groupby(["query_id", "score_x"])["score_y"].nunique()
     assert (pairs == 1).all(), "equal float64 scores stay equal"
-    unchanged = merged.groupby("query_id").apply(lambda g: (g.score_y == g.score_x.astype(np.float32)).all(), include_groups=False)
+    unchanged = merged.groupby("query_id").apply(
+        lambda g: (g.score_y == g.score_x.astype(np.float32)).all(), include_groups=False
+    )
     assert unchanged.sum() == n_queries - conversion["changed_queries"]
 
 
@@ -225,7 +260,9 @@ def test_float32_overflow_falls_back_to_dense_ranks():
     # -1e300 > -1e301, both -inf in float32, page order says the other way round: no float32 below -inf.
     score = np.array([5.0, -1e300, -1e301, -1e301])
     out, stats = float32_keeping_order(score, np.zeros(4, int), np.array([True, True, False, True]))
-    assert out.tolist() == [-1.0, -2.0, -3.0, -3.0] and stats["method"].endswith("dense ranks for queries below float32's range")
+    assert out.tolist() == [-1.0, -2.0, -3.0, -3.0] and stats["method"].endswith(
+        "dense ranks for queries below float32's range"
+    )
 
 
 # -- evaluating a run file ----------------------------------------------------------------------------
@@ -255,14 +292,24 @@ def test_trec_run_with_ties_and_float64_scores_equals_trec_eval(stored, mini, qr
     assert same_as_trec_eval(ours, trec_eval(qrels, by_rule), in_file) == []
 
     absent = [q for q in mini.queries["query_id"] if q not in set(in_file)]
-    assert len(absent) == len(mini.queries) - 120 > 0 and not ours.loc[absent, "in_run"].any() and ours.loc[in_file, "in_run"].all()
+    assert (
+        len(absent) == len(mini.queries) - 120 > 0
+        and not ours.loc[absent, "in_run"].any()
+        and ours.loc[in_file, "in_run"].all()
+    )
     assert (ours.loc[absent, [f"ndcg@{k}" for k in KS]].to_numpy() == 0).all()
 
     # float32 alone would have reordered: the conversion changed scores, and says so.
     retrieval = stored["mine"].manifest["retrieval"]
     conversion = retrieval["score_conversion"]
-    assert conversion["input_dtype"] == "float64" and conversion["reordered_pairs"] > 0 and conversion["changed_rows"] > 0
-    assert retrieval["rows_read"] == len(rows) and retrieval["queries_in_file"] == 120 and retrieval["queries_missing"] == len(mini.queries) - 120
+    assert (
+        conversion["input_dtype"] == "float64" and conversion["reordered_pairs"] > 0 and conversion["changed_rows"] > 0
+    )
+    assert (
+        retrieval["rows_read"] == len(rows)
+        and retrieval["queries_in_file"] == 120
+        and retrieval["queries_missing"] == len(mini.queries) - 120
+    )
     assert retrieval["run_file"]["format"] == "trec" and retrieval["tags"] == ["mysys"]
     # trec_eval on the file differs on queries of both kinds of tie: equal scores, and float64 scores equal in float32.
     differ = {q for q, _ in same_as_trec_eval(ours, as_written, tied)}
@@ -282,17 +329,26 @@ def test_depth_cuts_each_query_at_the_files_own_order(stored, mini, tmp_path):
 def test_unknown_ids_are_an_error_or_dropped_and_counted(stored, mini, tmp_path):
     rows = tied_float64_rows(mini, n_queries=20)
     pages = [(rows[0][0], f"nope-{i:02d}", 1.0) for i in range(12)]
-    with pytest.raises(RunFileError, match=r"names 12 page id\(s\) that benchmark vl-docir-mini does not have \(12 row\(s\)\): "
-                                           r"nope-00, nope-01, .*nope-09 and 2 more\. Was the run made on another benchmark\? "
-                                           r"retriever.on_unknown_ids=drop leaves those rows out"):
+    with pytest.raises(
+        RunFileError,
+        match=r"names 12 page id\(s\) that benchmark vl-docir-mini does not have \(12 row\(s\)\): "
+        r"nope-00, nope-01, .*nope-09 and 2 more\. Was the run made on another benchmark\? "
+        r"retriever.on_unknown_ids=drop leaves those rows out",
+    ):
         evaluate_file(tmp_path, write_lines(tmp_path / "pages.trec", rows + pages))
-    path = write_lines(tmp_path / "foreign.trec", rows + pages + [("q-nope", rows[0][1], 1.0), ("q-nope", "nope-00", 1.0)])
-    with pytest.raises(RunFileError, match=r"names 1 query id\(s\) that benchmark vl-docir-mini does not have \(2 row\(s\)\): q-nope\."):
+    path = write_lines(
+        tmp_path / "foreign.trec", rows + pages + [("q-nope", rows[0][1], 1.0), ("q-nope", "nope-00", 1.0)]
+    )
+    with pytest.raises(
+        RunFileError, match=r"names 1 query id\(s\) that benchmark vl-docir-mini does not have \(2 row\(s\)\): q-nope\."
+    ):
         evaluate_file(tmp_path, path)
     dropped = evaluate_file(tmp_path, path, "retriever.on_unknown_ids=drop")
     unknown = dropped.manifest["retrieval"]["unknown_ids"]
     assert unknown["page_ids"] == {"ids": 12, "rows": 12, "examples": [f"nope-{i:02d}" for i in range(10)]}
-    assert unknown["query_ids"] == {"ids": 1, "rows": 2, "examples": ["q-nope"]} and unknown["action"].startswith("dropped")
+    assert unknown["query_ids"] == {"ids": 1, "rows": 2, "examples": ["q-nope"]} and unknown["action"].startswith(
+        "dropped"
+    )
     clean = evaluate_file(tmp_path, write_lines(tmp_path / "clean.trec", rows))
     assert dropped.metrics["aggregates"] == clean.metrics["aggregates"]
 
@@ -310,10 +366,14 @@ def test_bad_values_fail_in_one_line(stored, tmp_path):
     bad.write_text("q0000000 Q0 arxiv-00000-p000 1 1.0 t\nq0000000 Q0 arxiv-00000-p001 2 1.0\n")
     with pytest.raises(RunFileError, match=f"retriever.path: {bad}, line 2: expected 6"):
         evaluate_file(tmp_path, bad)
-    twice = write_lines(tmp_path / "twice.trec", [("q0000001", "arxiv-00000-p001", 2.0), ("q0000001", "arxiv-00000-p001", 1.0)])
+    twice = write_lines(
+        tmp_path / "twice.trec", [("q0000001", "arxiv-00000-p001", 2.0), ("q0000001", "arxiv-00000-p001", 1.0)]
+    )
     with pytest.raises(RunFileError, match="lists page arxiv-00000-p001 more than once for query q0000001"):
         evaluate_file(tmp_path, twice)
-    assert not (tmp_path / "results" / "runs").exists() or not list((tmp_path / "results" / "runs").rglob("manifest.json"))
+    assert not (tmp_path / "results" / "runs").exists() or not list(
+        (tmp_path / "results" / "runs").rglob("manifest.json")
+    )
 
 
 def test_a_file_edited_after_its_run_key_is_refused(mini, tmp_path):
@@ -349,7 +409,9 @@ def test_a_changed_file_is_a_new_run_and_nothing_is_overwritten(stored, mini, tm
     assert evaluate_file(tmp_path, path).manifest["run"]["reused"], "the same content is the same run"
     moved = tmp_path / "elsewhere.trec"
     moved.write_bytes(path.read_bytes())
-    assert evaluate_file(tmp_path, moved).manifest["run"]["key"] == first.manifest["run"]["key"], "keyed by content, not path"
+    assert evaluate_file(tmp_path, moved).manifest["run"]["key"] == first.manifest["run"]["key"], (
+        "keyed by content, not path"
+    )
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before, "the user's file is only read"
 
     changed = write_lines(path, rows[:-1] + [(rows[-1][0], rows[-1][1], rows[-1][2] + 1.0)])
@@ -407,7 +469,9 @@ def test_an_exported_run_round_trips_through_trec_eval(stored, qrels, tmp_path, 
     lines = out.read_text().splitlines()
     assert len(lines) == stored_run.num_rows and lines[0].split()[5] == f"{entry.parents[1].name}.base"
     back = run_from_rows(read_trec_run(out), query_order)[0].to_pandas()
-    assert back[["query_id", "page_id", "rank"]].equals(stored_frame[["query_id", "page_id", "rank"]].astype(back.dtypes[:3].to_dict()))
+    assert back[["query_id", "page_id", "rank"]].equals(
+        stored_frame[["query_id", "page_id", "rank"]].astype(back.dtypes[:3].to_dict())
+    )
     steps = float32_steps(stored_frame.score.to_numpy()) - float32_steps(back.score.to_numpy())
     assert (steps >= 0).all() and 0 < (steps > 0).sum() and steps.max() <= 64  # a few float32 steps, never up
 
@@ -422,7 +486,9 @@ def test_an_exported_run_round_trips_through_trec_eval(stored, qrels, tmp_path, 
 def test_export_finds_runs_and_refuses_to_overwrite(stored, tmp_path, capsys):
     results = stored["results"]
     out = tmp_path / "a.trec"
-    assert store.main(["export", f"{MINI}/mysystem/base", str(out), "--results-dir", str(results), "--tag", "final"]) == 0
+    assert (
+        store.main(["export", f"{MINI}/mysystem/base", str(out), "--results-dir", str(results), "--tag", "final"]) == 0
+    )
     assert "the newest verified of 1 entries" in capsys.readouterr().out
     assert {line.split()[5] for line in out.read_text().splitlines()} == {"final"}
     before = out.read_bytes()
@@ -448,17 +514,29 @@ def test_make_tables_lists_the_runs_no_paper_row_uses(stored, tmp_path, capsys):
     # DOM-BM25) uses it, and the first DOM-BM25 run becomes one of the other runs.
     variant = evaluate_file(tmp_path, stored["trec"], "retriever.id=dom_bm25")
     capsys.readouterr()
-    assert run(compose_report([f"paths.results_dir={results}", f"benchmark={MINI}", "do=[tables]",
-                               "only=[table13_overall]"])) == 0
+    assert (
+        run(
+            compose_report(
+                [f"paths.results_dir={results}", f"benchmark={MINI}", "do=[tables]", "only=[table13_overall]"]
+            )
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     readme = (results / "tables" / "README.md").read_text()
     section = readme.split("## Other runs in the store", 1)[1]
     rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
     listed = {(r[0].strip("| "), r[1].strip("`"), r[2]): r[3:] for r in rows}
     mine, bm25 = stored["mine"], stored["bm25"]
-    assert set(listed) == {("mysystem/base", mine.entry.name, "Macro"), ("mysystem/base", mine.entry.name, "Micro"),
-                           ("dom_bm25/base", bm25.entry.name, "Macro"), ("dom_bm25/base", bm25.entry.name, "Micro")}
-    assert ("dom_bm25/base", variant.entry.name, "Macro") not in listed, "the paper row's run is in the paper tables, not here"
+    assert set(listed) == {
+        ("mysystem/base", mine.entry.name, "Macro"),
+        ("mysystem/base", mine.entry.name, "Micro"),
+        ("dom_bm25/base", bm25.entry.name, "Macro"),
+        ("dom_bm25/base", bm25.entry.name, "Micro"),
+    }
+    assert ("dom_bm25/base", variant.entry.name, "Macro") not in listed, (
+        "the paper row's run is in the paper tables, not here"
+    )
     table13 = (results / "tables" / "table13_overall.md").read_text()
     assert f"{variant.metrics['aggregates']['macro']['recallall@10']:.2f} / " in table13
     for result in (mine, bm25):
@@ -469,8 +547,20 @@ def test_make_tables_lists_the_runs_no_paper_row_uses(stored, tmp_path, capsys):
     assert "Other runs in the store (no paper row uses them" in printed and "mysystem/base" in printed
     assert "| Run | Entry | Aggregate | nDCGAll@5 | nDCGAll@10 | RecallAll@5 | RecallAll@10 |" in section
 
-    assert run(compose_report([f"paths.results_dir={results}", f"benchmark={MINI}", "do=[tables]",
-                               "only=[table13_overall]", "other_runs=false"])) == 0
+    assert (
+        run(
+            compose_report(
+                [
+                    f"paths.results_dir={results}",
+                    f"benchmark={MINI}",
+                    "do=[tables]",
+                    "only=[table13_overall]",
+                    "other_runs=false",
+                ]
+            )
+        )
+        == 0
+    )
     assert "Other runs" not in (results / "tables" / "README.md").read_text()
 
 
@@ -491,7 +581,13 @@ def test_run_py_and_the_export_command(stored, tmp_path):
     assert json.loads((entry / store.METRICS_FILE).read_text()) == stored["mine"].metrics
 
     out = tmp_path / "mysystem.trec"
-    done = subprocess.run([sys.executable, "-m", "vldocir.store", "export", f"{MINI}/mysystem/base", str(out)], cwd=REPO_ROOT,
-                          env={**os.environ, "VLDOCIR_RESULTS_DIR": str(results)}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "vldocir.store", "export", f"{MINI}/mysystem/base", str(out)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "VLDOCIR_RESULTS_DIR": str(results)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert out.read_text().splitlines()[0].endswith(" mysystem.base")

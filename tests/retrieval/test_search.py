@@ -16,7 +16,12 @@ score_single_vector = BaseVisualRetrieverProcessor.score_single_vector
 
 
 def random_items(rng, n, lengths, dim=24):
-    return [rng.standard_normal((int(rng.integers(*lengths)) if isinstance(lengths, tuple) else lengths, dim)).astype(np.float32) for _ in range(n)]
+    return [
+        rng.standard_normal((int(rng.integers(*lengths)) if isinstance(lengths, tuple) else lengths, dim)).astype(
+            np.float32
+        )
+        for _ in range(n)
+    ]
 
 
 def shard(items, size, dtype="float16"):
@@ -49,8 +54,15 @@ def test_maxsim_equals_colpali_engine_on_equal_length_pages(dtype):
     rng = np.random.default_rng(1)
     queries = random_items(rng, 45, (3, 30))
     pages = random_items(rng, 300, 40)  # equal lengths: colpali-engine's zero padding is inert
-    top = exact_search(RaggedVectors.from_list(queries), shard(pages, 64, dtype), depth=20,
-                       query_batch_size=7, page_block_tokens=333, device="cpu", progress=False)
+    top = exact_search(
+        RaggedVectors.from_list(queries),
+        shard(pages, 64, dtype),
+        depth=20,
+        query_batch_size=7,
+        page_block_tokens=333,
+        device="cpu",
+        progress=False,
+    )
     reference = score_multi_vector([torch.from_numpy(q) for q in queries], stored_fp32(pages, dtype), device="cpu")
     ref_idx, ref_scores = reference_top(reference, 20)
     np.testing.assert_array_equal(top.indices, ref_idx)
@@ -64,8 +76,15 @@ def test_variable_length_pages_match_per_page_maxsim():
     rng = np.random.default_rng(2)
     queries = random_items(rng, 20, (2, 12))
     pages = random_items(rng, 90, (1, 50))
-    top = exact_search(RaggedVectors.from_list(queries), shard(pages, 32, "float16"), depth=90,
-                       query_batch_size=6, page_block_tokens=64, device="cpu", progress=False)
+    top = exact_search(
+        RaggedVectors.from_list(queries),
+        shard(pages, 32, "float16"),
+        depth=90,
+        query_batch_size=6,
+        page_block_tokens=64,
+        device="cpu",
+        progress=False,
+    )
     qs = [torch.from_numpy(q) for q in queries]
     ps = stored_fp32(pages, "float16")
     reference = torch.cat([score_multi_vector(qs, [p], batch_size=1, device="cpu") for p in ps], dim=1)
@@ -73,7 +92,9 @@ def test_variable_length_pages_match_per_page_maxsim():
     np.testing.assert_array_equal(top.indices, ref_idx)
     np.testing.assert_allclose(top.scores, ref_scores, rtol=1e-5, atol=1e-4)
     padded = score_multi_vector(qs, ps, batch_size=90, device="cpu")
-    assert (padded >= reference - 1e-4).all() and (padded > reference + 1e-3).any(), "zero padding should inflate some scores"
+    assert (padded >= reference - 1e-4).all() and (padded > reference + 1e-3).any(), (
+        "zero padding should inflate some scores"
+    )
 
 
 def test_single_vector_is_the_dot_product():
@@ -81,7 +102,9 @@ def test_single_vector_is_the_dot_product():
     queries = random_items(rng, 30, 1, dim=64)
     pages = random_items(rng, 500, 1, dim=64)
     top = exact_search(RaggedVectors.from_list(queries), shard(pages, 128), depth=50, device="cpu", progress=False)
-    reference = score_single_vector([torch.from_numpy(q[0]) for q in queries], [p[0] for p in stored_fp32(pages, "float16")], device="cpu")
+    reference = score_single_vector(
+        [torch.from_numpy(q[0]) for q in queries], [p[0] for p in stored_fp32(pages, "float16")], device="cpu"
+    )
     ref_idx, ref_scores = reference_top(reference, 50)
     np.testing.assert_array_equal(top.indices, ref_idx)
     np.testing.assert_allclose(top.scores, ref_scores, rtol=1e-5, atol=1e-5)
@@ -91,8 +114,18 @@ def test_rankings_do_not_depend_on_batch_sizes_or_shard_size():
     rng = np.random.default_rng(4)
     queries = RaggedVectors.from_list(random_items(rng, 70, (4, 20)))
     pages = random_items(rng, 257, (10, 30))
-    a = exact_search(queries, shard(pages, 100), depth=25, query_batch_size=3, page_block_tokens=50, device="cpu", progress=False)
-    b = exact_search(queries, shard(pages, 257), depth=25, query_batch_size=64, page_block_tokens=100_000, device="cpu", progress=False)
+    a = exact_search(
+        queries, shard(pages, 100), depth=25, query_batch_size=3, page_block_tokens=50, device="cpu", progress=False
+    )
+    b = exact_search(
+        queries,
+        shard(pages, 257),
+        depth=25,
+        query_batch_size=64,
+        page_block_tokens=100_000,
+        device="cpu",
+        progress=False,
+    )
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6, atol=1e-5)
 

@@ -81,8 +81,11 @@ def test_rrf_equals_ranx(k):
         lists = {f"q{q}": list(rng.choice(pages, size=int(rng.integers(5, 40)), replace=False)) for q in range(25)}
         runs.append(run_of(lists))
     ours = ranked_lists(reciprocal_rank_fusion(runs, depth=100, k=k))
-    theirs = fuse([Run({q: {p: float(len(v) - i) for i, p in enumerate(v)} for q, v in ranked_lists(r).items()}) for r in runs],
-                  method="rrf", params={"k": k}).to_dict()
+    theirs = fuse(
+        [Run({q: {p: float(len(v) - i) for i, p in enumerate(v)} for q, v in ranked_lists(r).items()}) for r in runs],
+        method="rrf",
+        params={"k": k},
+    ).to_dict()
     assert set(ours) == set(theirs)
     for q, fused in theirs.items():
         # ranx's scores, ordered by our rule (score descending, then page id)
@@ -108,13 +111,32 @@ def test_run_specs_parse_from_yaml_forms():
 
 
 def test_input_overrides_keep_the_job_and_drop_its_setting():
-    job = ["retriever=colqwen25", "retriever.model.encoder.dtype=float32", "setting=bctx", "setting.id=mine",
-           "n_ctx=32", "depth=50", "dataset.source=/x", "+setting.extra=1"]
+    job = [
+        "retriever=colqwen25",
+        "retriever.model.encoder.dtype=float32",
+        "setting=bctx",
+        "setting.id=mine",
+        "n_ctx=32",
+        "depth=50",
+        "dataset.source=/x",
+        "+setting.extra=1",
+    ]
     assert input_overrides(job, RunSpec("ctx")) == [
-        "retriever=colqwen25", "retriever.model.encoder.dtype=float32", "n_ctx=32", "depth=50", "dataset.source=/x",
-        "setting=ctx"]
+        "retriever=colqwen25",
+        "retriever.model.encoder.dtype=float32",
+        "n_ctx=32",
+        "depth=50",
+        "dataset.source=/x",
+        "setting=ctx",
+    ]
     assert input_overrides(job, RunSpec("base", "ocr_bm25", ("retriever.model.k1=1.2",))) == [
-        "n_ctx=32", "depth=50", "dataset.source=/x", "retriever=ocr_bm25", "setting=base", "retriever.model.k1=1.2"]
+        "n_ctx=32",
+        "depth=50",
+        "dataset.source=/x",
+        "retriever=ocr_bm25",
+        "setting=base",
+        "retriever.model.k1=1.2",
+    ]
 
 
 # --- through the pipeline -----------------------------------------------------------------------------
@@ -126,14 +148,20 @@ def test_rrf_hybrid_files_its_inputs_and_reuses_them(isolated_paths):
     first = evaluate("setting=rrf", "setting.fuse=base")
     assert first.entry.parent.name == "rrf-base-ocr_bm25"
     inputs = first.manifest["run"]["inputs"]
-    assert [(i["retriever"], i["setting"], i["reused"]) for i in inputs] == [("dom_bm25", "base", False), ("ocr_bm25", "base", False)]
+    assert [(i["retriever"], i["setting"], i["reused"]) for i in inputs] == [
+        ("dom_bm25", "base", False),
+        ("ocr_bm25", "base", False),
+    ]
     events = [(e["kind"], e["status"]) for e in first.manifest["cache"]]
     assert events == [("run", "miss"), ("bm25-index", "miss"), ("run", "miss"), ("bm25-index", "miss"), ("run", "miss")]
 
     stored = [read_run(f"{i['entry']}/run.parquet") for i in inputs]
     fused = read_run(first.entry / "run.parquet")
-    theirs = fuse([Run({q: {p: float(len(v) - i) for i, p in enumerate(v)} for q, v in ranked_lists(r).items()}) for r in stored],
-                  method="rrf", params={"k": 60}).to_dict()
+    theirs = fuse(
+        [Run({q: {p: float(len(v) - i) for i, p in enumerate(v)} for q, v in ranked_lists(r).items()}) for r in stored],
+        method="rrf",
+        params={"k": 60},
+    ).to_dict()
     ours = ranked_lists(fused)
     assert {q: sorted(v, key=lambda p: (-v[p], p))[:100] for q, v in theirs.items()} == ours
     for i in inputs:  # each input entry records what it is an input of, with its own config
@@ -154,7 +182,13 @@ def test_rrf_hybrid_files_its_inputs_and_reuses_them(isolated_paths):
 def test_round_robin_of_another_retriever_and_a_depth_sweep(isolated_paths):
     """Any list of runs: base of DOM-BM25 then OCR-BM25, as inputs given on the command line; the
     inputs follow the job's depth."""
-    over = ["setting=bctx", "setting.id=dom-then-ocr", "setting.method.inputs=[base,ocr_bm25:base]", "depth=20", "eval.ks=[5,10]"]
+    over = [
+        "setting=bctx",
+        "setting.id=dom-then-ocr",
+        "setting.method.inputs=[base,ocr_bm25:base]",
+        "depth=20",
+        "eval.ks=[5,10]",
+    ]
     done = evaluate(*over)
     inputs = done.manifest["run"]["inputs"]
     dom, ocr = (read_run(f"{i['entry']}/run.parquet") for i in inputs)
@@ -175,10 +209,15 @@ def test_an_input_on_another_dataset_fails_in_the_checks_before_any_work(isolate
     from vldocir.config_checks import ConfigError
     from vldocir.pipeline import check_inputs
 
-    over = ["setting=bctx", "setting.id=mixed",
-            "setting.method.inputs=[base,{setting:base,overrides:['dataset=synthetic_text']}]"]
-    says = (r"input run 'base dataset=synthetic_text' of dom_bm25/mixed is on another dataset \(synthetic-text\); "
-            r"a setting combines runs of one benchmark")
+    over = [
+        "setting=bctx",
+        "setting.id=mixed",
+        "setting.method.inputs=[base,{setting:base,overrides:['dataset=synthetic_text']}]",
+    ]
+    says = (
+        r"input run 'base dataset=synthetic_text' of dom_bm25/mixed is on another dataset \(synthetic-text\); "
+        r"a setting combines runs of one benchmark"
+    )
     with pytest.raises(ConfigError, match=says):
         check_inputs(compose_cfg(*over), over)
     with pytest.raises(ConfigError, match=says):
@@ -194,14 +233,21 @@ def test_sweep_of_every_setting_encodes_once_and_computes_each_run_once(subset_d
     """`-m retriever=colqwen25 setting=base,ctx,bctx,rerank,ensemble n_ctx=32,128` (tiny checkpoints):
     the corpus is encoded once and every distinct run (base, ctx per n_ctx, rerank, bctx and ensemble
     per n_ctx) is computed once over the ten jobs, as the jobs' manifests (their cache events) show."""
+    from helpers import run_py
     from test_rerank import tiny_rerank_overrides
     from tiny_models import build_tiny_jina_reranker_m0
-    from helpers import run_py
 
     jina = build_tiny_jina_reranker_m0(tmp_path / "jina")
     rerank_overrides = [o for o in tiny_rerank_overrides(jina) if o.startswith("reranker.")]
-    done = run_py("-m", *tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}", *rerank_overrides,
-                  "setting=base,ctx,bctx,rerank,ensemble", "n_ctx=32,128", timeout=900)
+    done = run_py(
+        "-m",
+        *tiny_overrides("colqwen25", tiny),
+        f"dataset.source={subset_dir}",
+        *rerank_overrides,
+        "setting=base,ctx,bctx,rerank,ensemble",
+        "n_ctx=32,128",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     manifests = [json.loads(p.read_text()) for p in (isolated_paths / "logs" / "multirun").rglob("manifest.json")]
     assert len(manifests) == 10
@@ -218,7 +264,16 @@ def test_sweep_of_every_setting_encodes_once_and_computes_each_run_once(subset_d
     context_builds = [e for e in events if e["kind"] == "doc-context" and e["status"] != "hit"]
     assert len(context_builds) == 2  # one set of context vectors per n_ctx
     by_setting = {(m["config"]["setting"]["id"]) for m in manifests}
-    assert by_setting == {"base", "rerank", "ctx-n32", "ctx-n128", "bctx-n32", "bctx-n128", "ensemble-n32", "ensemble-n128"}
+    assert by_setting == {
+        "base",
+        "rerank",
+        "ctx-n32",
+        "ctx-n128",
+        "bctx-n32",
+        "bctx-n128",
+        "ensemble-n32",
+        "ensemble-n128",
+    }
     ensemble = next(m for m in manifests if m["config"]["setting"]["id"] == "ensemble-n32")
     assert [i["setting"] for i in ensemble["run"]["inputs"]] == ["base", "ctx-n32", "rerank"]
     # the ensemble is the round robin of its stored inputs

@@ -31,8 +31,10 @@ class RevisionError(ConfigError):
 
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
-_PIN_OR_COPY = ("pin a commit (retriever.model.encoder.checkpoint.revision=<40-hex sha>) or use a local copy "
-                "(retriever.model.encoder.checkpoint.local_path=<dir>)")
+_PIN_OR_COPY = (
+    "pin a commit (retriever.model.encoder.checkpoint.revision=<40-hex sha>) or use a local copy "
+    "(retriever.model.encoder.checkpoint.local_path=<dir>)"
+)
 
 
 def is_commit(revision: Any) -> bool:
@@ -69,22 +71,33 @@ def resolve_revision(hub_id: str, revision: str) -> str:
     if _hub_offline():
         if cached:
             return cached
-        raise RevisionError(f"cannot resolve revision {revision!r} of {hub_id} to a commit: the hub is offline "
-                            f"(HF_HUB_OFFLINE) and the Hugging Face cache holds no such ref; {_PIN_OR_COPY}")
+        raise RevisionError(
+            f"cannot resolve revision {revision!r} of {hub_id} to a commit: the hub is offline "
+            f"(HF_HUB_OFFLINE) and the Hugging Face cache holds no such ref; {_PIN_OR_COPY}"
+        )
     try:
         from huggingface_hub import HfApi
 
         sha = HfApi().model_info(hub_id, revision=revision).sha
     except Exception as error:  # no network, unknown repo or revision, HTTP errors: all end the same way
         if cached:
-            log.warning("could not ask the hub for %s@%s (%s); using the cached ref %s", hub_id, revision,
-                        type(error).__name__, cached)
+            log.warning(
+                "could not ask the hub for %s@%s (%s); using the cached ref %s",
+                hub_id,
+                revision,
+                type(error).__name__,
+                cached,
+            )
             return cached
         reason = (str(error).strip().splitlines() or [""])[0][:200]
-        raise RevisionError(f"cannot resolve revision {revision!r} of {hub_id} to a commit "
-                            f"({type(error).__name__}: {reason}); {_PIN_OR_COPY}") from error
+        raise RevisionError(
+            f"cannot resolve revision {revision!r} of {hub_id} to a commit "
+            f"({type(error).__name__}: {reason}); {_PIN_OR_COPY}"
+        ) from error
     if not is_commit(sha):
-        raise RevisionError(f"the hub answered {sha!r} for revision {revision!r} of {hub_id}, not a commit; {_PIN_OR_COPY}")
+        raise RevisionError(
+            f"the hub answered {sha!r} for revision {revision!r} of {hub_id}, not a commit; {_PIN_OR_COPY}"
+        )
     log.info("floating revision %s of %s resolved to commit %s", revision, hub_id, sha)
     return sha
 
@@ -117,8 +130,15 @@ class Checkpoint:
     download --local-dir`` leaves), else ``local-files:<digest of its file names and sizes>``.
     """
 
-    def __init__(self, hub_id: str, revision: str | None = None, local_path: str | None = None,
-                 remote_code: bool = False, trust_remote_code: bool = False, allow_floating: bool = False):
+    def __init__(
+        self,
+        hub_id: str,
+        revision: str | None = None,
+        local_path: str | None = None,
+        remote_code: bool = False,
+        trust_remote_code: bool = False,
+        allow_floating: bool = False,
+    ):
         self.hub_id, self.revision, self.local_path = hub_id, revision, resolve_local_path(local_path)
         self.remote_code, self.trust_remote_code = remote_code, trust_remote_code
         self.allow_floating = allow_floating
@@ -137,11 +157,13 @@ class Checkpoint:
 
     @property
     def local_files(self) -> str | None:
-        """A local copy's digest of file names and sizes (cheap; a different checkpoint virtually always changes a size)."""
+        """A local copy's digest of file names and sizes (cheap; a different checkpoint virtually always
+        changes a size)."""
         if self.local_path and self._local_files is None:
             root = Path(self.local_path).expanduser()
             listing = sorted(
-                (str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*")
+                (str(p.relative_to(root)), p.stat().st_size)
+                for p in root.rglob("*")
                 if p.is_file() and ".cache" not in p.relative_to(root).parts  # not hf download's own metadata
             )
             self._local_files = hashlib.blake2b(repr(listing).encode(), digest_size=8).hexdigest()
@@ -163,7 +185,8 @@ class Checkpoint:
             raise RevisionError(
                 f"{self.hub_id}: revision {self.revision!r} is not a commit (40 hex digits); pin one in the "
                 f"retriever's YAML or on the command line (retriever.model.encoder.checkpoint.revision=<sha>), or, to "
-                f"follow a branch or tag on purpose, add retriever.model.encoder.checkpoint.allow_floating=true")
+                f"follow a branch or tag on purpose, add retriever.model.encoder.checkpoint.allow_floating=true"
+            )
         return resolve_revision(self.hub_id, self.revision or "main")
 
     def _local_commit(self) -> str:
@@ -181,8 +204,13 @@ class Checkpoint:
                     commits.add("")
             found = commits.pop() if len(commits) == 1 and is_commit(next(iter(commits))) else None
         if found and not self.floating and found != self.revision:
-            log.warning("%s: the local copy %s is commit %s, not the configured revision %s; its files key the cache",
-                        self.hub_id, root, found, self.revision)
+            log.warning(
+                "%s: the local copy %s is commit %s, not the configured revision %s; its files key the cache",
+                self.hub_id,
+                root,
+                found,
+                self.revision,
+            )
         return found or f"local-files:{self.local_files}"
 
     def cache_params(self) -> dict[str, Any]:
@@ -201,8 +229,11 @@ class Checkpoint:
     def _check_remote_code(self) -> None:
         if not self.remote_code:
             return
-        where = (f"in {self.source}" if self.local_path
-                 else f"at commit {self.commit} (https://huggingface.co/{self.hub_id}/tree/{self.commit})")
+        where = (
+            f"in {self.source}"
+            if self.local_path
+            else f"at commit {self.commit} (https://huggingface.co/{self.hub_id}/tree/{self.commit})"
+        )
         if not self.trust_remote_code:
             raise ModelLoadError(
                 f"{self.hub_id} runs Python code from its hub repository, which is off by default. Review that code "
@@ -212,12 +243,13 @@ class Checkpoint:
         if not self.local_path and self.floating:
             raise ModelLoadError(
                 f"{self.hub_id} runs Python code from its hub repository, and trust_remote_code applies to a pinned "
-                f"commit only, not to revision {self.revision!r} (a branch or tag moves). Review the code {where}, then "
-                f"pin it: retriever.model.encoder.checkpoint.revision={self.commit}"
+                f"commit only, not to revision {self.revision!r} (a branch or tag moves). Review the code {where}, "
+                f"then pin it: retriever.model.encoder.checkpoint.revision={self.commit}"
             )
 
     def load(self, loader, what: str, **kwargs):
-        """``loader(source, revision=<commit>, **kwargs)`` (a ``from_pretrained``), turning failures into an actionable error."""
+        """``loader(source, revision=<commit>, **kwargs)`` (a ``from_pretrained``), turning failures into an
+        actionable error."""
         self._check_remote_code()
         pinned = self.pretrained_kwargs()
         if self.remote_code and not self.local_path and _is_transformers_auto(loader):
@@ -225,16 +257,19 @@ class Checkpoint:
         try:
             loaded = loader(self.source, **pinned, **kwargs)
         except (OSError, ValueError) as error:
-            where = f"local directory {self.source}" if self.local_path else f"hub id {self.hub_id} (commit {self.commit})"
+            where = (
+                f"local directory {self.source}" if self.local_path else f"hub id {self.hub_id} (commit {self.commit})"
+            )
             commit = next((r for r in (self.commit, self.revision) if is_commit(r)), "<commit>")
-            reason = next((line.strip().rstrip(".") for line in str(error).splitlines() if line.strip()),
-                          type(error).__name__)
+            reason = next(
+                (line.strip().rstrip(".") for line in str(error).splitlines() if line.strip()), type(error).__name__
+            )
             raise ModelLoadError(  # one line: the loader's first line, then what to do
                 f"could not load the {what} from {where}: {reason}; "
                 f"without network access, download it once elsewhere (hf download "
                 f"{self.hub_id} --revision {commit} --local-dir <dir>), "
-                f"copy <dir> here, and set retriever.model.encoder.checkpoint.local_path=<dir>; or pre-fill the Hugging "
-                f"Face cache (HF_HOME) and set HF_HUB_OFFLINE=1."
+                f"copy <dir> here, and set retriever.model.encoder.checkpoint.local_path=<dir>; or pre-fill the "
+                f"Hugging Face cache (HF_HOME) and set HF_HUB_OFFLINE=1."
             ) from error
         commit = getattr(getattr(loaded, "config", None), "_commit_hash", None)
         self.loaded_commit = self.loaded_commit or commit
@@ -271,6 +306,8 @@ def resolve_local_path(value: str | None) -> str | None:
     try:
         module = importlib.import_module(name)
     except ImportError as error:
-        raise ConfigError(f"checkpoint.local_path={value}: package {name} is not installed "
-                          f"(uv sync installs the dev group; or set local_path to a model directory)") from error
+        raise ConfigError(
+            f"checkpoint.local_path={value}: package {name} is not installed "
+            f"(uv sync installs the dev group; or set local_path to a model directory)"
+        ) from error
     return str(module.get_model_path())

@@ -81,8 +81,15 @@ class Encoder(ABC):
 class TorchEncoder(Encoder):
     """Shared plumbing of encoders that run a torch model: device, dtype, lazy loading."""
 
-    def __init__(self, checkpoint: Checkpoint | dict, dtype: str = "bfloat16", attn_implementation: str | None = "sdpa",
-                 batch_size: int = 8, query_batch_size: int = 64, device: str = "auto"):
+    def __init__(
+        self,
+        checkpoint: Checkpoint | dict,
+        dtype: str = "bfloat16",
+        attn_implementation: str | None = "sdpa",
+        batch_size: int = 8,
+        query_batch_size: int = 64,
+        device: str = "auto",
+    ):
         self.checkpoint = as_checkpoint(checkpoint)
         self.dtype, self.attn_implementation = dtype, attn_implementation
         self.batch_size, self.query_batch_size = batch_size, query_batch_size
@@ -103,8 +110,9 @@ class TorchEncoder(Encoder):
 
     def load_model(self, model_class: str):
         """``model_class.from_pretrained`` on this encoder's device, dtype and attention, in eval mode."""
-        return self.checkpoint.load(_import(model_class).from_pretrained, "model", device_map=str(self.device),
-                                    **self.model_kwargs()).eval()
+        return self.checkpoint.load(
+            _import(model_class).from_pretrained, "model", device_map=str(self.device), **self.model_kwargs()
+        ).eval()
 
     def ensure_loaded(self) -> None:
         if not self._loaded:
@@ -161,19 +169,32 @@ class ColEngineEncoder(TorchEncoder):
         dtype, attn_implementation: model loading; part of the cache key.
     """
 
-    def __init__(self, model_class: str, processor_class: str, checkpoint: Checkpoint | dict, processor_kwargs: dict | None = None, **kwargs):
+    def __init__(
+        self,
+        model_class: str,
+        processor_class: str,
+        checkpoint: Checkpoint | dict,
+        processor_kwargs: dict | None = None,
+        **kwargs,
+    ):
         super().__init__(checkpoint, **kwargs)
         self.model_class, self.processor_class = model_class, processor_class
         self.processor_kwargs = dict(processor_kwargs or {})
         self.visual_tokens: list[int] = []
 
     def cache_params(self) -> dict[str, Any]:
-        return {**super().cache_params(), "model_class": self.model_class, "processor_class": self.processor_class,
-                "processor_kwargs": self.processor_kwargs}
+        return {
+            **super().cache_params(),
+            "model_class": self.model_class,
+            "processor_class": self.processor_class,
+            "processor_kwargs": self.processor_kwargs,
+        }
 
     def load(self) -> None:
         self.model = self.load_model(self.model_class)
-        self.processor = self.checkpoint.load(_import(self.processor_class).from_pretrained, "processor", **self.processor_kwargs)
+        self.processor = self.checkpoint.load(
+            _import(self.processor_class).from_pretrained, "processor", **self.processor_kwargs
+        )
 
     def _forward(self, batch) -> list[np.ndarray]:
         import torch
@@ -200,13 +221,20 @@ class ColEngineEncoder(TorchEncoder):
         return self._forward(process(list(texts)))
 
     def describe(self) -> dict[str, Any]:
-        facts = {**super().describe(), "model_class": self.model_class, "processor_class": self.processor_class,
-                 "processor_kwargs": self.processor_kwargs}
+        facts = {
+            **super().describe(),
+            "model_class": self.model_class,
+            "processor_class": self.processor_class,
+            "processor_kwargs": self.processor_kwargs,
+        }
         if self._loaded:
             image_processor = getattr(self.processor, "image_processor", None)
             facts["image_processor_max_pixels"] = getattr(image_processor, "max_pixels", None)
         if self.visual_tokens:
-            facts["visual_tokens_per_page"] = {"max": int(max(self.visual_tokens)), "mean": float(np.mean(self.visual_tokens))}
+            facts["visual_tokens_per_page"] = {
+                "max": int(max(self.visual_tokens)),
+                "mean": float(np.mean(self.visual_tokens)),
+            }
         return facts
 
 
@@ -226,10 +254,20 @@ class LastTokenEncoder(TorchEncoder):
 
     kind = "single_vector"
 
-    def __init__(self, checkpoint: Checkpoint | dict, model_class: str = "transformers.AutoModelForImageTextToText",
-                 processor_class: str = "transformers.AutoProcessor", min_visual_tokens: int = 256,
-                 max_visual_tokens: int = 1280, query_instruction: str = "", page_instruction: str = "",
-                 template: str = "", image_placeholder: str = "", max_length: int = 1800, **kwargs):
+    def __init__(
+        self,
+        checkpoint: Checkpoint | dict,
+        model_class: str = "transformers.AutoModelForImageTextToText",
+        processor_class: str = "transformers.AutoProcessor",
+        min_visual_tokens: int = 256,
+        max_visual_tokens: int = 1280,
+        query_instruction: str = "",
+        page_instruction: str = "",
+        template: str = "",
+        image_placeholder: str = "",
+        max_length: int = 1800,
+        **kwargs,
+    ):
         super().__init__(checkpoint, **kwargs)
         self.model_class, self.processor_class = model_class, processor_class
         self.min_visual_tokens, self.max_visual_tokens = min_visual_tokens, max_visual_tokens
@@ -237,24 +275,39 @@ class LastTokenEncoder(TorchEncoder):
         self.template, self.image_placeholder, self.max_length = template, image_placeholder, max_length
 
     def cache_params(self) -> dict[str, Any]:
-        return {**super().cache_params(), "model_class": self.model_class, "min_visual_tokens": self.min_visual_tokens,
-                "max_visual_tokens": self.max_visual_tokens, "query_instruction": self.query_instruction,
-                "page_instruction": self.page_instruction, "template": self.template,
-                "image_placeholder": self.image_placeholder, "max_length": self.max_length}
+        return {
+            **super().cache_params(),
+            "model_class": self.model_class,
+            "min_visual_tokens": self.min_visual_tokens,
+            "max_visual_tokens": self.max_visual_tokens,
+            "query_instruction": self.query_instruction,
+            "page_instruction": self.page_instruction,
+            "template": self.template,
+            "image_placeholder": self.image_placeholder,
+            "max_length": self.max_length,
+        }
 
     def load(self) -> None:
         self.model = self.load_model(self.model_class)
         self.processor = self.checkpoint.load(
-            _import(self.processor_class).from_pretrained, "processor",
-            min_pixels=self.min_visual_tokens * 28 * 28, max_pixels=self.max_visual_tokens * 28 * 28,
+            _import(self.processor_class).from_pretrained,
+            "processor",
+            min_pixels=self.min_visual_tokens * 28 * 28,
+            max_pixels=self.max_visual_tokens * 28 * 28,
         )
         self.processor.tokenizer.padding_side = "right"
 
     def _embed(self, texts: list[str], images: list | None) -> list[np.ndarray]:
         import torch
 
-        inputs = self.processor(text=texts, images=images, padding=True, truncation=images is None,
-                                max_length=self.max_length if images is None else None, return_tensors="pt")
+        inputs = self.processor(
+            text=texts,
+            images=images,
+            padding=True,
+            truncation=images is None,
+            max_length=self.max_length if images is None else None,
+            return_tensors="pt",
+        )
         inputs = inputs.to(self.model.device)
         with torch.inference_mode():
             hidden = self.model.model(**inputs, use_cache=False).last_hidden_state  # (B, L, D)
@@ -298,14 +351,28 @@ class JinaV4Encoder(TorchEncoder):
 
     def encode_pages(self, pages):
         self.ensure_loaded()
-        return self._as_arrays(self.model.encode_image(images=list(pages), task=self.task, batch_size=self.batch_size,
-                                                       return_multivector=self.multivector, return_numpy=False))
+        return self._as_arrays(
+            self.model.encode_image(
+                images=list(pages),
+                task=self.task,
+                batch_size=self.batch_size,
+                return_multivector=self.multivector,
+                return_numpy=False,
+            )
+        )
 
     def encode_queries(self, texts):
         self.ensure_loaded()
-        return self._as_arrays(self.model.encode_text(texts=list(texts), task=self.task, prompt_name="query",
-                                                      batch_size=self.query_batch_size,
-                                                      return_multivector=self.multivector, return_numpy=False))
+        return self._as_arrays(
+            self.model.encode_text(
+                texts=list(texts),
+                task=self.task,
+                prompt_name="query",
+                batch_size=self.query_batch_size,
+                return_multivector=self.multivector,
+                return_numpy=False,
+            )
+        )
 
 
 class SentenceTransformerEncoder(Encoder):
@@ -320,9 +387,18 @@ class SentenceTransformerEncoder(Encoder):
 
     kind = "single_vector"
 
-    def __init__(self, checkpoint: Checkpoint | dict, page_input: str = "ocr_text", query_prompt: str = "", page_prompt: str = "",
-                 max_seq_length: int | None = 8192, normalize: bool = True, batch_size: int = 32,
-                 query_batch_size: int = 64, device: str = "auto"):
+    def __init__(
+        self,
+        checkpoint: Checkpoint | dict,
+        page_input: str = "ocr_text",
+        query_prompt: str = "",
+        page_prompt: str = "",
+        max_seq_length: int | None = 8192,
+        normalize: bool = True,
+        batch_size: int = 32,
+        query_batch_size: int = 64,
+        device: str = "auto",
+    ):
         self.checkpoint, self.page_input = as_checkpoint(checkpoint), page_input
         self.query_prompt, self.page_prompt = query_prompt, page_prompt
         self.max_seq_length, self.normalize = max_seq_length, normalize
@@ -330,9 +406,15 @@ class SentenceTransformerEncoder(Encoder):
         self.model = None
 
     def cache_params(self) -> dict[str, Any]:
-        return {"encoder": type(self).__name__, **self.checkpoint.cache_params(), "page_input": self.page_input,
-                "query_prompt": self.query_prompt, "page_prompt": self.page_prompt,
-                "max_seq_length": self.max_seq_length, "normalize": self.normalize}
+        return {
+            "encoder": type(self).__name__,
+            **self.checkpoint.cache_params(),
+            "page_input": self.page_input,
+            "query_prompt": self.query_prompt,
+            "page_prompt": self.page_prompt,
+            "max_seq_length": self.max_seq_length,
+            "normalize": self.normalize,
+        }
 
     def _model(self):
         if self.model is None:
@@ -340,7 +422,9 @@ class SentenceTransformerEncoder(Encoder):
 
             from vldocir.retrieval.vectors import resolve_device
 
-            self.model = self.checkpoint.load(SentenceTransformer, "model", device=str(resolve_device(self.device_name)))
+            self.model = self.checkpoint.load(
+                SentenceTransformer, "model", device=str(resolve_device(self.device_name))
+            )
             if self.max_seq_length:
                 self.model.max_seq_length = min(self.max_seq_length, self.model.max_seq_length or self.max_seq_length)
         return self.model
@@ -349,8 +433,13 @@ class SentenceTransformerEncoder(Encoder):
         self._model()
 
     def _encode(self, texts, prompt, batch_size):
-        vectors = self._model().encode([prompt + t for t in texts], batch_size=batch_size, convert_to_numpy=True,
-                                       normalize_embeddings=self.normalize, show_progress_bar=False)
+        vectors = self._model().encode(
+            [prompt + t for t in texts],
+            batch_size=batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=self.normalize,
+            show_progress_bar=False,
+        )
         return [v[None, :].astype(np.float32) for v in vectors]
 
     def encode_pages(self, pages):
@@ -360,5 +449,9 @@ class SentenceTransformerEncoder(Encoder):
         return self._encode(texts, self.query_prompt, self.query_batch_size)
 
     def describe(self) -> dict[str, Any]:
-        return {"class": type(self).__name__, **self.checkpoint.describe(), "page_input": self.page_input,
-                "max_seq_length": self.max_seq_length}
+        return {
+            "class": type(self).__name__,
+            **self.checkpoint.describe(),
+            "page_input": self.page_input,
+            "max_seq_length": self.max_seq_length,
+        }

@@ -100,8 +100,10 @@ def _as_scores(output: Any, expected: int, source: str) -> list[float]:
     values = [output] if isinstance(output, numbers.Real) else list(output)
     values = [float(v) for v in values]
     if len(values) != expected or not all(math.isfinite(v) for v in values):
-        raise ValueError(f"{source} returned {values[:5]}{'...' if len(values) > 5 else ''} for {expected} pair(s): "
-                         "expected one finite score per pair")
+        raise ValueError(
+            f"{source} returned {values[:5]}{'...' if len(values) > 5 else ''} for {expected} pair(s): "
+            "expected one finite score per pair"
+        )
     return values
 
 
@@ -127,17 +129,33 @@ class JinaRerankerM0(Reranker):
 
     keys = "reranker.model.checkpoint."
 
-    def __init__(self, checkpoint: Checkpoint | dict, max_length: int = 2048, min_visual_tokens: int = 4,
-                 max_visual_tokens: int = 768, dtype: str = "bfloat16", attn_implementation: str | None = None,
-                 batch_size: int = 8, device: str = "auto"):
-        for name, value in (("max_length", max_length), ("min_visual_tokens", min_visual_tokens),
-                            ("max_visual_tokens", max_visual_tokens), ("batch_size", batch_size)):
+    def __init__(
+        self,
+        checkpoint: Checkpoint | dict,
+        max_length: int = 2048,
+        min_visual_tokens: int = 4,
+        max_visual_tokens: int = 768,
+        dtype: str = "bfloat16",
+        attn_implementation: str | None = None,
+        batch_size: int = 8,
+        device: str = "auto",
+    ):
+        for name, value in (
+            ("max_length", max_length),
+            ("min_visual_tokens", min_visual_tokens),
+            ("max_visual_tokens", max_visual_tokens),
+            ("batch_size", batch_size),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if min_visual_tokens > max_visual_tokens:
             raise ValueError(f"min_visual_tokens ({min_visual_tokens}) exceeds max_visual_tokens ({max_visual_tokens})")
         self.checkpoint = as_checkpoint(checkpoint)
-        self.max_length, self.min_visual_tokens, self.max_visual_tokens = max_length, min_visual_tokens, max_visual_tokens
+        self.max_length, self.min_visual_tokens, self.max_visual_tokens = (
+            max_length,
+            min_visual_tokens,
+            max_visual_tokens,
+        )
         self.dtype, self.attn_implementation = dtype, attn_implementation
         self.batch_size, self.device_name = batch_size, device
         self.model = None
@@ -151,9 +169,15 @@ class JinaRerankerM0(Reranker):
     def cache_params(self) -> dict[str, Any]:
         with _keys_of(self.keys):  # a floating revision is resolved (or refused) here, before any key
             checkpoint = self.checkpoint.cache_params()
-        return {"reranker": type(self).__name__, **checkpoint, "dtype": self.dtype,
-                "attn_implementation": self.attn_implementation, "max_length": self.max_length,
-                "min_visual_tokens": self.min_visual_tokens, "max_visual_tokens": self.max_visual_tokens}
+        return {
+            "reranker": type(self).__name__,
+            **checkpoint,
+            "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
+            "max_length": self.max_length,
+            "min_visual_tokens": self.min_visual_tokens,
+            "max_visual_tokens": self.max_visual_tokens,
+        }
 
     def prepare(self) -> None:
         if self.model is not None:
@@ -165,12 +189,17 @@ class JinaRerankerM0(Reranker):
             kwargs["attn_implementation"] = self.attn_implementation
         with _keys_of(self.keys):
             model = self.checkpoint.load(AutoModel.from_pretrained, "reranker", **kwargs).eval()
-            processor = self.checkpoint.load(AutoProcessor.from_pretrained, "reranker's processor",
-                                             min_pixels=self.min_visual_tokens * 28 * 28,
-                                             max_pixels=self.max_visual_tokens * 28 * 28)
+            processor = self.checkpoint.load(
+                AutoProcessor.from_pretrained,
+                "reranker's processor",
+                min_pixels=self.min_visual_tokens * 28 * 28,
+                max_pixels=self.max_visual_tokens * 28 * 28,
+            )
         if not callable(getattr(model, "compute_score", None)):
-            raise ModelLoadError(f"{self.checkpoint.source} loaded as {type(model).__name__}, which has no compute_score: "
-                                 "not a jina-reranker-m0 checkpoint")
+            raise ModelLoadError(
+                f"{self.checkpoint.source} loaded as {type(model).__name__}, which has no compute_score: "
+                "not a jina-reranker-m0 checkpoint"
+            )
         model._processor = processor  # compute_score uses it instead of loading its own (see the class docstring)
         self.model = model
 
@@ -184,10 +213,17 @@ class JinaRerankerM0(Reranker):
         import torch
 
         device = self.device
-        return {"class": type(self).__name__, **self.checkpoint.describe(), "dtype": self.dtype,
-                "attn_implementation": self.attn_implementation, "max_length": self.max_length,
-                "min_visual_tokens": self.min_visual_tokens, "max_visual_tokens": self.max_visual_tokens,
-                "device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+        return {
+            "class": type(self).__name__,
+            **self.checkpoint.describe(),
+            "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
+            "max_length": self.max_length,
+            "min_visual_tokens": self.min_visual_tokens,
+            "max_visual_tokens": self.max_visual_tokens,
+            "device": str(device),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        }
 
 
 class ColEngineReranker(Reranker):
@@ -209,8 +245,10 @@ class ColEngineReranker(Reranker):
 
     def __init__(self, encoder: Encoder, batch_size: int = 8):
         if getattr(encoder, "kind", None) != "multi_vector" or getattr(encoder, "page_input", None) != "image":
-            raise ValueError(f"ColEngineReranker needs a multi-vector encoder of page images, got {type(encoder).__name__} "
-                             f"(kind={getattr(encoder, 'kind', None)!r}, page_input={getattr(encoder, 'page_input', None)!r})")
+            raise ValueError(
+                f"ColEngineReranker needs a multi-vector encoder of page images, got {type(encoder).__name__} "
+                f"(kind={getattr(encoder, 'kind', None)!r}, page_input={getattr(encoder, 'page_input', None)!r})"
+            )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         self.encoder, self.batch_size = encoder, batch_size
@@ -232,9 +270,12 @@ class ColEngineReranker(Reranker):
         distinct = list(dict.fromkeys(queries))
         vectors = dict(zip(distinct, self.encoder.encode_queries(distinct)))
         device = getattr(self.encoder, "device", "cpu")
-        scores = [BaseVisualRetrieverProcessor.score_multi_vector([torch.from_numpy(vectors[q])], [torch.from_numpy(p)],
-                                                                  device=device)[0, 0].item()
-                  for q, p in zip(queries, pages)]
+        scores = [
+            BaseVisualRetrieverProcessor.score_multi_vector(
+                [torch.from_numpy(vectors[q])], [torch.from_numpy(p)], device=device
+            )[0, 0].item()
+            for q, p in zip(queries, pages)
+        ]
         return _as_scores(scores, len(queries), f"{type(self.encoder).__name__} MaxSim")
 
     def describe(self) -> dict[str, Any]:
@@ -263,7 +304,9 @@ class ScoreCache:
         self.directory = cache.directory(SCORES_KIND, key)
         (self.directory / "segments").mkdir(parents=True, exist_ok=True)
         if not (self.directory / "scores.json").is_file():
-            atomic_write_json({"kind": SCORES_KIND, "key": key, "description": description}, self.directory / "scores.json")
+            atomic_write_json(
+                {"kind": SCORES_KIND, "key": key, "description": description}, self.directory / "scores.json"
+            )
         self.scores: dict[tuple[str, str], float] = {} if cache.policy == "overwrite" else self._read()
         self._segment = None
 
@@ -282,8 +325,11 @@ class ScoreCache:
                     except (ValueError, KeyError, TypeError):
                         skipped += 1
             if skipped:
-                log.warning("%s: skipped %d unreadable line(s) (a writer stopped mid-line?); those pairs are scored again",
-                            segment, skipped)
+                log.warning(
+                    "%s: skipped %d unreadable line(s) (a writer stopped mid-line?); those pairs are scored again",
+                    segment,
+                    skipped,
+                )
         return scores
 
     def get(self, query: str, page_id: str) -> float | None:
@@ -322,7 +368,9 @@ class PageImages:
     def load(self, page_id: str):
         """The RGB image of ``page_id``; raises what the decoder raises for a broken image."""
         if page_id not in self.position:
-            raise UnknownPageError(f"the input run names page {page_id!r}, which benchmark {self.bench.name} does not have")
+            raise UnknownPageError(
+                f"the input run names page {page_id!r}, which benchmark {self.bench.name} does not have"
+            )
         i = self.position[page_id]
         (value,) = self.inputs.raw(i, i + 1)
         return self.inputs.decode(value)
@@ -335,9 +383,11 @@ class BadRerankPagesError(VldocirError, RuntimeError):
         self.bad = list(bad)
         listing = "; ".join(f"{b['page_id']} ({b['error']})" for b in self.bad[:5])  # one line; all are in self.bad
         more = f"; and {len(self.bad) - 5} more" if len(self.bad) > 5 else ""
-        super().__init__(f"{len(self.bad)} candidate page(s) could not be decoded for reranking: {listing}{more}. "
-                         f"The scores computed so far are kept in {scores_dir}. Fix the images, or rerun with "
-                         "setting.method.on_bad_page=skip to leave such pages out of the ranking (recorded in the manifest).")
+        super().__init__(
+            f"{len(self.bad)} candidate page(s) could not be decoded for reranking: {listing}{more}. "
+            f"The scores computed so far are kept in {scores_dir}. Fix the images, or rerun with "
+            "setting.method.on_bad_page=skip to leave such pages out of the ranking (recorded in the manifest)."
+        )
 
 
 # -- the setting -------------------------------------------------------------------------------------
@@ -363,8 +413,15 @@ class Rerank(Setting):
 
     uses_retriever = False  # the input run's key covers the retriever
 
-    def __init__(self, reranker: Reranker, top_n: int = 25, input: Any = "base", on_bad_page: str = "fail",
-                 decode_workers: int = 4, progress: bool = True):
+    def __init__(
+        self,
+        reranker: Reranker,
+        top_n: int = 25,
+        input: Any = "base",
+        on_bad_page: str = "fail",
+        decode_workers: int = 4,
+        progress: bool = True,
+    ):
         for name, value in (("top_n", top_n), ("decode_workers", decode_workers)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -379,8 +436,12 @@ class Rerank(Setting):
         return (self.run,)
 
     def cache_params(self) -> dict[str, Any]:
-        return {"setting": "rerank", "top_n": self.top_n, "on_bad_page": self.on_bad_page,
-                "reranker": self.reranker.cache_params()}
+        return {
+            "setting": "rerank",
+            "top_n": self.top_n,
+            "on_bad_page": self.on_bad_page,
+            "reranker": self.reranker.cache_params(),
+        }
 
     def make_run(self, job: RunJob) -> pa.Table:
         if len(job.inputs) != 1:
@@ -397,7 +458,9 @@ class Rerank(Setting):
             job.stats["rerank"]["skipped_pages"] = skipped
         return ordered_run(query_ids, reranked)
 
-    def pair_scores(self, job: RunJob, candidates: dict[str, list[str]]) -> tuple[dict[tuple[str, str], float], list[dict]]:
+    def pair_scores(
+        self, job: RunJob, candidates: dict[str, list[str]]
+    ) -> tuple[dict[tuple[str, str], float], list[dict]]:
         """The reranker's score of every (query, candidate) pair, keyed ``(query_key, page_id)``:
         read from the score cache, the missing ones computed (and appended to it) batch by batch.
         Returns the scores and the pages skipped as undecodable."""
@@ -416,9 +479,18 @@ class Rerank(Setting):
                     if store.get(*pair) is None:
                         pending.append(pair)
             last_pair.append(len(pending))
-        job.cache.record(SCORES_KIND, key, "hit" if not pending else ("overwrite" if job.cache.policy == "overwrite" else "miss"))
-        stats = {"top_n": self.top_n, "queries": len(candidates), "pairs": len(needed), "pairs_cached": len(needed) - len(pending),
-                 "pairs_scored": 0, "score_s": 0.0, "scores_dir": str(store.directory)}
+        job.cache.record(
+            SCORES_KIND, key, "hit" if not pending else ("overwrite" if job.cache.policy == "overwrite" else "miss")
+        )
+        stats = {
+            "top_n": self.top_n,
+            "queries": len(candidates),
+            "pairs": len(needed),
+            "pairs_cached": len(needed) - len(pending),
+            "pairs_scored": 0,
+            "score_s": 0.0,
+            "scores_dir": str(store.directory),
+        }
         job.stats["rerank"] = stats
         skipped: list[dict] = []
         try:
@@ -430,15 +502,24 @@ class Rerank(Setting):
             stats["reranker"] = self.reranker.describe()
         return {pair: value for pair in needed if (value := store.get(*pair)) is not None}, skipped
 
-    def _score_pending(self, job: RunJob, store: ScoreCache, pending: list[tuple[str, str]],
-                       texts: dict[tuple[str, str], str], last_pair: list[int], stats: dict) -> list[dict]:
+    def _score_pending(
+        self,
+        job: RunJob,
+        store: ScoreCache,
+        pending: list[tuple[str, str]],
+        texts: dict[tuple[str, str], str],
+        last_pair: list[int],
+        stats: dict,
+    ) -> list[dict]:
         images = PageImages(job.bench)
         self.reranker.prepare()
         size = self.reranker.batch_size
         batches = [pending[i : i + size] for i in range(0, len(pending), size)]
         skipped: list[dict] = []
-        with tqdm(total=len(last_pair), desc="rerank", unit="query", disable=not self.progress) as bar, \
-                ThreadPoolExecutor(max_workers=self.decode_workers) as pool:
+        with (
+            tqdm(total=len(last_pair), desc="rerank", unit="query", disable=not self.progress) as bar,
+            ThreadPoolExecutor(max_workers=self.decode_workers) as pool,
+        ):
             bar.update(sum(1 for end in last_pair if end == 0))
             decode = lambda batch: [pool.submit(images.load, p) for _, p in batch]  # noqa: E731
             upcoming = decode(batches[0])
@@ -455,7 +536,9 @@ class Rerank(Setting):
                 if bad and self.on_bad_page == "fail":
                     raise BadRerankPagesError(bad, store.directory)
                 if bad:
-                    log.warning("skipping %d undecodable candidate page(s): %s", len(bad), ", ".join(b["page_id"] for b in bad))
+                    log.warning(
+                        "skipping %d undecodable candidate page(s): %s", len(bad), ", ".join(b["page_id"] for b in bad)
+                    )
                     skipped += [b for b in bad if b["page_id"] not in {s["page_id"] for s in skipped}]
                 if good:
                     tick = time.perf_counter()
