@@ -225,17 +225,19 @@ def test_longdocurl_imports_pdfs_and_png_pages_with_the_hand_counts(ldu_source, 
     assert queries.loc["free_gpt4o_4000001_1_9_4", "evidence_structure"] == "page_multi"  # two boxes
 
 
-def test_longdocurl_through_the_pipeline(ldu_source, isolated_paths):
-    metrics, _, _ = evaluate(
+def test_longdocurl_through_the_pipeline_with_bm25_and_a_tiny_visual_retriever(ldu_source, isolated_paths, tiny):
+    dataset = [
         "dataset=longdocurl",
         f"dataset.importer.source={ldu_source}",
         "dataset.importer.revision=null",
         "dataset.importer.ocr=null",
         f"dataset.importer.pdf.width={WIDTH}",
-        "retriever=dom_bm25",
-    )
+    ]
+    metrics, _, _ = evaluate(*dataset, "retriever=dom_bm25")
     assert _structures(metrics) == {s: n for s, n in LDU_COUNTS["structures"].items() if n}
     assert metrics["n_queries"] == 8
+    visual, _, _ = evaluate(*dataset, *tiny_overrides("colqwen25", tiny), "depth=10", "eval.ks=[3,5,10]")
+    assert _structures(visual) == _structures(metrics) and visual["n_queries"] == 8
 
 
 # -- MMDocIR --------------------------------------------------------------------------------------
@@ -324,13 +326,14 @@ def test_mmdocir_rows_of_another_document_are_one_line(tmp_path):
     assert not (tmp_path / "bench").exists()
 
 
-def test_mmdocir_through_the_pipeline(tmp_path, isolated_paths):
+def test_mmdocir_through_the_pipeline_with_bm25_and_a_tiny_visual_retriever(tmp_path, isolated_paths, tiny):
     source = write_mmdocir(tmp_path / "src")
-    metrics, _, _ = evaluate(
-        "dataset=mmdocir", f"dataset.importer.source={source}", "dataset.importer.revision=null", "retriever=dom_bm25"
-    )
+    dataset = ["dataset=mmdocir", f"dataset.importer.source={source}", "dataset.importer.revision=null"]
+    metrics, _, _ = evaluate(*dataset, "retriever=dom_bm25")
     assert _structures(metrics) == {s: n for s, n in MMDOCIR_COUNTS["structures"].items() if n}
     assert metrics["breakdowns"]["structure"]["doc_far"]["recallall@10"] == 100.0  # vlm_text names each page
+    visual, _, _ = evaluate(*dataset, *tiny_overrides("colqwen25", tiny), "depth=10", "eval.ks=[3,5,10]")
+    assert _structures(visual) == _structures(metrics)
 
 
 # -- the real slices (../shared/real-benchmarks) ---------------------------------------------------

@@ -117,3 +117,29 @@ def test_run_py_on_imported_v3_with_bm25_and_a_tiny_visual_retriever(v3_source, 
     assert load_benchmark(root).fingerprint == json.loads((root / "benchmark.json").read_text())["fingerprint"]
     with pytest.raises(ConfigError, match="imported with another dataset.importer spec"):
         evaluate(*dataset, "retriever=dom_bm25", "dataset.importer.languages=[english]")
+
+
+@pytest.mark.parametrize(
+    "dataset, write, counts",
+    [
+        ("vidore_docvqa", write_vidore_v1_qa, V1_QA_COUNTS),
+        ("vidore_v1_docvqa_beir", lambda root: write_vidore_v2(root, with_filenames=False), V1_BEIR_COUNTS),
+        ("vidore_v2_esg", lambda root: write_vidore_v2(root, with_filenames=True), V2_COUNTS),
+    ],
+)
+def test_run_py_on_imported_v1_and_v2_with_a_tiny_visual_retriever(
+    dataset, write, counts, tmp_path, isolated_paths, tiny
+):
+    """Each dataset config as a user runs it (its importer reading a local copy of the hub layout): the
+    structures evaluated are the hand-counted ones; these sources carry no page text, so a text retriever
+    is refused in one line naming the benchmark and what to do."""
+    over = [
+        f"dataset={dataset}",
+        f"dataset.importer.source={write(tmp_path / 'hub')}",
+        "dataset.importer.revision=null",
+    ]
+    visual, _, _ = evaluate(*over, *tiny_overrides("colqwen25", tiny), "depth=10", "eval.ks=[3,5,10]")
+    assert _structures(visual) == {s: n for s, n in counts["structures"].items() if n}
+    assert visual["n_queries"] == counts["kept"]["queries"]
+    with pytest.raises(ConfigError, match="'dom_text', and benchmark .* has it for no page.*visual retriever"):
+        evaluate(*over, "retriever=dom_bm25")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vldocir.cache import ArtifactCache
+from vldocir.errors import ConfigError
 from vldocir.retrieval.bm25 import BM25Retriever
 
 
@@ -48,7 +49,7 @@ def test_index_is_built_once_per_key(small_bench, tmp_path):
 
 
 def test_missing_text_column_says_what_to_do(small_bench, tmp_path):
-    with pytest.raises(ValueError, match="no 'ocr_text' for any page: run the OCR stage first"):
+    with pytest.raises(ConfigError, match="'ocr_text', and benchmark .* has it for no page: run the OCR stage first"):
         BM25Retriever(text_field="ocr_text").retrieve(small_bench, {"q": "x"}, 5, ArtifactCache(tmp_path))
 
 

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import Benchmark
 from vldocir.data.runs import run_from_indices
+from vldocir.errors import ConfigError
 from vldocir.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
@@ -104,9 +105,10 @@ class BM25Retriever(Retriever):
             texts = pages.column(self.text_field).to_pylist()
             missing = sum(t is None for t in texts)
             if missing == len(texts):
-                raise ValueError(
-                    f"benchmark {bench.name} has no '{self.text_field}' for any page: "
+                raise ConfigError(
+                    f"BM25 reads each page's '{self.text_field}', and benchmark {bench.name} has it for no page: "
                     + ("run the OCR stage first" if self.text_field == "ocr_text" else "it was built without page text")
+                    + "; use a visual retriever (e.g. retriever=colqwen25)"
                 )
             if missing:
                 log.warning(
