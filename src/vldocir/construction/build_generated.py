@@ -115,6 +115,35 @@ class DocumentRecord:
 PAGE_COLUMNS = ["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text", "full_size_path"]
 
 
+def store_pages(
+    doc_id: str, pages: list[tuple[int, Path, int, int, str]], out_dir: Path, images: ShippedImages
+) -> list[tuple]:
+    """Write the stored image of each page ``(page_index, full-size image, width, height, text)`` of
+    ``doc_id`` into ``out_dir/pages/<doc_id>/`` and return their ``pages`` rows (:data:`PAGE_COLUMNS`);
+    pages of an earlier build of that document into the same directory are removed."""
+    suffix = ".jpg" if images.format == "jpeg" else ".png"
+    rows, written = [], set()
+    for page_index, source, width, height, text in pages:
+        relative = f"pages/{doc_id}/page-{page_index:03d}{suffix}"
+        _write_page_image(source, out_dir / relative, images)
+        written.add(out_dir / relative)
+        rows.append(
+            (
+                page_id(doc_id, page_index),
+                doc_id,
+                page_index,
+                {"bytes": None, "path": relative},
+                width,
+                height,
+                text,
+                source,
+            )
+        )
+    for stale in set((out_dir / "pages" / doc_id).glob("page-*")) - written:
+        stale.unlink()
+    return rows
+
+
 def assemble_rendered(
     records: list[DocumentRecord],
     rendered_dir: Path,
@@ -128,32 +157,18 @@ def assemble_rendered(
     builds put into ``benchmark.json`` (``built_by.render_report``). ``pages`` keeps
     ``full_size_path`` (the render's image: OCR and query generation read it)."""
     documents, pages, elements, layouts = [], [], [], []
-    suffix = ".jpg" if images.format == "jpeg" else ".png"
     for record in tqdm(records, desc="assemble tables", unit="doc"):
         layout = load_layout(rendered_dir / record.doc_id)
         layouts.append(layout)
         documents.append(
             (record.doc_id, record.source, record.domain, record.title, len(layout.pages), record.url, record.license)
         )
-        written = set()
-        for page in layout.pages:
-            relative = f"pages/{record.doc_id}/page-{page.page_index:03d}{suffix}"
-            _write_page_image(layout.page_path(page.page_index), out_dir / relative, images)
-            written.add(out_dir / relative)
-            pages.append(
-                (
-                    page_id(record.doc_id, page.page_index),
-                    record.doc_id,
-                    page.page_index,
-                    {"bytes": None, "path": relative},
-                    page.width,
-                    page.height,
-                    page.dom_text,
-                    layout.page_path(page.page_index),
-                )
-            )
-        for stale in set((out_dir / "pages" / record.doc_id).glob("page-*")) - written:
-            stale.unlink()  # a page of an earlier build of this document into the same directory
+        pages += store_pages(
+            record.doc_id,
+            [(p.page_index, layout.page_path(p.page_index), p.width, p.height, p.dom_text) for p in layout.pages],
+            out_dir,
+            images,
+        )
         elements.append(
             pd.DataFrame(
                 [

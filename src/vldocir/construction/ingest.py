@@ -43,10 +43,10 @@ from vldocir.construction.build_generated import (
     DocumentRecord,
     ShippedImages,
     assemble_rendered,
+    store_pages,
 )
-from vldocir.construction.build_generated import _write_page_image as write_page_image
 from vldocir.construction.collect.index import IndexFileError, read_index
-from vldocir.construction.grounding import NEAR_MAX_GAP, page_id
+from vldocir.construction.grounding import NEAR_MAX_GAP
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.pdf import PdfBatchReport, PdfConfig, rasterize_pdfs
 from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfig, render_batch
@@ -224,27 +224,18 @@ def assemble_pdfs(
     :func:`~vldocir.construction.build_generated.assemble_rendered` makes them for HTML: page images
     written into ``out_dir/pages/<doc_id>/``, ``dom_text`` the text layer, ``full_size_path`` the raster."""
     documents, pages, elements = [], [], []
-    suffix = ".jpg" if images.format == "jpeg" else ".png"
     for record in records:
         document = report.documents[record.doc_id]
         documents.append(
             (record.doc_id, record.source, record.domain, record.title, document.n_pages, record.url, record.license)
         )
+        pages += store_pages(
+            record.doc_id,
+            [(p.page_index, document.image_path(p.page_index), p.width, p.height, p.text) for p in document.pages],
+            out_dir,
+            images,
+        )
         for page in document.pages:
-            relative = f"pages/{record.doc_id}/page-{page.page_index:03d}{suffix}"
-            write_page_image(document.image_path(page.page_index), out_dir / relative, images)
-            pages.append(
-                (
-                    page_id(record.doc_id, page.page_index),
-                    record.doc_id,
-                    page.page_index,
-                    {"bytes": None, "path": relative},
-                    page.width,
-                    page.height,
-                    page.text,
-                    document.image_path(page.page_index),
-                )
-            )
             elements += [
                 (
                     record.doc_id,
