@@ -60,7 +60,7 @@ def llm(url: str, cache_dir, **kwargs) -> ChatClient:
         model="test-model",
         base_url=url,
         api_env_var="VLDOCIR_TEST_LLM_KEY",
-        timeout_s=0.3,
+        timeout_s=10.0,  # generous: a loaded CI machine must not turn a slow answer into a retry
         max_retries=1,
         backoff_s=0.01,
         backoff_max_s=0.02,
