@@ -7,8 +7,9 @@ For N and 2N pages it writes a corpus in ViDoRe v3's hub layout (``corpus/test-*
 1,000 rows in row groups of 64, each row a ~20 KB JPEG page image, its markdown and its ids; plus
 queries and qrels, one query per 8 pages), then imports it with :class:`vldocir.importers.vidore.
 ViDoReImporter` in a fresh process whose peak RSS (``ru_maxrss`` from ``wait4``) is its own. The
-importer streams row batches and writes each image to a file as it goes, so the images never sit
-in memory together; what grows with the corpus is the small per-page record (ids, sizes, text).
+importer streams row batches and writes each image to a file as it goes; the texts go to sorted runs
+on disk, merged into the pages table as it is written, and the fingerprint reads the table back in
+batches; what grows with the corpus is the small per-page record (ids, numbers, image path, size).
 Target: peak RSS at 2N at most 1.10x that at N. Printed: pages/s, peak RSS, the ratio, the load
 average before and after (2 shared cores here: every wall time grows with the load). Exit status 1
 when the target fails.
@@ -205,7 +206,7 @@ def main() -> int:
     )
     print(
         f"peak RSS grows {growth_kb:.2f} KB per added page; the corpus holds {large['corpus_kb_per_page']} KB per "
-        "page (image and text): images are never held, the tables (ids, sizes, texts) are"
+        "page (image and text): neither images nor texts are held, only ids, numbers, paths and sizes"
     )
     print(f"load average before {figures['load_before']}, after {figures['load_after']} ({os.cpu_count()} CPUs)")
     if args.json:

@@ -137,8 +137,8 @@ def test_rerun_trusts_the_stat_not_the_bytes(image_bench, cache_dir):
 def test_rerun_reads_no_table(image_bench, monkeypatch):
     first = compute_fingerprint(image_bench)
     reads: list = []
-    real = fingerprint.read_table
-    monkeypatch.setattr(fingerprint, "read_table", lambda *a, **k: reads.append(a) or real(*a, **k))
+    real = fingerprint._hash_tables
+    monkeypatch.setattr(fingerprint, "_hash_tables", lambda *a, **k: reads.append(a) or real(*a, **k))
     assert compute_fingerprint(image_bench) == first
     assert reads == []
     # A changed table is read again (its stat changed) and changes the fingerprint.

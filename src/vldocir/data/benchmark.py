@@ -19,8 +19,9 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from vldocir.data.fingerprint import BenchmarkFiles, compute_fingerprint
+from vldocir.data.fingerprint import BenchmarkFiles, compute_fingerprint, strictly_sorted
 from vldocir.data.schema import DECLARED_SOURCES_KEY, TABLES
 from vldocir.data.tables import (
     BenchmarkError,
@@ -32,7 +33,7 @@ from vldocir.data.tables import (
     table_location,
 )
 from vldocir.data.validation import rules_digest, validate_tables
-from vldocir.io import atomic_write_json, atomic_write_parquet
+from vldocir.io import atomic_path, atomic_write_json, atomic_write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -210,9 +211,53 @@ class _AsIs:
     field: pa.Field
 
 
-def write_benchmark(root: str | Path, tables: Mapping[str, pd.DataFrame | pa.Table], info: Mapping) -> Benchmark:
+@dataclass
+class SortedBatches:
+    """A table given as record batches already in canonical order (sorted by its key, no key
+    twice), so that :func:`write_benchmark` writes it batch by batch and never holds it whole: an
+    import's pages, whose texts grow with the corpus. Consumed once."""
+
+    schema: pa.Schema
+    batches: Iterable[pa.RecordBatch | pa.Table]
+
+
+def _file_schema(spec, schema: pa.Schema) -> pa.Schema:
+    """The canonical columns in their order and types, then the extra ones (optional columns, such as
+    qrels ``grade`` or queries ``language``, in their declared type when given)."""
+    missing = [f.name for f in spec.schema if f.name not in schema.names]
+    if missing:
+        raise BenchmarkError(spec.name, None, f"required columns missing: {missing}")
+    extra = [c for c in schema.names if c not in spec.schema.names]
+    return pa.schema([*spec.schema, *[(spec.optional_column(c) or _AsIs(schema.field(c))).field for c in extra]])
+
+
+def _write_sorted_batches(spec, data: SortedBatches, target: Path) -> int:
+    """Write ``data`` batch by batch (a row group or more each), checking that keys only increase;
+    the number of rows written."""
+    schema = _file_schema(spec, data.schema)
+    n_rows, last = 0, None
+    with atomic_path(target) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+        for batch in data.batches:
+            table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+            table = table.select(schema.names).cast(schema)
+            if not table.num_rows:
+                continue
+            keys = [table.column(k).combine_chunks() for k in spec.key]
+            with_last = keys if last is None else [pa.concat_arrays([p, k]) for p, k in zip(last, keys)]
+            if not strictly_sorted(with_last):
+                raise BenchmarkError(spec.name, None, "rows given as sorted are not in strictly increasing key order")
+            last = [k.slice(len(k) - 1) for k in keys]
+            writer.write_table(table)
+            n_rows += table.num_rows
+    return n_rows
+
+
+def write_benchmark(
+    root: str | Path, tables: Mapping[str, pd.DataFrame | pa.Table | SortedBatches], info: Mapping
+) -> Benchmark:
     """Write the five tables (cast to the canonical schema, sorted by key) and ``benchmark.json``.
 
+    A table may be given as :class:`SortedBatches` (already sorted; written as it streams by).
     ``info`` must name the benchmark; counts and the fingerprint are added here.
     """
     check_info(dict(info))  # before anything is written
@@ -221,15 +266,12 @@ def write_benchmark(root: str | Path, tables: Mapping[str, pd.DataFrame | pa.Tab
     counts = {}
     for name, spec in TABLES.items():
         data = tables[name]
+        if isinstance(data, SortedBatches):
+            counts[name] = _write_sorted_batches(spec, data, root / spec.file_name)
+            continue
         table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
-        missing = [f.name for f in spec.schema if f.name not in table.column_names]
-        if missing:
-            raise BenchmarkError(name, None, f"required columns missing: {missing}")
-        extra = [c for c in table.column_names if c not in spec.schema.names]
-        table = table.select([*spec.schema.names, *extra])
-        # Optional columns (qrels grade, queries language) are written in their declared type when given.
-        extra_fields = [(spec.optional_column(c) or _AsIs(table.schema.field(c))).field for c in extra]
-        table = table.cast(pa.schema([*spec.schema, *extra_fields]))
+        schema = _file_schema(spec, table.schema)
+        table = table.select(schema.names).cast(schema)
         atomic_write_parquet(sort_canonically(spec, table), root / spec.file_name)
         counts[name] = table.num_rows
     full_info = {**dict(info), "counts": counts, "fingerprint": compute_fingerprint(root)}

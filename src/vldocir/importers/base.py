@@ -13,8 +13,11 @@ the same way for every format:
   bytes, or a ``datasets.Image`` struct ``{bytes, path}``) or ``image_file`` (a file to copy), and
   ``dom_text`` (the source's text layer or provided text: a PDF's text layer, ViDoRe v3's markdown,
   a BEIR passage), ``ocr_text``, ``width``/``height`` (read from the image when absent). Images are
-  written as files under ``images/`` (the bytes as given: no re-encoding); ``page_index`` is
-  renumbered densely within each document (``page_number`` stays as a column).
+  written as files under ``images/`` (the bytes as given: no re-encoding), and texts and extra
+  columns wait on disk in sorted runs until the pages table is written from them in page_id order,
+  batch by batch (:class:`~vldocir.data.benchmark.SortedBatches`): what an import holds per page is
+  its ids, numbers, image path and size. ``page_index`` is renumbered densely within each document
+  (``page_number`` stays as a column).
 - ``documents`` (optional): ``doc_id``, ``source``, ``domain``, ``title``, ``url``, ``license``;
   documents named by pages but missing here get :attr:`ImportedData.source`; ``n_pages`` is counted.
 - ``queries``: ``query_id``, ``text``, ``answer``, and optionally ``source``, ``domain``
@@ -56,6 +59,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -65,9 +69,11 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from vldocir.construction.grounding import NEAR_MAX_GAP, evidence_structures
-from vldocir.data.benchmark import INFO_FILE, Benchmark, load_benchmark, write_benchmark
+from vldocir.data.benchmark import INFO_FILE, Benchmark, SortedBatches, load_benchmark, write_benchmark
 from vldocir.data.schema import DECLARED_SOURCES_KEY, EVIDENCE_STRUCTURES, IMAGE_TYPE
 from vldocir.errors import ConfigError, VldocirError
 
@@ -77,6 +83,12 @@ HUB_PREFIX = "hf://"
 IMPORT_VERSION = 1
 """Bumped whenever what :func:`write_imported` writes for the same input changes."""
 IMAGES_PER_FOLDER = 1000
+RUN_ROWS = 4096
+"""Pages per sorted run of texts on disk while an import streams (a run is held whole before it is written)."""
+RUN_READ_ROWS = 256
+"""Rows read at a time from each run while the runs are merged into the pages table."""
+BLOCK_ROWS = 1024
+"""Pages per batch (row group) of the written pages table."""
 
 
 class ImporterError(VldocirError, ValueError):
@@ -183,15 +195,20 @@ _EXTENSIONS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp", "GIF": "gif", "TIFF"
 
 
 class _PageWriter:
-    """Writes page images to files as chunks stream by. Keeps per page only its ids, numbers, image
-    path and size (Python lists) and its texts and extra columns (Arrow, per chunk): no image bytes."""
+    """Writes page images to files as chunks stream by, and the pages' texts and extra columns to
+    sorted runs on disk (``runs``, :data:`RUN_ROWS` rows each). Keeps per page only its ids,
+    numbers, image path, size and whether it has text (Python lists): no image bytes, no text, so
+    what an import holds grows by a few hundred bytes a page whatever the pages hold."""
 
-    META = ("page_id", "doc_id", "page_number", "path", "width", "height")
+    META = ("page_id", "doc_id", "page_number", "path", "width", "height", "has_text")
 
-    def __init__(self, root: Path, data: ImportedData):
-        self.root, self.data = root, data
+    def __init__(self, root: Path, runs: Path, data: ImportedData):
+        self.root, self.runs, self.data = root, runs, data
         self.meta: dict[str, list] = {c: [] for c in self.META}
-        self.rest: list[pa.Table] = []  # dom_text, ocr_text and extra columns of the kept rows, per chunk
+        self.pending: list[pa.Table] = []  # texts and extra columns of kept rows not yet in a run
+        self.run_of: list[int] = []  # per kept row: its run and its position there (runs sorted by page_id)
+        self.position: list[int] = []
+        self.run_files: list[Path] = []
         self.seen: set[str] = set()
         self.numbers: dict[str, set[int]] = {}
         self.next_number: Counter = Counter()
@@ -242,22 +259,94 @@ class _PageWriter:
             values = [_text(v) for v in chunk[column].iloc[kept]] if column in has else [None] * len(kept)
             arrays.append(pa.array(values, pa.string()))
             names.append(column)
-        self.rest.append(pa.Table.from_arrays(arrays, names=names))
+        rest = pa.Table.from_arrays(arrays, names=names)
+        text = pc.utf8_trim_whitespace(pc.fill_null(rest.column("dom_text"), ""))
+        self.meta["has_text"] += pc.greater(pc.utf8_length(text), 0).to_pylist()
+        self.pending.append(rest)
+        if sum(t.num_rows for t in self.pending) >= RUN_ROWS:
+            self._flush()
 
-    def tables(self) -> tuple[pd.DataFrame, pa.Table]:
-        """The kept pages' small fields (pandas) and their texts and extra columns (Arrow), row-aligned."""
+    def _flush(self) -> None:
+        """The pending rows, sorted by page_id, as the next run file."""
+        if not self.pending:
+            return
+        rows = pa.concat_tables(self.pending, promote_options="permissive")
+        self.pending = []
+        if not rows.num_rows:
+            return
+        first = len(self.run_of)
+        order = pc.sort_indices(pa.array(self.meta["page_id"][first:], pa.string())).to_numpy()
+        position = np.empty(len(order), dtype=np.int64)
+        position[order] = np.arange(len(order))
+        self.run_of += [len(self.run_files)] * len(order)
+        self.position += position.tolist()
+        file = self.runs / f"run-{len(self.run_files):05d}.parquet"
+        pq.write_table(rows.take(order), file, row_group_size=RUN_READ_ROWS)
+        self.run_files.append(file)
+
+    def finish(self) -> pd.DataFrame:
+        """The kept pages' small fields (``_row``: the row's number among those written), after the
+        drop of pages without an image in a corpus that has images."""
+        self._flush()
         meta = pd.DataFrame(self.meta)
-        rest = (
-            pa.concat_tables(self.rest, promote_options="permissive")
-            if self.rest
-            else pa.table({"dom_text": pa.array([], pa.string()), "ocr_text": pa.array([], pa.string())})
-        )
-        self.meta, self.rest = {}, []
+        meta["_row"] = np.arange(len(meta))
+        self.meta = {}
         with_image = meta["path"].notna().to_numpy()
         if with_image.any() and not with_image.all():
             self.data.drop("pages", "missing_image", int((~with_image).sum()))
-            meta, rest = meta[with_image].reset_index(drop=True), rest.filter(pa.array(with_image))
-        return meta, rest
+            meta = meta[with_image].reset_index(drop=True)
+        return meta
+
+    def rest_schema(self) -> pa.Schema:
+        """The texts' and extra columns' schema over all runs (types promoted as a concatenation does)."""
+        schemas = [pq.read_schema(file) for file in self.run_files]
+        if not schemas:
+            return pa.schema([("dom_text", pa.string()), ("ocr_text", pa.string())])
+        return pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
+
+    def rest(self, rows: np.ndarray, schema: pa.Schema) -> Iterator[pa.Table]:
+        """The texts and extra columns of ``rows`` (``_row`` numbers, in page_id order),
+        :data:`BLOCK_ROWS` at a time: a merge of the runs, each read forward a row group at a time."""
+        run_of, position = np.asarray(self.run_of)[rows], np.asarray(self.position)[rows]
+        readers = [_RunReader(file, schema) for file in self.run_files]
+        for start in range(0, len(rows), BLOCK_ROWS):
+            runs, positions = run_of[start : start + BLOCK_ROWS], position[start : start + BLOCK_ROWS]
+            parts, where = [], np.empty(len(runs), dtype=np.int64)
+            offset = 0
+            for run in np.unique(runs):
+                mine = np.flatnonzero(runs == run)  # (ascending positions: the run is sorted as the output)
+                parts.append(readers[run].take(positions[mine]))
+                where[mine] = offset + np.arange(len(mine))
+                offset += len(mine)
+            block = pa.concat_tables(parts) if parts else schema.empty_table()
+            yield block.take(pa.array(where))
+
+
+class _RunReader:
+    """One sorted run, read forward: :meth:`take` rows at increasing positions."""
+
+    def __init__(self, file: Path, schema: pa.Schema):
+        self.schema = schema
+        self.batches = pq.ParquetFile(file).iter_batches(batch_size=RUN_READ_ROWS, use_threads=False)
+        self.buffer, self.start = schema.empty_table(), 0
+
+    def take(self, positions: np.ndarray) -> pa.Table:
+        while self.start + self.buffer.num_rows <= positions[-1]:
+            batch = _conform(pa.Table.from_batches([next(self.batches)]), self.schema)
+            self.buffer = pa.concat_tables([self.buffer, batch]).combine_chunks()
+        taken = self.buffer.take(pa.array(positions - self.start))
+        keep_from = int(positions[-1]) + 1 - self.start  # (later calls ask for later rows only)
+        self.buffer, self.start = self.buffer.slice(keep_from), int(positions[-1]) + 1
+        return taken
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns, in order and type; a column it lacks is null."""
+    columns = [
+        table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 _PAGE_INPUT_COLUMNS = {
@@ -327,11 +416,19 @@ def write_imported(
     """Write ``data`` as benchmark ``name`` into ``out_dir`` (see the module docstring)."""
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
-    writer = _PageWriter(root, data)
+    runs = Path(tempfile.mkdtemp(prefix=".pages-", dir=root))
+    try:
+        return _write_imported(data, root, runs, name, near_max_gap, importer, version)
+    finally:
+        shutil.rmtree(runs, ignore_errors=True)
+
+
+def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> Benchmark:
+    writer = _PageWriter(root, runs, data)
     for chunk in _chunks(data.pages):
         writer.write(chunk)
-    pages, page_texts = writer.tables()
-    without_text = _documents_without_text(pages, page_texts)
+    pages = writer.finish()
+    without_text = _documents_without_text(pages)
     pages["page_index"] = pages.groupby("doc_id")["page_number"].rank(method="first").astype("int32") - 1
 
     documents = data.documents.copy() if data.documents is not None else pd.DataFrame({"doc_id": []})
@@ -382,11 +479,7 @@ def write_imported(
 
     elements = _elements(data, pages)
     qrels = qrels.drop(columns=["page_number"]).rename(columns={"n_elements": "n_evidence_elements"})
-    images = pa.array([{"bytes": None, "path": p} if p is not None else None for p in pages["path"]], IMAGE_TYPE)
-    pages_table = pa.Table.from_pandas(pages.drop(columns="path"), preserve_index=False).append_column("image", images)
-    for column in page_texts.column_names:
-        pages_table = pages_table.append_column(column, page_texts.column(column))
-    del page_texts
+    pages_table = _pages_table(pages, writer)
 
     sources = sorted(set(documents["source"].dropna()) | set(queries["source"].dropna()))
     built_by = {
@@ -406,7 +499,7 @@ def write_imported(
         "name": name,
         "version": version or str(data.info.get("revision") or "unversioned"),
         DECLARED_SOURCES_KEY: sources,
-        "rendered": bool(pages_table.column("image").null_count < len(pages)) if len(pages) else False,
+        "rendered": bool(pages["path"].notna().any()),
         "imported_from": {k: data.info.get(k) for k in ("format", "source", "revision", "license")}
         | {k: v for k, v in data.info.items() if k not in ("format", "source", "revision", "license")},
         "built_by": built_by,
@@ -427,14 +520,30 @@ def _elements(data: ImportedData, pages: pd.DataFrame) -> pd.DataFrame:
     return elements[columns + [c for c in elements.columns if c not in columns and c != "page_id"]]
 
 
-def _documents_without_text(pages: pd.DataFrame, texts: pa.Table) -> list[str]:
+def _documents_without_text(pages: pd.DataFrame) -> list[str]:
     """Documents none of whose pages has text (image-only slide decks, scans): said, not hidden."""
-    import pyarrow.compute as pc
-
-    length = pc.utf8_length(pc.utf8_trim_whitespace(pc.fill_null(texts.column("dom_text"), "")))
-    has_text = pd.Series(np.asarray(pc.greater(length, 0), dtype=bool), index=pages.index)
-    per_doc = has_text.groupby(pages["doc_id"]).any()
+    per_doc = pages["has_text"].astype(bool).groupby(pages["doc_id"]).any()
     return sorted(per_doc.index[~per_doc])
+
+
+def _pages_table(pages: pd.DataFrame, writer: _PageWriter) -> SortedBatches:
+    """The pages table in page_id order, streamed: the small fields from ``pages``, the texts and
+    extra columns merged from the writer's runs, :data:`BLOCK_ROWS` rows at a time."""
+    images = pa.array([{"bytes": None, "path": p} if p is not None else None for p in pages["path"]], IMAGE_TYPE)
+    small = pa.Table.from_pandas(pages.drop(columns=["path", "has_text", "_row"]), preserve_index=False)
+    small = small.append_column("image", images).replace_schema_metadata(None)
+    order = pc.sort_indices(small.column("page_id"))
+    small, rows = small.take(order), pages["_row"].to_numpy()[order.to_numpy()]
+    rest = writer.rest_schema()
+    schema = pa.schema([*small.schema, *rest])
+
+    def batches() -> Iterator[pa.Table]:
+        start = 0
+        for block in writer.rest(rows, rest):
+            yield pa.Table.from_arrays([*small.slice(start, block.num_rows).columns, *block.columns], schema=schema)
+            start += block.num_rows
+
+    return SortedBatches(schema, batches())
 
 
 # ----------------------------------------------------------------------------------------------
