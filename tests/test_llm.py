@@ -1,18 +1,20 @@
 """The chat client against a real HTTP server speaking the chat-completions protocol (vldocir.llm_server):
-retries, the response cache, the concurrency bound and the key's whereabouts."""
+retries, the response cache (usable answers only), the size cap, the concurrency bound and the
+whereabouts of the key and of other secrets."""
 
 from __future__ import annotations
 
 import base64
 import email.utils
 import json
+import logging
 import pickle
 import time
 
 import pytest
 
 from vldocir.errors import ConfigError
-from vldocir.llm import ChatClient, image_part
+from vldocir.llm import ChatClient, Validator, image_part
 from vldocir.llm_server import ChatServer, Reply
 
 KEY = "sk-test-0123456789abcdef"  # what the environment holds in these tests; must never be written
@@ -66,6 +68,7 @@ def test_answer_key_and_usage(tmp_path):
         "completion_tokens": 2,
         "cached_prompt_tokens": 0,
         "cached_completion_tokens": 0,
+        "unusable": {},
     }
 
 
@@ -215,3 +218,132 @@ def test_misconfigured_client_raises(monkeypatch):
         ChatClient(model="m", concurrency=0)
     with pytest.raises(ConfigError, match="temperature"):
         ChatClient(model="m", params={"temperature": 1.0})
+
+
+# -- usable answers only are cached -------------------------------------------------------------------
+def subqueries(content: str) -> str | None:
+    """A caller's parser: a non-empty JSON list of strings, or why not."""
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return "malformed"
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return "malformed"
+    return None if value else "empty"
+
+
+LIST = Validator("test.subqueries/v1", subqueries)
+
+
+def test_unusable_answers_are_not_cached_and_the_rerun_asks_again(tmp_path):
+    broken = {
+        "prose": Reply("Sure! The sub-queries are: first, second."),
+        "empty": Reply("[]"),
+        "truncated": Reply('["a long sub-query that was cut', finish_reason="length"),
+        "oversized": Reply(json.dumps(["x" * 5000])),
+    }
+    fixed = {"now": False}
+
+    def respond(request):
+        return Reply(json.dumps([f"{request.text()} part"])) if fixed["now"] else broken[request.text()]
+
+    requests = [ask(name) for name in broken]
+    with ChatServer(responder=respond) as server:
+        llm = client(server.url, tmp_path / "llm", max_answer_bytes=1000)
+        first = llm.complete_many(requests, validate=LIST)
+        assert [r.unusable for r in first] == ["malformed", "empty", "truncated", "oversized"]
+        assert [r.ok for r in first] == [True, True, False, False], "the parser sees prose and [] as they came"
+        assert first[0].content == "Sure! The sub-queries are: first, second."
+        assert [r.error_kind for r in first[2:]] == ["truncated", "oversized"]
+        assert llm.usage()["unusable"] == {"empty": 1, "malformed": 1, "oversized": 1, "truncated": 1}
+        assert llm.usage()["called"] == 4 and llm.usage()["failed"] == 0
+        assert not list((tmp_path / "llm").rglob("*.json")), "no unusable answer is cached"
+
+        fixed["now"] = True  # the server is fixed: the next run asks every request again
+        again = client(server.url, tmp_path / "llm", max_answer_bytes=1000)
+        second = again.complete_many(requests, validate=LIST)
+        assert len(server.requests) == 8 and not any(r.cached for r in second)
+        assert [json.loads(r.content) for r in second] == [[f"{name} part"] for name in broken]
+        assert again.usage()["unusable"] == {} and len(list((tmp_path / "llm").rglob("*.json"))) == 4
+
+        third = client(server.url, tmp_path / "llm").complete_many(requests, validate=LIST)
+        assert all(r.cached for r in third) and len(server.requests) == 8
+
+
+def test_an_oversized_answer_is_not_read_whole(tmp_path):
+    """A 40 MB answer: refused from its Content-Length, or (chunked) once the body passes the cap;
+    either way the client hangs up, so the server cannot deliver the rest."""
+    huge = "y" * (40 << 20)
+    with ChatServer([Reply(huge), Reply(huge, chunked=True)]) as server:
+        llm = client(server.url, tmp_path / "llm", max_answer_bytes=1000, timeout_s=5)
+        results = [llm.complete(ask("one")), llm.complete(ask("two"))]
+        assert server.wait_idle()
+    assert [r.error_kind for r in results] == ["oversized", "oversized"]
+    assert all(r.content is None and r.attempts == 1 for r in results)
+    assert server.cut_off == 2, "the client stopped reading both bodies"
+    assert llm.usage()["unusable"] == {"oversized": 2} and not list((tmp_path / "llm").rglob("*.json"))
+
+
+def test_a_chunked_answer_within_the_cap_is_read():
+    with ChatServer([Reply('["a", "b"]', chunked=True)]) as server:
+        result = client(server.url).complete(ask("hi"), validate=LIST)
+    assert result.ok and result.unusable is None and json.loads(result.content) == ["a", "b"]
+
+
+def test_the_validators_name_is_part_of_the_cache_key(tmp_path):
+    with ChatServer(responder=lambda r: Reply('["a"]')) as server:
+        llm = client(server.url, tmp_path / "llm")
+        llm.complete(ask("hi"), validate=LIST)
+        assert llm.complete(ask("hi"), validate=LIST).cached
+        other = Validator("test.subqueries/v2", subqueries)
+        assert not llm.complete(ask("hi"), validate=other).cached, "another parser's validation is not reused"
+        assert not llm.complete(ask("hi")).cached
+    assert len(server.requests) == 3
+    assert llm.cache_key(ask("hi"), LIST) != llm.cache_key(ask("hi"), other) != llm.cache_key(ask("hi"))
+
+
+def test_recorded_answers_are_replayed_as_recorded(tmp_path):
+    llm = client("http://127.0.0.1:9/v1", tmp_path / "llm")
+    llm.record(ask("hi"), "not a list", validate=LIST)
+    replayed = llm.complete(ask("hi"), validate=LIST)
+    assert replayed.cached and replayed.content == "not a list" and llm.usage()["requests"] == 0
+
+
+# -- secrets ------------------------------------------------------------------------------------------
+PASSWORD, BEARER, API_KEY = "url-pass-9f8e7d6c5b", "hdr-bearer-1a2b3c4d5e6f", "hdr-apikey-0a9b8c7d6e"
+
+
+def test_header_and_url_secrets_are_sent_but_never_written(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)  # httpx's request lines included
+    with ChatServer([Reply("ok"), Reply("ok"), Reply(status=400)]) as server:
+        url = server.url.replace("http://", f"http://gateway-user:{PASSWORD}@")
+        basic = client(url, tmp_path / "llm", params={"extra_headers": {"api-key": API_KEY, "X-Trace": "on"}})
+        bearer = client(server.url, tmp_path / "llm", params={"extra_headers": {"Authorization": f"Bearer {BEARER}"}})
+        assert basic.complete(ask("hi")).ok and bearer.complete(ask("again")).ok
+        failed = basic.complete(ask("once more"))
+    first, second = (r.headers for r in server.requests[:2])
+    assert first["authorization"] == "Basic " + base64.b64encode(f"gateway-user:{PASSWORD}".encode()).decode()
+    assert first["api-key"] == API_KEY and first["x-trace"] == "on"
+    assert second["authorization"] == f"Bearer {BEARER}"
+    assert failed.error_kind == "http_400"
+    written = files_text(tmp_path / "llm") + " ".join(str(p) for p in (tmp_path / "llm").rglob("*"))
+    shown = caplog.text + failed.error
+    for llm in (basic, bearer):
+        shown += json.dumps(llm.cache_params()) + json.dumps(llm.usage()) + repr(llm)
+    for secret in (PASSWORD, BEARER, API_KEY, KEY):
+        assert secret not in written and secret not in shown, secret
+    assert basic.cache_params()["extra_headers"] == {"X-Trace": "on"} and "extra_headers" not in bearer.cache_params()
+    assert bearer.cache_key(ask("hi")) == client(server.url).cache_key(ask("hi")), "a secret does not change the key"
+
+
+def test_connection_errors_do_not_show_the_urls_credentials(caplog):
+    caplog.set_level(logging.DEBUG)
+    result = client(f"http://someone:{PASSWORD}@127.0.0.1:9/v1", max_retries=0).complete(ask("hi"))
+    assert result.error_kind == "connection"
+    assert PASSWORD not in result.error + caplog.text
+
+
+def test_a_secret_named_parameter_is_refused_without_showing_it():
+    with pytest.raises(ConfigError, match="api_env_var") as refused:
+        client("http://127.0.0.1:9/v1", params={"api_key": API_KEY})
+    assert API_KEY not in str(refused.value)

@@ -1,13 +1,19 @@
 """A client for OpenAI-compatible chat-completion servers (vLLM, SGLang, the OpenAI API), with an
 on-disk response cache: query splitting asks it for sub-queries, query generation for VLM answers
-about page images.
+about page images, query cleaning for ratings.
 
 Built by Hydra (``_target_: vldocir.llm.ChatClient``). What it guarantees:
 
 - **Secrets.** The API key is read from the environment variable named by ``api_env_var`` when the
   first request is made; it is never an argument, never an attribute, and never written to the
-  cache, :meth:`ChatClient.cache_params` or :meth:`ChatClient.usage`. A local server that needs no
-  key gets the placeholder ``EMPTY`` (what vLLM expects).
+  cache, :meth:`ChatClient.cache_params` or :meth:`ChatClient.usage` (``params.api_key`` and any
+  other secret-named top-level parameter are refused). Credentials in ``base_url``
+  (``http://user:pass@host/v1``) are sent as HTTP basic auth and the URL goes to the HTTP client
+  without them, so no log line (httpx's included) shows them. Parameters that
+  :func:`vldocir.manifest.redact_secrets` would redact (an ``Authorization`` or ``api-key`` value in
+  ``params.extra_headers``, a secret-looking value anywhere) are sent but left out of
+  :meth:`ChatClient.cache_params`, hence out of every cache key, cache file and run key: they do
+  not change the answer. Error messages and log lines are scrubbed of all of them.
 - **Retries.** The ``openai`` client's own retries are off (``max_retries=0``); this module retries
   timeouts, connection errors, HTTP 429 and 5xx up to ``max_retries`` times with exponential
   backoff and jitter (:mod:`vldocir.retry`; a ``Retry-After`` header, seconds or an HTTP date, is
@@ -15,12 +21,25 @@ Built by Hydra (``_target_: vldocir.llm.ChatClient``). What it guarantees:
   fail again.
 - **No raise per item.** :meth:`ChatClient.complete_many` returns one :class:`ChatResult` per
   request; a request that failed has ``error`` set. Only a misconfigured client raises.
-- **Cache.** A successful response is stored under ``cache_dir/<k[:2]>/<k>.json``, ``k`` the
-  SHA-256 of (model, messages with each inline image replaced by the SHA-256 of its bytes,
-  temperature, max_tokens, ``params``), written atomically. The server's address is not part of
-  the key (the same model served elsewhere answers the same). A cached response is replayed
-  without contacting the server, so a rerun works with the server down; with ``temperature > 0``
-  the first sample is the one replayed. Failures are never cached.
+- **Usable answers only are cached.** An HTTP-200 answer is *unusable* when it was cut at
+  ``max_tokens`` (``finish_reason=length``: ``truncated``), holds more than ``max_answer_bytes``
+  bytes of content (``oversized``; the body is read in chunks and the connection dropped at the
+  cap, so memory per request stays within a few times the cap), or fails the caller's
+  :class:`Validator` (the caller's own parser: its reason, e.g. ``malformed``). Unusable answers are
+  returned (``ChatResult.unusable``; truncated and oversized ones as errors), counted per reason
+  (``usage()["unusable"]``) and never cached, so the next run asks again. There is no retry of an
+  unusable answer within a run: with the default ``temperature=0`` a server answers the same
+  request the same way, so a retry costs tokens for the same answer; a misbehaving server or a
+  too small ``max_tokens`` is fixed between runs, and the rerun asks exactly the unusable ones.
+- **Cache.** A usable response is stored under ``cache_dir/<k[:2]>/<k>.json``, ``k`` the SHA-256 of
+  (the cache format, model, messages with each inline image replaced by the SHA-256 of its bytes,
+  temperature, max_tokens, the secret-free ``params``, the validator's name), written atomically.
+  The validator's name (parser and version) is in the key, so answers validated by one parser are
+  never served to another. The server's address is not part of the key (the same model served
+  elsewhere answers the same). A cached response is replayed without contacting the server, so a
+  rerun works with the server down; with ``temperature > 0`` the first usable sample is the one
+  replayed. Failures are never cached. :meth:`ChatClient.record` stores answers written elsewhere
+  as given (recorded answers are replayed as recorded, usable or not).
 - **Concurrency.** At most ``concurrency`` requests are in flight at once per client, whoever calls.
 """
 
@@ -32,14 +51,18 @@ import json
 import logging
 import os
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from vldocir.errors import ConfigError
 from vldocir.io import atomic_write_json
+from vldocir.manifest import is_secret_key, redact_secrets, redact_text
 from vldocir.retry import Retryable, RetryPolicy, call_with_retries, parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -47,7 +70,12 @@ logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per reques
 
 BASE_URL_ENV = "VLDOCIR_LLM_BASE_URL"
 NO_KEY = "EMPTY"
-CACHE_FORMAT = 1  # part of every cache key: bump it when the stored response format changes
+# Part of every cache key: bump it when the stored response format or what gets stored changes
+# (2: only usable answers are stored; entries of 1 may hold truncated or malformed ones).
+CACHE_FORMAT = 2
+MAX_ANSWER_BYTES = 1_000_000
+UNUSABLE_KINDS = ("truncated", "oversized")  # error kinds of HTTP-200 answers the client itself rejects
+_CHUNK_BYTES = 1 << 16
 
 Messages = list[dict[str, Any]]
 
@@ -82,14 +110,32 @@ def _normalized(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [part(m) for m in messages]
 
 
+@dataclass(frozen=True)
+class Validator:
+    """What makes an answer usable to the caller that asked for it.
+
+    ``check(content)`` is ``None`` for a usable answer, else the reason it is not: the caller's own
+    parser, so that "usable" means exactly what the caller can use. ``name`` names that parser and
+    its version (``"qsplit.subqueries/v1"``): it is part of every cache key, so a changed parser
+    never gets answers another one validated. Several requests of one batch may share a name with
+    checks of their own (e.g. each against the element ids of its prompt)."""
+
+    name: str
+    check: Callable[[str], str | None]
+
+
 @dataclass
 class ChatResult:
     """One request's outcome: ``content`` (the assistant's text) or ``error`` (``"<kind>: <detail>"``,
-    ``error_kind`` one of ``timeout``, ``connection``, ``http_<status>``, ``bad_response``)."""
+    ``error_kind`` one of ``timeout``, ``connection``, ``http_<status>``, ``bad_response``,
+    ``truncated``, ``oversized``). ``unusable``: why an answer the server gave cannot be used
+    (``truncated``, ``oversized``, or the validator's reason, the content then kept for the caller's
+    parser); such an answer is not cached."""
 
     content: str | None = None
     error: str | None = None
     error_kind: str | None = None
+    unusable: str | None = None
     cached: bool = False
     attempts: int = 0  # HTTP requests made for it (0 when replayed from the cache)
     finish_reason: str | None = None
@@ -117,6 +163,9 @@ class ChatClient:
             a uniform jitter in [0.5, 1].
         concurrency: the most requests in flight at once.
         cache_dir: where responses are cached; ``None``: no cache.
+        max_answer_bytes: the most bytes (UTF-8) of content an answer may hold; a longer one is
+            ``oversized``: unusable, not cached, and not read past about six times the cap (a JSON
+            body escapes a character in at most 6 bytes).
     """
 
     def __init__(
@@ -133,6 +182,7 @@ class ChatClient:
         backoff_max_s: float = 30.0,
         concurrency: int = 8,
         cache_dir: str | Path | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ):
         if not model:
             raise ConfigError("llm.model: the served model name is required")
@@ -147,15 +197,23 @@ class ChatClient:
             raise ConfigError(f"llm.concurrency must be >= 1, got {concurrency!r}")
         if isinstance(max_retries, bool) or int(max_retries) < 0:
             raise ConfigError(f"llm.max_retries must be >= 0, got {max_retries!r}")
+        if isinstance(max_answer_bytes, bool) or int(max_answer_bytes) < 1:
+            raise ConfigError(f"llm.max_answer_bytes must be >= 1, got {max_answer_bytes!r}")
         self.model, self.base_url, self.api_env_var = str(model), str(base_url), str(api_env_var)
         self.temperature, self.max_tokens = float(temperature), int(max_tokens)
         self.params = _plain(params or {})  # Hydra passes an OmegaConf node
         if clash := sorted(set(self.params) & {"model", "messages", "temperature", "max_tokens", "stream"}):
             raise ConfigError(f"llm.params: {clash} are set by the client (or its own arguments), not in params")
+        if secret := sorted(k for k in self.params if is_secret_key(k)):
+            raise ConfigError(
+                f"llm.params: {secret} would put a secret into the config; the key is read from the environment "
+                f"variable named by llm.api_env_var ({self.api_env_var}); headers go in params.extra_headers"
+            )
         self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
         self.backoff_s, self.backoff_max_s = float(backoff_s), float(backoff_max_s)
         self.concurrency = int(concurrency)
         self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.max_answer_bytes = int(max_answer_bytes)
         self.answers_from: str | None = None
         self._setup()
 
@@ -163,6 +221,9 @@ class ChatClient:
         self._client = None
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._url, self._basic_auth = _without_userinfo(self.base_url)
+        self._answer_params = _secret_free(self.params, redact_secrets(self.params))
+        self._unusable: Counter = Counter()
         self._usage = dict.fromkeys(
             (
                 "requests",
@@ -180,7 +241,7 @@ class ChatClient:
 
     # The openai client holds the key: it is never pickled (a submitit job rebuilds it from its environment).
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_client", "_lock", "_slots", "_usage")}
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -196,22 +257,25 @@ class ChatClient:
         return clone
 
     def __repr__(self) -> str:
-        return f"ChatClient(model={self.model!r}, base_url={self.base_url!r}, api_env_var={self.api_env_var!r})"
+        return f"ChatClient(model={self.model!r}, base_url={self._url!r}, api_env_var={self.api_env_var!r})"
 
     def cache_params(self) -> dict[str, Any]:
-        """What changes the answers: model and sampling (not the server's address, never the key),
-        and where replayed answers come from (:meth:`with_base_url`)."""
-        params = {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens, **self.params}
+        """What changes the answers: model and sampling (not the server's address, never a secret:
+        what the redaction rule would redact is left out), and where replayed answers come from
+        (:meth:`with_base_url`)."""
+        params = {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens}
+        params.update(self._answer_params)
         if getattr(self, "answers_from", None):
             params["answers_from"] = self.answers_from
         return params
 
     def usage(self) -> dict[str, Any]:
         """Counts so far, for a manifest: ``requests`` (HTTP requests, retries included), ``called``
-        (answered by the server), ``cached`` (replayed), ``failed``, ``retries`` and tokens (of the
-        server's answers; ``cached_*``: of the replayed ones)."""
+        (answered by the server), ``cached`` (replayed), ``failed`` (no answer), ``retries``, tokens
+        (of the server's answers; ``cached_*``: of the replayed ones) and ``unusable``: answers
+        given but not usable (so not cached), per reason."""
         with self._lock:
-            return {"model": self.model, **self._usage}
+            return {"model": self.model, **self._usage, "unusable": dict(sorted(self._unusable.items()))}
 
     def _count(self, **increments: int) -> None:
         with self._lock:
@@ -219,8 +283,13 @@ class ChatClient:
                 self._usage[name] += value
 
     # -- the cache ----------------------------------------------------------------------------------
-    def cache_key(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        request = {"format": CACHE_FORMAT, **self.cache_params(), "messages": _normalized(messages)}
+    def cache_key(self, messages: Sequence[Mapping[str, Any]], validate: Validator | None = None) -> str:
+        request = {
+            "format": CACHE_FORMAT,
+            **self.cache_params(),
+            "messages": _normalized(messages),
+            "validator": validate.name if validate is not None else None,
+        }
         text = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -233,6 +302,8 @@ class ChatClient:
             return None
         try:
             response = json.loads(path.read_text())["response"]
+            if len(str(response["content"]).encode()) > self.max_answer_bytes:
+                raise ValueError(f"the answer is over llm.max_answer_bytes={self.max_answer_bytes}")
             return ChatResult(
                 content=str(response["content"]),
                 cached=True,
@@ -244,13 +315,19 @@ class ChatClient:
             log.warning("damaged LLM cache entry %s (%s); asking the server again", path, error)
             return None
 
-    def _store(self, key: str, messages: Sequence[Mapping[str, Any]], result: ChatResult) -> None:
+    def _store(
+        self, key: str, messages: Sequence[Mapping[str, Any]], result: ChatResult, validate: Validator | None
+    ) -> None:
         path = self._cache_path(key)
         if path is None:
             return
         entry = {
             "key": key,
-            "request": {**self.cache_params(), "messages": _normalized(messages)},
+            "request": {
+                **self.cache_params(),
+                "messages": _normalized(messages),
+                "validator": validate.name if validate is not None else None,
+            },
             "response": {
                 "content": result.content,
                 "finish_reason": result.finish_reason,
@@ -263,15 +340,16 @@ class ChatClient:
         except OSError as error:  # a full disk costs the cache entry, not the answer
             log.warning("could not write LLM cache entry %s: %s", path, error)
 
-    def record(self, messages: Sequence[Mapping[str, Any]], content: str) -> str:
+    def record(self, messages: Sequence[Mapping[str, Any]], content: str, validate: Validator | None = None) -> str:
         """Store ``content`` as the cached answer to ``messages``, as if the server had given it, and
         return its cache key: answers recorded elsewhere (e.g. written by hand for a shipped example)
-        are then replayed by :meth:`complete_many` like any other. The entry's ``finish_reason`` is
-        ``recorded``. Needs ``cache_dir``."""
+        are then replayed by :meth:`complete_many` (with the same ``validate``) like any other, as
+        recorded, usable or not: a recording is the answer by definition. The entry's
+        ``finish_reason`` is ``recorded``. Needs ``cache_dir``."""
         if self.cache_dir is None:
             raise ConfigError("llm.cache_dir: recorded answers are replayed through the cache; set a cache_dir")
-        key = self.cache_key(messages)
-        self._store(key, messages, ChatResult(content=str(content), finish_reason="recorded"))
+        key = self.cache_key(messages, validate)
+        self._store(key, messages, ChatResult(content=str(content), finish_reason="recorded"), validate)
         return key
 
     # -- requests -----------------------------------------------------------------------------------
@@ -280,17 +358,30 @@ class ChatClient:
             if self._client is None:
                 import openai
 
+                options = {}
+                if self._basic_auth is not None:  # what the HTTP client did with a URL's user:password
+                    basic = base64.b64encode(":".join(self._basic_auth).encode()).decode("ascii")
+                    options["default_headers"] = {"Authorization": f"Basic {basic}"}
                 self._client = openai.OpenAI(
-                    base_url=self.base_url,
+                    base_url=self._url,
                     api_key=os.environ.get(self.api_env_var) or NO_KEY,
                     timeout=self.timeout_s,
                     max_retries=0,
+                    **options,
                 )
             return self._client
 
     def _scrub(self, text: str) -> str:
-        key = os.environ.get(self.api_env_var)
-        return text.replace(key, "<redacted>") if key and len(key) >= 4 else text
+        """``text`` (an error, a log line) without the key, the URL's credentials, secret parameter
+        values or any environment secret."""
+        text = text.replace(self.base_url, self._url)
+        raw = urlsplit(self.base_url)
+        secrets = [os.environ.get(self.api_env_var) or "", *(self._basic_auth or ()), raw.password or ""]
+        secrets.append(raw.username or "")
+        secrets = sorted({s for s in secrets + _secret_values(self.params) if len(s) >= 4}, key=len, reverse=True)
+        for secret in secrets:
+            text = text.replace(secret, "<redacted>")
+        return redact_text(text)
 
     def _request(self, messages: Sequence[Mapping[str, Any]]) -> ChatResult:
         """One HTTP request; raises :class:`~vldocir.retry.Retryable` for what a retry may fix."""
@@ -298,13 +389,14 @@ class ChatClient:
 
         try:
             with self._slots:
-                response = self._openai().chat.completions.create(
+                with self._openai().chat.completions.with_streaming_response.create(
                     model=self.model,
                     messages=list(messages),
                     temperature=self.temperature,
                     max_tokens=self.max_tokens,
                     **self.params,
-                )
+                ) as response:
+                    body = self._read_body(response, time.monotonic() + self.timeout_s)
         except openai.APITimeoutError as error:
             raise Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
         except openai.APIConnectionError as error:
@@ -314,22 +406,64 @@ class ChatClient:
             if error.status_code == 429 or error.status_code >= 500:
                 raise Retryable(kind, detail, _retry_after(error)) from error
             return ChatResult(error=f"{kind}: {detail}", error_kind=kind)
+        oversized = ChatResult(
+            error=f"oversized: the answer is over llm.max_answer_bytes={self.max_answer_bytes} bytes",
+            error_kind="oversized",
+            unusable="oversized",
+        )
+        if body is None:
+            return oversized
         try:
-            choice = response.choices[0]
-            content = choice.message.content
+            payload = json.loads(body)
+            choice = payload["choices"][0]
+            content = choice["message"]["content"]
             if content is None:
                 raise ValueError("the answer has no text content")
-            usage = response.usage
-            return ChatResult(
+            if not isinstance(content, str):
+                raise TypeError(f"the answer's content is a {type(content).__name__}, not text")
+            usage = payload.get("usage") or {}
+            result = ChatResult(
                 content=content,
-                finish_reason=choice.finish_reason,
-                prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                finish_reason=choice.get("finish_reason"),
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
             )
-        except (AttributeError, IndexError, TypeError, ValueError) as error:
-            return ChatResult(error=f"bad_response: {error}", error_kind="bad_response")
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
+            detail = self._scrub(f"{type(error).__name__}: {error}")[:500]
+            return ChatResult(error=f"bad_response: {detail}", error_kind="bad_response")
+        if len(content.encode()) > self.max_answer_bytes:
+            oversized.prompt_tokens, oversized.completion_tokens = result.prompt_tokens, result.completion_tokens
+            return oversized
+        return result
 
-    def _complete(self, messages: Sequence[Mapping[str, Any]], key: str) -> ChatResult:
+    def _read_body(self, response: Any, deadline: float) -> bytes | None:
+        """The response body, or ``None`` as soon as it is longer than an answer of
+        ``max_answer_bytes`` can be (the rest is never read: leaving the response drops the connection).
+        ``deadline``: the body takes at most ``timeout_s`` after the headers (the openai client's
+        timeout covers the time up to them, and each read, not a server trickling bytes)."""
+        limit = 6 * self.max_answer_bytes + _CHUNK_BYTES  # a JSON string escapes a character in <= 6 bytes
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            return None
+        chunks, size = [], 0
+        pieces = response.iter_bytes(_CHUNK_BYTES)
+        while True:
+            try:
+                chunk = next(pieces, None)
+            except Exception as error:  # the HTTP library's own: openai wraps errors only up to the headers
+                kind = "timeout" if "timeout" in type(error).__name__.lower() else "connection"
+                raise Retryable(kind, self._scrub(f"reading the answer: {type(error).__name__}: {error}")) from error
+            if chunk is None:
+                break
+            size += len(chunk)
+            if size > limit:
+                return None
+            if time.monotonic() > deadline:
+                raise Retryable("timeout", f"no whole answer within {self.timeout_s:g} s")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _complete(self, messages: Sequence[Mapping[str, Any]], key: str, validate: Validator | None) -> ChatResult:
         attempts = 0
 
         def attempt() -> ChatResult:
@@ -355,29 +489,47 @@ class ChatClient:
                 error_kind="bad_response",
             )
         result.attempts = attempts
-        if result.ok:
+        if result.ok and result.finish_reason == "length":
+            result.error, result.error_kind = (
+                f"truncated: the answer reached max_tokens={self.max_tokens} (finish_reason=length)",
+                "truncated",
+            )
+            result.unusable = "truncated"
+        elif result.ok and validate is not None:
+            result.unusable = validate.check(result.content)
+        if result.ok or result.unusable:
             self._count(called=1, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
-            self._store(key, messages, result)
+        if result.unusable:
+            with self._lock:
+                self._unusable[result.unusable] += 1
+        elif result.ok:
+            self._store(key, messages, result, validate)
         else:
             self._count(failed=1)
             log.warning("LLM request failed: %s", result.error)
         return result
 
-    def complete(self, messages: Sequence[Mapping[str, Any]]) -> ChatResult:
+    def complete(self, messages: Sequence[Mapping[str, Any]], validate: Validator | None = None) -> ChatResult:
         """One chat completion (cached); a failure is a result with ``error``, not an exception."""
-        return self.complete_many([messages])[0]
+        return self.complete_many([messages], validate=validate)[0]
 
     def complete_many(
         self,
         requests: Sequence[Sequence[Mapping[str, Any]]],
         progress: bool | str = False,
+        validate: Validator | Sequence[Validator | None] | None = None,
     ) -> list[ChatResult]:
         """One result per request, in order: cached ones replayed, the rest sent ``concurrency`` at
-        a time. Identical requests are sent once. ``progress``: a tqdm bar (a string: its label)."""
-        keys = [self.cache_key(messages) for messages in requests]
+        a time. Identical requests (with validators of the same name) are sent once. ``validate``:
+        one :class:`Validator` for all, or one per request (``None``: only truncated and oversized
+        answers are unusable). ``progress``: a tqdm bar (a string: its label)."""
+        validators = list(validate) if isinstance(validate, Sequence) else [validate] * len(requests)
+        if len(validators) != len(requests):
+            raise ValueError(f"{len(validators)} validators for {len(requests)} requests")
+        keys = [self.cache_key(messages, check) for messages, check in zip(requests, validators)]
         results: dict[str, ChatResult] = {}
-        todo: dict[str, Sequence[Mapping[str, Any]]] = {}
-        for key, messages in zip(keys, requests):
+        todo: dict[str, tuple[Sequence[Mapping[str, Any]], Validator | None]] = {}
+        for key, messages, check in zip(keys, requests, validators):
             if key in results or key in todo:
                 continue
             cached = self._cached(key)
@@ -389,15 +541,23 @@ class ChatClient:
                     cached_completion_tokens=cached.completion_tokens,
                 )
             else:
-                todo[key] = messages
+                todo[key] = (messages, check)
         if todo:
             bar = _progress_bar(progress, len(todo), self.model)
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)), thread_name_prefix="llm") as pool:
-                futures = {pool.submit(self._complete, messages, key): key for key, messages in todo.items()}
+                futures = {pool.submit(self._complete, m, key, check): key for key, (m, check) in todo.items()}
                 for future in as_completed(futures):
                     results[futures[future]] = future.result()
                     bar(1)
             bar(0, close=True)
+            unusable = Counter(results[key].unusable for key in todo if results[key].unusable)
+            if unusable:
+                log.warning(
+                    "%d of %d LLM answer(s) unusable (%s): not cached, asked again next run",
+                    sum(unusable.values()),
+                    len(todo),
+                    ", ".join(f"{reason} {n}" for reason, n in sorted(unusable.items())),
+                )
         return [results[key] for key in keys]
 
 
@@ -408,6 +568,69 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         return [_plain(v) for v in value]
     return value
+
+
+def _secret_free(value: Any, redacted: Any) -> Any:
+    """``value`` without the parts that the redaction rule changed in ``redacted`` (its redacted
+    copy); a mapping or list left empty by that goes too (an auth header alone changes nothing)."""
+    if isinstance(value, Mapping) and isinstance(redacted, Mapping):
+        out = {}
+        for k, v in value.items():
+            if _kept(v, redacted.get(k)):
+                kept = _secret_free(v, redacted[k])
+                if kept or not v or not isinstance(v, (Mapping, list)):
+                    out[k] = kept
+        return out
+    if isinstance(value, list) and isinstance(redacted, list) and len(value) == len(redacted):
+        return [_secret_free(v, r) for v, r in zip(value, redacted) if _kept(v, r)]
+    return value
+
+
+def _kept(value: Any, redacted: Any) -> bool:
+    if isinstance(value, (Mapping, list)):
+        return isinstance(redacted, type(value) if isinstance(value, list) else Mapping)
+    return value == redacted
+
+
+def _secret_values(params: Any) -> list[str]:
+    """The strings of ``params`` that the redaction rule would redact, and their words (a server
+    may echo the token of ``Bearer <token>`` alone)."""
+    values: list[str] = []
+
+    def walk(value: Any, redacted: Any) -> None:
+        if isinstance(value, Mapping) and isinstance(redacted, Mapping):
+            for k, v in value.items():
+                walk(v, redacted.get(k))
+        elif isinstance(value, list) and isinstance(redacted, list) and len(value) == len(redacted):
+            for v, r in zip(value, redacted):
+                walk(v, r)
+        elif isinstance(value, (Mapping, list)):
+            values.extend(str(leaf) for leaf in _leaves(value))
+        elif value != redacted and value is not None:
+            values.append(str(value))
+
+    walk(params, redact_secrets(params))
+    return values + [word for v in values for word in v.split() if len(word) >= 8]
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, Mapping):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _without_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``(url without user:password@, (user, password) or None)``: the credentials go to the HTTP
+    client as basic auth (what httpx does with them in a URL), so no URL it logs holds them."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc)), (unquote(parts.username or ""), unquote(parts.password or ""))
 
 
 def _retry_after(error: Any) -> float | None:

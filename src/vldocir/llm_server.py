@@ -4,8 +4,11 @@ used to build the mini benchmark through query generation without a model).
 
 It answers with scripted replies: first those given as a list, in the order requests arrive, then
 ``responder(request_body)`` (default: ``Reply()``), so that concurrent tests can answer by content.
-It records every request (body and headers) and the most requests it served at once. It runs in a
-daemon thread on 127.0.0.1 (an ephemeral port) and is bounded in time: a reply's delay is capped
+It records every request (body and headers), the most requests it served at once, and the replies
+whose client hung up before the whole body was sent (``cut_off``: a client that stops reading an
+oversized answer). A reply's body is written in 64 KiB pieces, with a ``Content-Length`` or, with
+``chunked``, in HTTP chunks (a body whose length the client learns only by reading it). It runs in
+a daemon thread on 127.0.0.1 (an ephemeral port) and is bounded in time: a reply's delay is capped
 at ``max_delay_s`` and every socket times out.
 
     with ChatServer([Reply(status=500), Reply('["a", "b"]')]) as server:
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -31,7 +35,8 @@ from typing import Any, Mapping, Sequence
 
 @dataclass
 class Reply:
-    """One scripted answer: ``content`` in a 200 chat completion, or an error ``status``, after ``delay_s``."""
+    """One scripted answer: ``content`` in a 200 chat completion (ending with ``finish_reason``), or
+    an error ``status``, after ``delay_s``; ``chunked``: sent without a ``Content-Length``."""
 
     content: str | None = "[]"
     status: int = 200
@@ -39,6 +44,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     prompt_tokens: int = 11
     completion_tokens: int = 7
+    finish_reason: str = "stop"
+    chunked: bool = False
 
 
 @dataclass
@@ -69,7 +76,9 @@ class ChatServer:
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.cut_off = 0
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -107,9 +116,16 @@ class ChatServer:
                 return self.script.popleft()
         return self.responder(request)
 
-    def _done(self) -> None:
+    def _done(self, cut_off: bool = False) -> None:
         with self._lock:
             self.in_flight -= 1
+            self.cut_off += cut_off
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float = 10.0) -> bool:
+        """Wait until no reply is being sent (what a test checks ``cut_off`` after); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self.in_flight == 0, timeout=timeout_s)
 
 
 def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
@@ -120,15 +136,24 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args) -> None:  # keep test output clean
             pass
 
-        def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+        def _send(
+            self, status: int, payload: dict, headers: dict[str, str] | None = None, chunked: bool = False
+        ) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data)
+            for start in range(0, len(data), 1 << 16):
+                piece = data[start : start + (1 << 16)]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -138,6 +163,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 return
             request = Recorded(json.loads(raw or b"{}"), {k.lower(): v for k, v in self.headers.items()})
             reply = server._next_reply(request)
+            cut_off = False
             try:
                 time.sleep(min(reply.delay_s, server.max_delay_s))
                 if reply.status != 200:
@@ -163,7 +189,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                         "choices": [
                             {
                                 "index": 0,
-                                "finish_reason": "stop",
+                                "finish_reason": reply.finish_reason,
                                 "message": {"role": "assistant", "content": reply.content},
                             }
                         ],
@@ -174,11 +200,12 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                         },
                     },
                     reply.headers,
+                    reply.chunked,
                 )
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (its timeout) while the reply was delayed
+            except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                cut_off = True  # the client gave up (its timeout, or an answer too long to read) mid-reply
             finally:
-                server._done()
+                server._done(cut_off)
 
     return Handler
 

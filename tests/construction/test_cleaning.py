@@ -358,13 +358,19 @@ def test_llm_methods_against_a_chat_server(tmp_path):
     assert record["params"]["threshold"] == 0.75 and record["models"]["llm"]["llm"]["model"] == "test-model"
     assert record["labelled_set"]["sha256"] and record["false_omission_rate"] == pytest.approx(2 / 5)
 
-    # A rerun with the server gone replays the cached answers (failures were not cached and fail again).
+    assert record["models"]["llm"]["usage"]["unusable"] == {"malformed": 2, "off_scale": 1, "unknown_decision": 1}
+
+    # A rerun with the server gone replays the cached answers; failures and unusable answers were not
+    # cached: they are asked again (and fail: unusable or failed, such a query is kept either way).
     with ChatServer(responder=lambda request: Reply(status=503)) as server:
         again = run_cleaning(
             clean_cfg(tmp_path, f"cleaning.llm.base_url={server.url}", *overrides, "cleaning.llm.max_retries=0")
         )
-        assert len(server.requests) == 2  # q6's decision and q7's rating
-    assert again["llm_rating_t0.0"] == results["llm_rating_t0.0"]
+        assert len(server.requests) == 6  # q6's decision, q7's rating; q5's and q6's ratings, q3's and q7's decisions
+    counts = ("actual_removed_pred_removed", "actual_removed_pred_kept", "actual_kept_pred_removed")
+    for method in ("llm_rating_t0.0", "llm_classifier"):
+        assert [again[method][c] for c in counts] == [results[method][c] for c in counts], method
+    assert again["llm_rating_t0.0"]["unparsed"] == {"llm_error": 3}
 
 
 def test_recorded_answers_must_name_the_model(tmp_path):

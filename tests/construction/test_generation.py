@@ -20,6 +20,7 @@ from vldocir.construction.query_stage import GeneratedQueries, regenerate_querie
 from vldocir.construction.vlm_generation import (
     FAMILIES,
     NEUTRAL_DOC_IDS,
+    OUTPUT_DISCARDS,
     SOURCES,
     GenerationSpec,
     QueryGenerator,
@@ -213,6 +214,8 @@ def test_generation_end_to_end_against_a_server_and_replay_with_the_server_down(
     report = first.info["built_by"]["queries"]
     assert report["outputs"]["discarded"] == {
         "request_failed": 1,
+        "truncated": 0,
+        "oversized": 0,
         "missing_splitter": 1,
         "invalid_json": 1,
         "invalid_format": 0,
@@ -249,13 +252,17 @@ def test_generation_end_to_end_against_a_server_and_replay_with_the_server_down(
     record = [json.loads(line) for line in (tmp_path / "record" / "candidates.jsonl").read_text().splitlines()]
     assert {r["fate"] for r in record} >= {"evidence_on_one_page", "cleaning"} and all(r["boxes"] for r in record)
 
-    # rerun with the server stopped: every successful answer comes from the cache
+    assert usage["unusable"] == {"invalid_json": 1, "missing_splitter": 1, "unknown_element_id": 1}
+
+    # rerun with the server stopped: every usable answer comes from the cache; the three discarded
+    # ones were not cached, so they are asked again (and fail: nothing listens)
     again = regenerate_queries(small.root, tmp_path / "b", stage(server.url, cache, enc), "small-generated")
     assert again.fingerprint == first.fingerprint
     pd.testing.assert_frame_equal(again.queries, first.queries)
     replay = again.info["built_by"]["queries"]
-    assert replay["outputs"] == report["outputs"] and replay["counts"] == report["counts"]
-    assert replay["usage"]["generator"]["cached"] == n_configs - 1 and replay["usage"]["generator"]["called"] == 0
+    assert replay["counts"] == report["counts"] and replay["outputs"]["valid"] == report["outputs"]["valid"]
+    assert replay["outputs"]["discarded"] == {**dict.fromkeys(OUTPUT_DISCARDS, 0), "request_failed": 4}
+    assert replay["usage"]["generator"]["cached"] == n_configs - 4 and replay["usage"]["generator"]["called"] == 0
     assert replay["usage"]["generator"]["cost_usd"] == 0 and replay["usage"]["generator"]["cost_usd_if_uncached"] > 0
     assert asked > 0
 

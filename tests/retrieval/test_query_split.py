@@ -19,7 +19,14 @@ from vldocir.llm import ChatClient
 from vldocir.llm_server import ChatServer, Recorded, Reply
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.bm25 import BM25Retriever
-from vldocir.retrieval.query_split import QuerySplit, QuerySplitError, parse_subqueries, prompt_text, render_prompt
+from vldocir.retrieval.query_split import (
+    FAILURES,
+    QuerySplit,
+    QuerySplitError,
+    parse_subqueries,
+    prompt_text,
+    render_prompt,
+)
 from vldocir.retrieval.settings import RunJob
 
 KEY = "sk-test-qsplit-0123456789"
@@ -199,40 +206,56 @@ def test_split_searches_sub_queries_with_bm25(bench, queries, tmp_path):
         expected = by_hand(*(separate.get(s, []) for s in (qid, f"{qid}#s1", f"{qid}#s2")), depth=DEPTH)
         assert merged.get(qid, []) == expected, qid
     assert set(run.column("query_id").to_pylist()) <= set(queries)
-    assert the_job.stats["query_split"]["failed"] == {"llm_error": 0, "malformed": 0, "empty": 0}
+    assert the_job.stats["query_split"]["failed"] == dict.fromkeys(FAILURES, 0)
     assert the_job.stats["query_split"]["subqueries"] == 2 * len(queries)
     assert all(n == 2 for n in the_job.query_flags["qsplit_n"].values())
 
 
-def test_failed_splits_are_searched_unsplit_and_flagged(bench, queries, tmp_path):
+def test_failed_splits_are_searched_unsplit_flagged_and_asked_again_next_run(bench, queries, tmp_path):
     ids = list(queries)
     texts = list(queries.values())
-    malformed, empty, broken, fine = [q for q in ids if texts.count(queries[q]) == 1][:4]  # replies go by text
+    unique = [q for q in ids if texts.count(queries[q]) == 1]  # replies go by text
+    malformed, empty, truncated, oversized, broken, fine = unique[:6]
     replies = {
         queries[malformed]: Reply("Sub-queries: first, then second"),
         queries[empty]: Reply("[]"),
+        queries[truncated]: Reply('["the first half", "the sec', finish_reason="length"),
+        queries[oversized]: Reply(json.dumps(["word " * 500])),
         queries[broken]: Reply(status=500),
     }
-    with ChatServer(responder=lambda r: replies.get(question(r)) or split_in_halves(r)) as server:
-        setting = QuerySplit(llm(server.url, tmp_path / "llm", max_retries=2), variant=2, progress=False)
+    fixed = {"now": False}
+
+    def respond(request):
+        return (not fixed["now"] and replies.get(question(request))) or split_in_halves(request)
+
+    with ChatServer(responder=respond) as server:
+        client = llm(server.url, tmp_path / "llm", max_retries=2, max_answer_bytes=1000)
+        setting = QuerySplit(client, variant=2, progress=False)
         the_job = job(bench, queries, tmp_path)
         run = setting.make_run(the_job)
-    assert sum(question(r) == queries[broken] for r in server.requests) == 3, "the 500 was retried twice"
-    base = lists_of(BM25Retriever().retrieve(bench, queries, DEPTH, ArtifactCache(tmp_path / "artifacts")))
-    merged = lists_of(run)
-    for qid in (malformed, empty, broken):
-        assert merged[qid] == base[qid], "a query that could not be split is searched as it is"
-    flags = the_job.query_flags
-    assert {q for q, failed in flags["qsplit_failed"].items() if failed} == {malformed, empty, broken}
-    assert (flags["qsplit_failure"][malformed], flags["qsplit_failure"][empty], flags["qsplit_failure"][broken]) == (
-        "malformed",
-        "empty",
-        "llm_error",
-    )
-    assert flags["qsplit_n"][malformed] == 0 and flags["qsplit_n"][fine] == 2
-    stats = the_job.stats["query_split"]
-    assert stats["failed"] == {"llm_error": 1, "malformed": 1, "empty": 1} and stats["split"] == len(ids) - 3
-    assert stats["llm"]["failed"] == 1 and stats["llm"]["retries"] == 2
+        assert sum(question(r) == queries[broken] for r in server.requests) == 3, "the 500 was retried twice"
+        base = lists_of(BM25Retriever().retrieve(bench, queries, DEPTH, ArtifactCache(tmp_path / "artifacts")))
+        merged = lists_of(run)
+        failed = {malformed: "malformed", empty: "empty", truncated: "truncated", oversized: "oversized"}
+        failed[broken] = "llm_error"
+        for qid in failed:
+            assert merged[qid] == base[qid], "a query that could not be split is searched as it is"
+        flags = the_job.query_flags
+        assert {q for q, failure in flags["qsplit_failed"].items() if failure} == set(failed)
+        assert {q: flags["qsplit_failure"][q] for q in failed} == failed
+        assert flags["qsplit_n"][malformed] == 0 and flags["qsplit_n"][fine] == 2
+        stats = the_job.stats["query_split"]
+        assert stats["failed"] == {**dict.fromkeys(FAILURES, 1)} and stats["split"] == len(ids) - 5
+        assert stats["llm"]["failed"] == 1 and stats["llm"]["retries"] == 2
+        assert stats["llm"]["unusable"] == {"empty": 1, "malformed": 1, "oversized": 1, "truncated": 1}
+
+        # the server is fixed: the next run asks exactly the five failed ones again, and splits them
+        fixed["now"], asked = True, len(server.requests)
+        again = job(bench, queries, tmp_path)
+        QuerySplit(llm(server.url, tmp_path / "llm", max_answer_bytes=1000), variant=2, progress=False).make_run(again)
+        assert sorted(question(r) for r in server.requests[asked:]) == sorted(queries[q] for q in failed)
+        assert not any(again.query_flags["qsplit_failed"].values())
+        assert again.stats["query_split"]["llm"]["cached"] == len(set(texts)) - 5
 
 
 def test_timeout_then_success_splits(bench, queries, tmp_path):

@@ -20,7 +20,9 @@ The LLM methods are evaluated on the whole set (as in the paper); the classifier
 part only. An LLM answer that cannot be used (the request failed, no JSON object, a criterion
 missing or off the score grid, an unknown decision) is counted by reason and treated as
 ``unparsed_as`` (default ``keep``: without a usable answer the method has no reason to remove the
-query); it never stops the run.
+query); it never stops the run. Such an answer is not cached (:meth:`LLMJudge.validator`: the same
+parsers decide), so the next run asks again; answers cut at ``max_tokens`` or over the client's
+``max_answer_bytes`` count as ``truncated`` or ``oversized``.
 
 Positive means removed. Confusion counts use the CSV's column names: ``actual_removed_pred_removed``
 (TP), ``actual_removed_pred_kept`` (FN), ``actual_kept_pred_removed`` (FP),
@@ -49,7 +51,7 @@ import pandas as pd
 
 from vldocir.errors import ConfigError, VldocirError
 from vldocir.io import atomic_write_json, file_digest
-from vldocir.llm import ChatClient, ChatResult
+from vldocir.llm import UNUSABLE_KINDS, ChatClient, ChatResult, Validator
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,8 @@ REQUIRED_COLUMNS = ("query_id", "question", "answer", "label")
 LABELS = {"remove": True, "removed": True, "1": True, "keep": False, "kept": False, "0": False}
 PAPER_TRAIN, PAPER_TOTAL = 800, 1438  # the paper's split of its labelled set (App. A.5)
 PARSER_VERSION = 1
-RATING_FAILURES = ("llm_error", "malformed", "missing_criteria", "off_scale")
-DECISION_FAILURES = ("llm_error", "malformed", "unknown_decision")
+RATING_FAILURES = ("llm_error", *UNUSABLE_KINDS, "malformed", "missing_criteria", "off_scale")
+DECISION_FAILURES = ("llm_error", *UNUSABLE_KINDS, "malformed", "unknown_decision")
 KEEP_WORDS, DISCARD_WORDS = {"keep", "accept"}, {"discard", "remove", "reject"}
 
 _COMMENT = re.compile(r"\A\s*<!--.*?-->\s*", re.S)
@@ -307,6 +309,13 @@ class LLMJudge:
     def messages(self, task: str, question: str, answer: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": render_prompt(self.templates[task], question, answer)}]
 
+    @staticmethod
+    def validator(task: str) -> Validator:
+        """What the client caches for ``task``: answers its parser (:func:`parse_rating`,
+        :func:`parse_decision`) takes."""
+        parse = parse_rating if task == "rating" else parse_decision
+        return Validator(f"cleaning.{task}/v{PARSER_VERSION}", lambda answer: parse(answer)[1])
+
     def describe(self) -> dict[str, Any]:
         return {
             "llm": self.llm.cache_params(),
@@ -331,7 +340,7 @@ class LLMJudge:
             for task in ("rating", "classifier"):
                 content = responses.get(row.query_id, {}).get(task)
                 if content is not None:
-                    self.llm.record(self.messages(task, row.question, row.answer), content)
+                    self.llm.record(self.messages(task, row.question, row.answer), content, self.validator(task))
                     stored += 1
         return stored
 
@@ -350,32 +359,38 @@ class LLMJudge:
     def judge(self, labelled: pd.DataFrame, tasks: Sequence[str] = ("rating", "classifier")) -> LLMJudgements:
         """Ask for the ``tasks`` (rating, classifier) of every row; a task not asked is ``None`` per row."""
         rows = list(labelled.itertuples(index=False))
+        asked = [task for task in ("rating", "classifier") if task in tasks]
         answers = self.llm.complete_many(
-            self.requests(labelled, tasks), progress="cleaning: LLM judgements" if self.progress else False
+            self.requests(labelled, tasks),
+            progress="cleaning: LLM judgements" if self.progress else False,
+            validate=[self.validator(task) for task in asked for _ in rows],
         )
         skipped = [ChatResult(error="not asked", error_kind="not_asked")] * len(rows)
         ratings = answers[: len(rows)] if "rating" in tasks else skipped
         decisions = answers[-len(rows) :] if "classifier" in tasks and rows else skipped
         out = LLMJudgements(scores=[], decisions=[])
         for answer in ratings:
-            scores, failure = (
-                parse_rating(answer.content) if answer.ok else (None, answer.error_kind == "not_asked" or "llm_error")
-            )
+            scores, failure = parse_rating(answer.content) if answer.ok else (None, _failure(answer))
             out.scores.append(scores)
             if failure is True:  # not asked: nothing failed
                 continue
             if failure:
                 out.rating_failures[failure] += 1
         for answer in decisions:
-            decision, failure = (
-                parse_decision(answer.content) if answer.ok else (None, answer.error_kind == "not_asked" or "llm_error")
-            )
+            decision, failure = parse_decision(answer.content) if answer.ok else (None, _failure(answer))
             out.decisions.append(decision)
             if failure is True:
                 continue
             if failure:
                 out.decision_failures[failure] += 1
         return out
+
+
+def _failure(answer: ChatResult) -> str | bool:
+    """Why a request gave no answer to parse: ``True`` when it was not asked (nothing failed)."""
+    if answer.error_kind == "not_asked":
+        return True
+    return answer.error_kind if answer.error_kind in UNUSABLE_KINDS else "llm_error"
 
 
 def llm_predictions(

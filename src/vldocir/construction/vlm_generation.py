@@ -18,7 +18,8 @@ runs:
 
 An answer is parsed by :func:`parse_output` (a ``<think>`` block and a code fence around the JSON
 are tolerated) and **discarded whole**, counted by reason (:data:`OUTPUT_DISCARDS`), when the
-request failed, the splitter is missing, the part after the last splitter is not JSON, the JSON is
+request failed, the answer was cut at ``max_tokens`` (``truncated``) or is over the client's
+``max_answer_bytes`` (``oversized``), the splitter is missing, the part after the last splitter is not JSON, the JSON is
 not an array of objects with a non-blank question, an answer and a non-empty evidence list, or any
 cited element id is not one given in the prompt. The queries of a valid answer are resolved to
 their evidence pages through the elements table with
@@ -31,7 +32,9 @@ lies on one page and Cross-Doc queries whose evidence lies in one document.
 
 All calls go through :class:`vldocir.llm.ChatClient` (any OpenAI-compatible server; bounded
 concurrency, retries with backoff, an on-disk response cache keyed by content, so a rerun with the
-server down replays it). The result holds the queries before cleaning, their qrels, every candidate
+server down replays it). Only usable answers are cached: a description that is not blank, a
+generation answer that :func:`parse_output` accepts (its :class:`~vldocir.llm.Validator`); a
+discarded one is asked again by the next run. The result holds the queries before cleaning, their qrels, every candidate
 with its fate and boxes, one row per configuration's answer, and a report (counts per reason,
 tokens and cost per client: :func:`usage_report`) that the query stage writes into
 ``benchmark.json``.
@@ -56,7 +59,7 @@ from vldocir.construction.grounding import evidence_types, page_id, pair_structu
 from vldocir.construction.template_queries import QREL_COLUMNS, QUERY_COLUMNS
 from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
-from vldocir.llm import ChatClient, ChatResult, image_part
+from vldocir.llm import UNUSABLE_KINDS, ChatClient, ChatResult, Validator, image_part
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +74,14 @@ FAMILIES = {
 """Evidence structure of a configuration -> prompt family (Doc-Adjacent/Near/Far are asked alike)."""
 NEUTRAL_DOC_IDS = ("12345", "54321")
 """How a Cross-Doc prompt names its two documents (the paper's ids): no real id leaks into a query."""
-OUTPUT_DISCARDS = ("request_failed", "missing_splitter", "invalid_json", "invalid_format", "unknown_element_id")
+OUTPUT_DISCARDS = (
+    "request_failed",
+    *UNUSABLE_KINDS,
+    "missing_splitter",
+    "invalid_json",
+    "invalid_format",
+    "unknown_element_id",
+)
 FILTER_DISCARDS = ("evidence_on_one_page", "evidence_in_one_document")
 PARSER_VERSION = 1
 
@@ -276,10 +286,29 @@ class QueryGenerator:
         """Called as ``(step, keys, requests)`` before each batch is sent: step ``describe`` (keys:
         page ids) or ``generate`` (keys: configuration signatures). Replaying recordings uses it."""
 
-    def _send(self, client: ChatClient, step: str, keys: list[str], requests: list, label: str) -> list[ChatResult]:
+    def _send(
+        self,
+        client: ChatClient,
+        step: str,
+        keys: list[str],
+        requests: list,
+        label: str,
+        validate: Validator | list[Validator] | None = None,
+    ) -> list[ChatResult]:
         if self.before_requests is not None:
             self.before_requests(step, keys, requests)
-        return client.complete_many(requests, progress=label if self.progress else False)
+        return client.complete_many(requests, progress=label if self.progress else False, validate=validate)
+
+    def description_validator(self) -> Validator:
+        """A description is usable when it is not blank (it goes into the generation prompt as written)."""
+        return Validator(f"generation.describe/v{PARSER_VERSION}", lambda text: None if text.strip() else "blank")
+
+    def generation_validator(self, item: "ConfigInput") -> Validator:
+        """An answer is usable when :func:`parse_output` takes it, against the ids of its own prompt."""
+        known, splitter = set(item.known), self.spec.splitter
+        return Validator(
+            f"generation.queries/v{PARSER_VERSION}", lambda text: parse_output(text, splitter, known).reason
+        )
 
     # step 1
     def describe_messages(self, image: bytes) -> list[dict[str, Any]]:
@@ -449,10 +478,12 @@ def generate_queries(
             needed,
             [generator.describe_messages(page_bytes[p]) for p in needed],
             "describe pages",
+            generator.description_validator(),
         )
         for pid, answer in zip(needed, answers):
-            descriptions[pid] = answer.content if answer.ok else None
-            describe_failed += not answer.ok
+            usable = answer.ok and not answer.unusable
+            descriptions[pid] = answer.content if usable else None
+            describe_failed += not usable
         if describe_failed:
             log.warning(
                 "%d of %d page description(s) failed; those pages are described as unavailable",
@@ -465,7 +496,12 @@ def generate_queries(
         generator.generate_messages(item, titles, descriptions, elements_by_page, page_bytes) for item in inputs
     ]
     answers = generator._send(
-        generator.generator, "generate", [item.signature for item in inputs], requests, "generate queries"
+        generator.generator,
+        "generate",
+        [item.signature for item in inputs],
+        requests,
+        "generate queries",
+        [generator.generation_validator(item) for item in inputs],
     )
 
     outputs, candidates = [], []
@@ -563,7 +599,8 @@ def _read_image(image: bytes | Path | str, pid: str) -> bytes:
 
 def _parse_answer(answer: ChatResult, splitter: str, known: set[str]) -> ParsedOutput:
     if not answer.ok:
-        return ParsedOutput(None, "request_failed", answer.error or "")
+        reason = answer.error_kind if answer.error_kind in UNUSABLE_KINDS else "request_failed"
+        return ParsedOutput(None, reason, answer.error or "")
     return parse_output(answer.content, splitter, known)
 
 

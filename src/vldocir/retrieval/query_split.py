@@ -13,8 +13,10 @@ file's header comment restates its variant and is not sent to the model):
 3. as 2, plus the original query searched as is, its list first in the round robin (so its top
    page keeps rank 1). ``conf/setting/qsplit.yaml`` runs this one, with id ``qsplit``.
 
-A query whose split fails (the LLM request failed after its retries, the answer holds no JSON list
-of strings, or the list is empty) is searched unsplit and flagged; the job goes on. The flags go to
+A query whose split fails (the LLM request failed after its retries, the answer was cut at
+``max_tokens`` or is over the client's ``max_answer_bytes``, holds no JSON list of strings, or the
+list is empty) is searched unsplit and flagged; the job goes on. Such answers are not cached
+(:class:`vldocir.llm.Validator`: :func:`parse_subqueries` decides), so the next run asks again. The flags go to
 ``job.query_flags`` (``qsplit_failed``, ``qsplit_n``: sub-queries searched, ``qsplit_failure``:
 the reason or ``""``) and the counts by reason to ``job.stats["query_split"]``. More failed
 splits than ``max_failed_fraction`` of the queries stop the job instead: such a run would be the
@@ -33,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from vldocir.errors import ConfigError, VldocirError
-from vldocir.llm import ChatClient
+from vldocir.llm import UNUSABLE_KINDS, ChatClient, Validator
 from vldocir.retrieval.fusion import ordered_run, ranked_lists, round_robin_lists
 from vldocir.retrieval.settings import RunJob, Setting
 
@@ -41,7 +43,7 @@ VARIANTS = (1, 2, 3)
 VARIANT_1_CAP = 2
 PARSER_VERSION = 1  # part of the run key: bump it when parse_subqueries changes what it accepts
 SUBQUERY_ID = "{query_id}#s{n}"
-FAILURES = ("llm_error", "malformed", "empty")
+FAILURES = ("llm_error", *UNUSABLE_KINDS, "malformed", "empty")
 
 _COMMENT = re.compile(r"\A\s*<!--.*?-->\s*", re.S)
 _THINK = re.compile(r"<think>.*?(</think>|\Z)", re.S | re.I)  # a reasoning model's preamble
@@ -161,12 +163,20 @@ class QuerySplit(Setting):
         """``query_id -> (sub_queries or None, failure reason or None, truncated)``."""
         query_ids = list(queries)
         answers = self.llm.complete_many(
-            [self.messages(queries[q]) for q in query_ids], progress="Q-Split: sub-queries" if self.progress else False
+            [self.messages(queries[q]) for q in query_ids],
+            progress="Q-Split: sub-queries" if self.progress else False,
+            validate=self.validator(),
         )
-        return {
-            q: parse_subqueries(a.content, self.limit) if a.ok else (None, "llm_error", False)
-            for q, a in zip(query_ids, answers)
-        }
+        return {q: self._parsed(a) for q, a in zip(query_ids, answers)}
+
+    def validator(self) -> Validator:
+        """What the client caches: answers :func:`parse_subqueries` takes (the limit only cuts)."""
+        return Validator(f"qsplit.subqueries/v{PARSER_VERSION}", lambda answer: parse_subqueries(answer, 1)[1])
+
+    def _parsed(self, answer) -> tuple[list[str] | None, str | None, bool]:
+        if not answer.ok:
+            return None, answer.error_kind if answer.error_kind in UNUSABLE_KINDS else "llm_error", False
+        return parse_subqueries(answer.content, self.limit)
 
     def make_run(self, job: RunJob) -> pa.Table:
         query_ids = list(job.queries)

@@ -34,6 +34,7 @@ from urllib.parse import quote
 from vldocir.construction.collect.collector import Collector, CollectRun, Document, Failed, Item, Skipped
 from vldocir.construction.collect.http import PoliteClient, full_url
 from vldocir.errors import ConfigError
+from vldocir.llm import Validator
 
 PARSE_PROPS = "text|links|categories|displaytitle|headhtml"
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
@@ -230,7 +231,7 @@ class WikipediaCollector(Collector):
         if self.llm is None:
             return titles, []
         batches = [titles[i : i + self.filter_batch] for i in range(0, len(titles), self.filter_batch)]
-        results = self.llm.complete_many([self.messages(seed, page, batch) for batch in batches])
+        results = self.llm.complete_many([self.messages(seed, page, batch) for batch in batches], validate=TITLES)
         relevant: list[str] = []
         outcomes: list[Item] = []
         for number, (batch, result) in enumerate(zip(batches, results)):
@@ -266,3 +267,7 @@ def parse_title_list(content: str) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None
     return value
+
+
+# What the LLM cache keeps: answers parse_title_list reads (``[]``, no relevant title, is one).
+TITLES = Validator("wikipedia.titles/v1", lambda content: None if parse_title_list(content) is not None else "unparsed")
