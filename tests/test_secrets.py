@@ -1,11 +1,13 @@
-"""Secrets: one redaction rule (vldocir/manifest.py), run.py's refusal of secret-looking overrides
-(launch.py), and end to end, that no secret from the environment is written anywhere.
+"""Secrets: one redaction rule by key and by value (vldocir/manifest.py), the apps' refusal of
+secret-looking overrides (launch.py), and end to end, that no secret is written anywhere.
 
-The end-to-end tests plant unique values in the environment variables that hold this project's
-secrets, run `python run.py` as a subprocess (a run mirrored to W&B offline, and a submitit sweep),
-then read every file under the test's temp dir (results, cache, logs, W&B, submitit pickles) as
-bytes: none may hold a planted value. They grep everything rather than known paths on purpose: the
-layouts of the results store and of W&B's run directory change, and a leak lands where nobody looks.
+The end-to-end tests plant unique values (fake tokens of the real shapes) in the environment, in a
+config file and in the LLM client's parameters, run `python run.py` as a subprocess (a sweep with
+Query splitting against a local chat server, mirrored to W&B offline; a submitit sweep), then read
+every file under the test's temp dir (results, cache and its LLM answers, Hydra's run and sweep
+dirs, W&B, submitit pickles) as bytes: none may hold a planted value. They grep everything rather
+than known paths on purpose: the layouts of the results store and of W&B's run directory change,
+and a leak lands where nobody looks.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ import pytest
 from helpers import REPO_ROOT, compose_cfg, run_py
 from vldocir import store
 from vldocir.launch import refuse_secret_overrides, secret_overrides
+from vldocir.llm_server import ChatServer, Recorded, Reply
 from vldocir.manifest import (
     REDACTED,
     RedactingFilter,
     environment_secrets,
+    install_log_redaction,
     is_secret_key,
+    is_secret_value,
     redact_overrides,
     redact_secrets,
     redact_text,
@@ -56,6 +61,23 @@ def _secret() -> str:
     return f"sekrit-{uuid.uuid4().hex}"
 
 
+def _hex(n: int = 32) -> str:
+    return (uuid.uuid4().hex * 2)[:n]
+
+
+# Fake tokens of the real shapes, each unique to its test.
+def _shaped() -> dict[str, str]:
+    h = _hex()
+    return {
+        "openai": f"sk-proj-{h}",
+        "hf": f"hf_{h}",
+        "github": f"ghp_{h}",
+        "slack": f"xoxb-1234567890-{h[:12]}",
+        "aws": "AKIA" + h[:16].upper(),
+        "jwt": f"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ{h[:10]}In0.{h[:22]}",
+    }
+
+
 # --- the rule ----------------------------------------------------------------------------------
 
 
@@ -71,6 +93,15 @@ def test_no_config_key_of_the_project_looks_like_a_secret():
     names = _conf_key_names()
     assert {"max_visual_tokens", "exclude_keys", "hub_id", "query_batch_size"} <= names  # the scan works
     assert sorted(n for n in names if is_secret_key(n)) == []
+
+
+def test_no_config_value_of_the_project_looks_like_a_secret():
+    """The value rule must not refuse (or redact) anything the project's configs set."""
+    values = []
+    for path in (REPO_ROOT / "conf").rglob("*.yaml"):
+        values += re.findall(r"^\s*[\w-]+:\s*([^#\n]+)", path.read_text(), re.M)
+    assert len(values) > 100 and "Qwen/Qwen3-VL-32B-Instruct" in {v.strip() for v in values}  # the scan works
+    assert [v for v in values if is_secret_value(v, [])] == []
 
 
 @pytest.mark.parametrize(
@@ -92,6 +123,10 @@ def test_no_config_key_of_the_project_looks_like_a_secret():
         "cache_policy",
         "PWD",
         "PATH",
+        "run_key",
+        "store.run_key",
+        "store.eval_key",
+        "inputs.run_key",
     ],
 )
 def test_rule_keeps_ordinary_names(name):
@@ -138,6 +173,89 @@ def test_environment_secrets_are_values_of_secret_looking_variables():
     assert sorted(environment_secrets(environ)) == ["hf_0123456789", "sk-0123456789"]
 
 
+@pytest.mark.parametrize("kind", list(_shaped()))
+def test_value_rule_finds_known_token_shapes(kind):
+    token = _shaped()[kind]
+    assert is_secret_value(token, []) and is_secret_value(f"note: {token}.", [])
+    assert redact_text(f"note: {token}.", []) == f"note: {REDACTED}."
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("http://llmuser:pw-0123456789@10.0.0.5:8000/v1/chat/completions", ["http://", "@10.0.0.5:8000/v1"]),
+        ("https://ghtoken0123456789@github.com/org/repo", ["https://", "@github.com/org/repo"]),
+        ("Bearer abcdefgh01234567", ["Bearer "]),
+        ("{'Authorization': 'Basic dXNlcjpwYXNzd29yZA=='}", ["{'Authorization': 'Basic ", "'}"]),
+        ('"x-api-key": "0123456789abcdef"', ['"x-api-key": "', '"']),
+        ("GET /v1/models?api_key=abcdef0123&n=2", ["?api_key=", "&n=2"]),
+    ],
+)
+def test_value_rule_finds_headers_credential_pairs_and_url_userinfo(text, kept):
+    redacted = redact_text(text, [])
+    assert is_secret_value(text, []) and REDACTED in redacted
+    assert all(part in redacted for part in kept), "the host, the header's name and scheme stay readable"
+    assert redact_text(redacted, []) == redacted, "redacting twice changes nothing"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "3f93543a981a65f9",  # a run key
+        "c969ba0398f6d6519f46b0c0a3d6e1f2a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4",  # a SHA-256
+        "a859c70445883330f0e1d2c3b4a5968778695a4b",  # a git sha
+        "http://127.0.0.1:8000/v1",
+        "hf://vidore/docvqa_test_subsampled",
+        "Qwen/Qwen3-VL-32B-Instruct",
+        "max_tokens=512",
+        "task-0123456789abcdef0123",
+        "password: ${oc.env:DB_PASSWORD}",  # a reference names where the secret is
+        "the bearer of the results",
+        REDACTED,
+    ],
+)
+def test_value_rule_keeps_ordinary_values(text):
+    assert not is_secret_value(text, []) and redact_text(text, []) == text
+
+
+def test_redaction_of_a_config_tree_by_key_and_by_value():
+    shaped = _shaped()
+    config = {
+        "store": {"run_key": "3f93543a981a65f9", "eval_key": "ec134c682972dd84"},
+        "run": {"key": "3f93543a981a65f9"},
+        "llm": {
+            "base_url": "http://llmuser:pw0123456789@127.0.0.1:8000/v1",
+            "params": {"extra_headers": {"Authorization": "Bearer opaque0123456789", "x-api-key": "opaque"}},
+        },
+        "retriever": {"note": shaped["hf"], "tags": ["a", shaped["github"]]},
+    }
+    redacted = redact_secrets(config, [])
+    assert redacted["store"] == config["store"] and redacted["run"] == config["run"], "content hashes stay"
+    assert redacted["llm"]["base_url"] == f"http://{REDACTED}@127.0.0.1:8000/v1"
+    assert redacted["llm"]["params"]["extra_headers"] == {"Authorization": REDACTED, "x-api-key": REDACTED}
+    assert redacted["retriever"] == {"note": REDACTED, "tags": ["a", REDACTED]}
+    reference = {"hub_token": "${oc.env:HF_TOKEN}"}
+    assert redact_secrets(reference, [], keep_references=True) == reference, "an unresolved tree keeps references"
+    assert redact_secrets(reference, []) == {"hub_token": REDACTED}
+
+
+def test_overrides_are_redacted_by_value_and_inside_dict_values():
+    shaped = _shaped()
+    assert redact_overrides(
+        [
+            f"+retriever.note={shaped['hf']}",
+            "+llm.params.extra_headers={Authorization:'opaque0123'}",
+            "+llm.params.extra_headers={Authorization:'${oc.env:AUTH}'}",
+            "eval.ks=[3,5]",
+        ]
+    ) == [
+        f"+retriever.note={REDACTED}",
+        f"+llm.params.extra_headers={REDACTED}",
+        "+llm.params.extra_headers={Authorization:'${oc.env:AUTH}'}",
+        "eval.ks=[3,5]",
+    ]
+
+
 def test_redaction_scrubs_environment_values_under_any_key(monkeypatch):
     secret = _secret()
     monkeypatch.setenv("OPENAI_API_KEY", secret)
@@ -172,6 +290,24 @@ def test_log_records_are_scrubbed(monkeypatch):
     assert out.getvalue().count(REDACTED) == 2
 
 
+def test_http_client_log_lines_lose_url_credentials():
+    """httpx (and httpx2, which openai uses) logs every request's URL at INFO: user-info included."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)  # attached to the library's logger itself, not to the root
+    logger = logging.getLogger("httpx2")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        install_log_redaction()
+        logger.info('HTTP Request: POST %s "HTTP/1.1 200 OK"', "http://llmuser:pw0123456789@127.0.0.1:9/v1/chat")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.filters = [f for f in logger.filters if not isinstance(f, RedactingFilter)]
+    assert out.getvalue() == f'HTTP Request: POST http://{REDACTED}@127.0.0.1:9/v1/chat "HTTP/1.1 200 OK"\n'
+
+
 # --- refusal on the command line ---------------------------------------------------------------
 
 
@@ -192,6 +328,32 @@ def test_secret_override_is_refused_naming_the_key_not_the_value(prefix, named):
     assert "environment" in message and "HF_TOKEN" in message
 
 
+HEADERS = "setting.method.llm.params.extra_headers"
+
+
+def _by_value() -> list[tuple[str, str]]:
+    shaped = _shaped()
+    return [
+        (f"+retriever.note={shaped['hf']}", "retriever.note"),
+        (f"+x.y={shaped['openai']}", "x.y"),
+        (f"retriever.id={shaped['aws']}", "retriever.id"),
+        (f"+jwt={shaped['jwt']}", "jwt"),
+        ("setting.method.llm.base_url=http://llmuser:pw0123456789@host:8000/v1", "setting.method.llm.base_url"),
+        (f"+{HEADERS}={{Authorization:'Bearer opaque01234'}}", HEADERS),
+        (f"+{HEADERS}={{x-api-key:opaque}}", HEADERS),
+        ("setting.method.llm.params={api_key:opaque}", "setting.method.llm.params"),
+        ("+note=Bearer opaque0123456789", "note"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_by_value())))
+def test_secret_value_is_refused_under_any_key(index):
+    override, named = _by_value()[index]
+    message = _refusal(["run.py", "setting=qsplit", override])
+    assert message.count("\n") == 1 and f"'{named}'" in message
+    assert override.partition("=")[2] not in message and "opaque" not in message and "pw0123" not in message
+
+
 def test_sweep_of_secrets_is_refused():
     message = _refusal(["run.py", "-m", "hydra/launcher=submitit_local", "+token=sekrit-a,sekrit-b"])
     assert "'token'" in message and "sekrit" not in message
@@ -207,6 +369,10 @@ def test_sweep_of_secrets_is_refused():
         ["run.py", "+retriever.hub_token=${oc.env:HF_TOKEN}", "+x.api_key='${oc.env:MY_KEY}'"],  # references
         ["run.py", "-cd", "/tmp/token=1/conf", "--cfg", "job"],  # a flag's argument is no override
         ["run.py", "+retriever.model.processor_kwargs.pad_token=<pad>", "+run.key=abc"],
+        ["run.py", "+setting.method.llm.params.extra_headers={Authorization:'${oc.env:LLM_HEADER}'}"],
+        ["run.py", "++setting.method.llm.params.extra_headers.Authorization=${oc.env:LLM_HEADER}"],
+        ["run.py", "setting.method.llm.base_url=http://127.0.0.1:8000/v1", "+store.run_key=3f93543a981a65f9"],
+        ["run.py", "dataset.source=hf://vidore/docvqa_test_subsampled", "+x={n: 1, name: abc}"],
     ],
 )
 def test_ordinary_overrides_pass(argv):
@@ -224,6 +390,59 @@ def test_override_holding_an_environment_secret_is_refused(monkeypatch):
 
 def test_env_reference_with_a_literal_default_is_refused():
     assert secret_overrides(["run.py", "+hf_token=${oc.env:HF_TOKEN,hf_literal}"]) == ["hf_token"]
+
+
+def test_a_secret_cannot_name_a_store_directory():
+    token = _shaped()["openai"]
+    with pytest.raises(store.StoreError) as error:
+        store.check_name("retriever id", token)
+    assert "retriever id" in str(error.value) and "secret" in str(error.value) and token not in str(error.value)
+
+
+def test_a_secret_retriever_id_is_refused_before_any_work(isolated_paths, monkeypatch):
+    """``retriever.id='${oc.env:OPENAI_API_KEY}'`` passes the command-line guard (a reference) but
+    would name store directories: the job refuses it before opening the benchmark or a tracker."""
+    from helpers import evaluate
+
+    value = _secret()
+    monkeypatch.setenv("OPENAI_API_KEY", value)
+    with pytest.raises(store.StoreError) as error:
+        evaluate("retriever.id=${oc.env:OPENAI_API_KEY}")
+    assert "retriever id" in str(error.value) and value not in str(error.value)
+    assert list(isolated_paths.iterdir()) == [], "nothing is written"
+
+
+def test_hydra_job_files_are_redacted_in_place(isolated_paths, tmp_path):
+    """A secret from a config file reaches ``.hydra/config.yaml`` (no command-line guard sees it):
+    the app rewrites the file redacted, keeping references, and leaves files without one as written."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, read_write
+
+    from vldocir.apps.app import redact_hydra_files
+
+    token = _shaped()["github"]
+    job_dir = tmp_path / "job"
+    (job_dir / ".hydra").mkdir(parents=True)
+    config = job_dir / ".hydra" / "config.yaml"
+    config.write_text(
+        f"retriever:\n  remark: {token}\n  hub_token: ${{oc.env:HF_TOKEN}}\n  api_key: opaque\ndepth: 5\n"
+    )
+    overrides = job_dir / ".hydra" / "overrides.yaml"
+    overrides.write_text("- depth=5\n")
+    before = overrides.read_bytes()
+    cfg = compose_cfg(keep_hydra=True)
+    with read_write(cfg.hydra):  # Hydra's runtime node is read-only
+        cfg.hydra.runtime.output_dir = str(job_dir)
+    HydraConfig.instance().set_config(cfg)
+    try:
+        assert redact_hydra_files() == [config]
+    finally:
+        HydraConfig.instance().cfg = None  # no other test may take this directory for its job's
+    assert OmegaConf.to_container(OmegaConf.load(config)) == {
+        "retriever": {"remark": REDACTED, "hub_token": "${oc.env:HF_TOKEN}", "api_key": REDACTED},
+        "depth": 5,
+    }
+    assert overrides.read_bytes() == before
 
 
 def test_secret_keys_are_left_out_of_job_directory_names(isolated_paths):
@@ -286,9 +505,12 @@ REFERENCES = ("+retriever.hub_token=${oc.env:HF_TOKEN}", "+retriever.note=${oc.e
 
 
 def _leaks(root: Path, secrets: dict[str, str], *outputs: str) -> list[str]:
-    """``VAR in path`` for every file under ``root`` (read as bytes) holding a planted value."""
+    """``VAR in path`` for every file under ``root`` (read as bytes) holding a planted value, and
+    every file or directory name that does."""
     found = []
     for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        found += [f"{var} in the name {name}" for var, value in secrets.items() if value in name]
         if path.is_file() and not path.is_symlink():
             data = path.read_bytes()
             found += [f"{var} in {path.relative_to(root)}" for var, value in secrets.items() if value.encode() in data]
@@ -311,14 +533,82 @@ def _check_manifest(manifest: dict) -> None:
     ]
 
 
+def _split_in_halves(request: Recorded) -> Reply:
+    """A Q-Split answer: the question's two halves."""
+    words = re.search(r"Question:\n(.*?)\n\n", request.text(), re.S).group(1).rstrip("?.").split()
+    return Reply(json.dumps([" ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :])]))
+
+
 @pytest.mark.slow
-def test_run_with_wandb_writes_no_secret(planted, isolated_paths):
-    done = run_py("logger=wandb", f"logger.dir={isolated_paths / 'wandb'}", *REFERENCES, timeout=600)
-    assert done.returncode == 0, done.stderr[-5000:]
-    assert list((isolated_paths / "wandb").rglob("run-*.wandb")), "W&B recorded nothing"
-    (manifest,) = _manifests(isolated_paths / "results")
-    _check_manifest(manifest)
-    assert _leaks(isolated_paths, planted, done.stdout, done.stderr) == []
+def test_secret_paths_are_written_nowhere(planted, isolated_paths, subset_dir, tmp_path_factory, monkeypatch):
+    """Issue #22's five paths and planted values under innocent keys, through a 2-job sweep (basic
+    launcher) of Query splitting against a local chat server, mirrored to W&B offline, then a job
+    with a secret as its retriever id: every header and key is sent, and no file or directory name
+    under the temp dir (results, cache with the LLM answers, Hydra's run and sweep dirs, W&B) or
+    console line holds one; W&B shows the run key."""
+    shaped = _shaped()
+    values = {
+        "Authorization header": shaped["openai"],  # in params.extra_headers, from the environment
+        "URL password": f"pw{_hex(24)}",  # base_url's user-info, from $VLDOCIR_LLM_BASE_URL
+        "params api_key": f"bodykey{_hex(24)}",  # params.extra_body.api_key: no shape, found by its key
+        "innocent key, by reference": shaped["hf"],
+        "innocent key, config file": shaped["github"],
+        "x-api-key, config file": f"xak{_hex(24)}",
+    }
+    planted = {**planted, **values}
+    monkeypatch.setenv("AUTHV", f"Bearer {values['Authorization header']}")
+    monkeypatch.setenv("BODYV", values["params api_key"])
+    monkeypatch.setenv("NOTEV", values["innocent key, by reference"])
+    wandb_dir = isolated_paths / "wandb"
+    config_dir = tmp_path_factory.mktemp("conf")  # outside the grepped dir: it holds literals on purpose
+    (config_dir / "local").mkdir()
+    (config_dir / "local" / "default.yaml").write_text(  # what need not be on the command line (names a job dir)
+        "# @package _global_\n"
+        f"dataset:\n  source: {subset_dir}\n"
+        f"logger:\n  dir: {wandb_dir}\n"
+        f"retriever:\n  remark: {values['innocent key, config file']}\n"
+        "setting:\n  method:\n    llm:\n      timeout_s: 20\n      params:\n        extra_headers:\n"
+        f"          x-api-key: {values['x-api-key, config file']}\n"
+    )
+    common = ["--config-dir", str(config_dir), "-m", "setting=qsplit", "logger=wandb"]  # flags first
+    with ChatServer(responder=_split_in_halves) as server:
+        monkeypatch.setenv("VLDOCIR_LLM_BASE_URL", server.url.replace("://", f"://llmuser:{values['URL password']}@"))
+        sweep = run_py(
+            *common,
+            "eval.ks=[3],[5]",
+            f"++{HEADERS}.Authorization=${{oc.env:AUTHV}}",
+            "+setting.method.llm.params.extra_body={api_key:${oc.env:BODYV}}",
+            "+retriever.comment=${oc.env:NOTEV}",
+            timeout=600,
+        )
+        assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-5000:]
+        refused = run_py(*common, "retriever.id=${oc.env:OPENAI_API_KEY}", timeout=300)
+    assert refused.returncode == 2 and "retriever id" in refused.stderr and "secret" in refused.stderr
+
+    assert server.requests, "the LLM was asked"
+    for request in server.requests:  # what is redacted everywhere is still sent
+        assert request.headers["authorization"] == f"Bearer {values['Authorization header']}"
+        assert request.headers["x-api-key"] == values["x-api-key, config file"]
+        assert request.body["api_key"] == values["params api_key"]
+    assert list((isolated_paths / "cache" / "llm").rglob("*.json")), "answers were cached"
+    sweep_dirs = sorted((isolated_paths / "logs" / "multirun").glob("*/*"))
+    assert len(sweep_dirs) == 2 and all((d / "multirun.yaml").is_file() for d in sweep_dirs)
+    assert len(list(sweep_dirs[0].glob("*/.hydra/config.yaml"))) == 2
+    manifests = _manifests(isolated_paths / "results")
+    assert len(manifests) == 2
+    for manifest in manifests:
+        assert re.fullmatch(r"[0-9a-f]{16}", manifest["store"]["run_key"]), manifest["store"]
+        config = manifest["config"]
+        assert config["retriever"]["comment"] == REDACTED and config["retriever"]["remark"] == REDACTED
+        llm = config["setting"]["method"]["llm"]
+        assert llm["base_url"] == f"http://{REDACTED}@127.0.0.1:{server.port}/v1"
+        assert llm["params"]["extra_headers"] == {"x-api-key": REDACTED, "Authorization": REDACTED}
+        assert llm["params"]["extra_body"] == {"api_key": REDACTED}
+    # W&B's offline transaction log holds each run's config as JSON values: the run key is visible there.
+    wandb_logs = b"".join(path.read_bytes() for path in wandb_dir.rglob("run-*.wandb"))
+    for manifest in manifests:
+        assert f'"run_key":"{manifest["store"]["run_key"]}"'.encode() in wandb_logs
+    assert _leaks(isolated_paths, planted, sweep.stdout, sweep.stderr, refused.stdout, refused.stderr) == []
 
 
 @pytest.mark.slow

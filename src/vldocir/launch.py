@@ -16,6 +16,7 @@ before that. :class:`SetHydraConfigForSweep` sets it from the composed multirun 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Any, TextIO
@@ -25,7 +26,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from vldocir.config_checks import CONF_DIR
-from vldocir.manifest import environment_secrets, is_secret_key, override_key
+from vldocir.manifest import (
+    ENV_REFERENCE,
+    environment_secrets,
+    inline_secret_names,
+    is_secret_key,
+    is_secret_value,
+    override_key,
+)
 
 
 class SetHydraConfigForSweep(Callback):
@@ -57,36 +65,56 @@ SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_AC
 REFUSED_STATUS = 2  # as for any command-line usage error
 # Hydra's flags whose next argument is a path or a name, never an override (a path may hold "=").
 PATH_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
-# Exactly one ${oc.env:NAME}, no default (a default would be a literal on the command line).
-ENV_REFERENCE = re.compile(r"""^(['"]?)\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}\1$""")
 
 
 def secret_overrides(argv: list[str]) -> list[str]:
-    """The key paths of the overrides in ``argv`` whose key looks like a secret (vldocir.manifest's
-    rule), e.g. ``+aws_access_key_id=x``, ``logger.api_key=x``, ``++hf_auth=x``, ``+token=a,b``.
+    """The key paths of the overrides in ``argv`` that pass a secret (vldocir.manifest's rule).
+
+    Refused: an override whose key looks like a secret (``+aws_access_key_id=x``, ``logger.api_key=x``,
+    ``++hf_auth=x``, ``+token=a,b``); one whose value looks like a secret under any key (a token of
+    a known shape: ``+retriever.note=hf_...``; URL user-info: ``...base_url=http://user:pass@host/v1``;
+    ``Bearer ...``; the value of a secret environment variable, e.g. ``$HF_TOKEN`` expanded by the
+    shell); and a dict value that gives a secret-named entry a literal
+    (``...params.extra_headers={Authorization:'Bearer x'}``, ``...params={api_key:x}``).
 
     Flags (``-m``, ``--cfg job``, ``--config-dir=...``) and their arguments are not overrides: only
     arguments with a ``=`` that do not start with ``-`` are. Two forms carry no secret and pass: a
     deletion without a value (``~foo.password``) and a reference to an environment variable
-    (``+retriever.hub_token='${oc.env:HF_TOKEN}'``: Hydra records the reference, the job resolves it,
-    and the manifest redacts it).
-
-    An override under any key whose value holds the value of a secret environment variable is
-    refused too: ``+retriever.note=$HF_TOKEN``, expanded by the shell, would land in the logs as well.
+    (``+retriever.hub_token=${oc.env:HF_TOKEN}``, ``...extra_headers={Authorization:${oc.env:AUTH}}``:
+    Hydra records the reference, the job resolves it, and every sink redacts it). In a multirun, a
+    reference to a secret inside Hydra quotes (``{api_key:'${oc.env:KEY}'}``) is refused: Hydra
+    escapes a bare reference in the job directory's name but resolves a quoted one into it.
     """
     args = argv[1:]
     overrides = [arg for i, arg in enumerate(args) if i == 0 or args[i - 1] not in PATH_FLAGS]
+    multirun = any(a in MULTIRUN_FLAGS for a in args) or "hydra.mode=MULTIRUN" in args
     secrets = environment_secrets()
-    return [override_key(arg) for arg in overrides if _passes_a_secret(arg, secrets)]
+    return [override_key(arg) for arg in overrides if _passes_a_secret(arg, secrets, multirun)]
 
 
-def _passes_a_secret(arg: str, secrets: list[str]) -> bool:
+# A reference inside Hydra quotes: '...${oc.env:NAME}...' (the name captured).
+QUOTED_ENV_REFERENCE = re.compile(r"""(['"])[^'"]*?\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)[^'"]*\1""")
+
+
+def _passes_a_secret(arg: str, secrets: list[str], multirun: bool = False) -> bool:
     if "=" not in arg or arg.startswith("-"):
         return False
     value = arg.partition("=")[2].strip()
-    if any(secret in value for secret in secrets):
+    if is_secret_value(value, secrets) or inline_secret_names(value):
+        return True
+    quoted = [m.group(2) for m in QUOTED_ENV_REFERENCE.finditer(value)] if multirun else []
+    if quoted and (
+        is_secret_key(override_key(arg))
+        or inline_secret_names(value, literals_only=False)
+        or any(_holds_a_secret(variable, secrets) for variable in quoted)
+    ):
         return True
     return bool(value) and not ENV_REFERENCE.match(value) and is_secret_key(override_key(arg))
+
+
+def _holds_a_secret(variable: str, secrets: list[str]) -> bool:
+    """Whether environment variable ``variable`` is secret-named or holds a secret-looking value."""
+    return is_secret_key(variable) or is_secret_value(os.environ.get(variable, ""), secrets)
 
 
 def refuse_secret_overrides(argv: list[str], stream: TextIO | None = None) -> None:
@@ -99,7 +127,8 @@ def refuse_secret_overrides(argv: list[str], stream: TextIO | None = None) -> No
     message = (
         f"{argv[0]}: secrets are read from the environment only: export {' / '.join(SECRET_ENV_VARS)} ... "
         f"(or reference one: key='${{oc.env:VAR}}'); "
-        f"refusing {'override' if len(keys) == 1 else 'overrides'} {names}: Hydra would write it verbatim to its logs"
+        f"refusing {'override' if len(keys) == 1 else 'overrides'} {names}: Hydra would write it verbatim to its logs "
+        "(in a sweep also a quoted reference, resolved into the job directory's name: write it unquoted)"
     )
     print(message, file=stream or sys.stderr)
     raise SystemExit(REFUSED_STATUS)

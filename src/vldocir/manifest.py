@@ -47,9 +47,18 @@ PACKAGES = (
 REDACTED = "<redacted: secrets come from the environment only>"
 
 # --- the redaction rule -------------------------------------------------------------------------
-# One rule for every place a secret could be written: manifests, W&B (config and command line),
-# log records, and run.py's refusal of secret-looking command-line overrides (vldocir.launch).
+# One rule for every place a secret could be written: manifests, Hydra's job files, W&B (config
+# and command line), log records (httpx's included), store directory names, and the apps' refusal
+# of secret-looking command-line overrides (vldocir.launch). A secret is recognised two ways.
 #
+# By its value (:func:`is_secret_value`), wherever it stands, in a config value, a log line or an
+# override: a token of a known shape (SECRET_SHAPES: ``sk-...``, ``hf_...``, ``ghp_...``,
+# ``xox.-...``, ``AKIA...``, a JWT, ``Bearer ...``), the value of an ``Authorization`` /
+# ``api-key`` / ``x-api-key`` header or of an ``api_key=`` / ``password=`` pair written in text,
+# the user-info of a URL (``http://user:pass@host``), or the value of a secret-named environment
+# variable (:func:`environment_secrets`), however it got there (``${oc.env:...}``, a shell, a file).
+#
+# By its key name (:func:`is_secret_key`), for what has no telling shape (``api_key: abc123``).
 # A key name is split into lower-case words (``aws_access_key_id`` -> aws/access/key/id,
 # ``apiKey`` -> api/key, ``HF_TOKEN`` -> hf/token); it is secret-looking when
 #   - a word *is* one of SECRET_WORDS (``hf_auth``, ``session_id``, ``creds``), or
@@ -58,13 +67,15 @@ REDACTED = "<redacted: secrets come from the environment only>"
 #   - the word ``key`` comes with other words (``api_key``, ``private_key``, ``aws_access_key_id``,
 #     ``key_file``).
 # Deliberately *not* secret-looking:
-#   - ``key`` on its own: the manifest's ``run.key`` and ``cache[].key`` are content hashes that
-#     make a result reproducible; ``keys`` (``exclude_keys``) is not a key either;
+#   - the key of a content hash: ``key`` on its own (the manifest's ``run.key``, ``cache[].key``)
+#     and ``<thing>_key`` for the things the project keys by content (CONTENT_KEY_WORDS:
+#     ``store.run_key``, ``store.eval_key``): they make a result reproducible and findable;
+#     ``keys`` (``exclude_keys``) is not a key either;
 #   - plurals such as ``max_visual_tokens`` / ``page_block_tokens`` (counts, not tokens);
 #   - ``tokenizer``, ``author(s)``: whole words, so no substring match;
 #   - a tokenizer's special tokens (``pad_token``, ``eos_token_id``, ...): strings like "<pad>".
 # The cost of the rule is over-redaction of a few harmless names (``sort_key``, ``token_budget``);
-# a leaked secret costs more.
+# a leaked secret costs more. No content hash has a token's shape (hex digits only).
 SECRET_WORDS = frozenset(
     {"auth", "oauth", "authorization", "bearer", "creds", "passphrase", "session", "sessionid", "secrets"}
 )
@@ -82,6 +93,7 @@ SECRET_SUFFIXES = (
     "cookie",
     "cookies",
 )
+CONTENT_KEY_WORDS = frozenset({"run", "eval", "cache", "content", "artifact", "entry", "input", "shard", "lease"})
 SPECIAL_TOKENS = frozenset(
     {"pad", "bos", "eos", "unk", "sep", "cls", "mask", "image", "video", "audio", "start", "end"}
 )
@@ -91,6 +103,29 @@ _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _LOCATION_WORDS = frozenset({"file", "path", "dir", "sock", "socket"})
 # Shorter environment values are not scrubbed from text: "1" or "true" would redact half a config.
 MIN_SECRET_LENGTH = 8
+
+# Each pattern's group "secret" is what is replaced (the whole match where it has none): the
+# scheme word of a header, a URL's host, a pair's name stay readable.
+_TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
+SECRET_SHAPES = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"(?<![A-Za-z0-9])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}",  # OpenAI / Anthropic / Stripe
+        r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{16,}",  # Hugging Face
+        r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",  # GitHub
+        r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_-]{20,}",  # GitLab
+        r"(?<![A-Za-z0-9])xox[abeoprs]-[A-Za-z0-9-]{10,}",  # Slack
+        r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",  # AWS access key id
+        r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}",  # Google API key
+        r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+        rf"(?i)\bbearer\s+(?P<secret>{_TOKEN_CHARS}{{8,}})",
+        # A header or a credential pair written out: 'Authorization': 'Basic ...', ?api_key=..., password: ...
+        r"(?i)\b(?:proxy-authorization|authorization|x-api-key|api[-_]?key|access[-_]token|password|passwd)"
+        r"""["']?\s*[:=]\s*["']?(?>(?:(?:bearer|basic|token|digest)\s+)?)(?!\$\{|<redacted)(?P<secret>[^\s"',;&{}\[\]]{4,})""",
+        # The user-info of a URL: scheme://user:password@host, scheme://token@host
+        r"(?i)\b[a-z][a-z0-9+.-]*://(?P<secret>[^/\s@:?#]*(?::[^/\s@?#]*)?)@",
+    )
+)
 
 
 def key_words(name: str) -> list[str]:
@@ -102,6 +137,8 @@ def _is_secret_name(name: str) -> bool:
     words = key_words(name)
     if len(words) in (2, 3) and words[0] in SPECIAL_TOKENS and words[1] == "token" and words[2:] in ([], ["id"]):
         return False  # pad_token, eos_token_id: a tokenizer's special tokens
+    if len(words) == 2 and words[0] in CONTENT_KEY_WORDS and words[1] in ("key", "keys"):
+        return False  # run_key, eval_key: content hashes
     if any(w in SECRET_WORDS or w.endswith(SECRET_SUFFIXES) for w in words):
         return True
     return "key" in words and len(words) > 1
@@ -110,7 +147,7 @@ def _is_secret_name(name: str) -> bool:
 def is_secret_key(name: Any) -> bool:
     """Whether a key name looks like a secret: a config key (``api_key``), an environment variable
     (``HF_TOKEN``) or a key path (``logger.api_key``, ``db@creds``), which does when any of its
-    components does (``run.key`` does not: ``key`` alone is a content hash)."""
+    components does (``run.key``, ``store.run_key`` do not: content hashes)."""
     return any(_is_secret_name(part) for part in re.split(r"[./@]", str(name)) if part)
 
 
@@ -130,25 +167,63 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+def _spans(text: str, secrets: list[str]) -> list[tuple[int, int]]:
+    """The character spans of ``text`` that hold a secret (by value), merged, in order."""
+    spans = []
+    for secret in secrets:
+        start = text.find(secret)
+        while start >= 0:
+            spans.append((start, start + len(secret)))
+            start = text.find(secret, start + len(secret))
+    for pattern in SECRET_SHAPES:
+        for match in pattern.finditer(text):
+            group = "secret" if "secret" in pattern.groupindex else 0
+            if match.group(group):
+                spans.append(match.span(group))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def is_secret_value(text: Any, secrets: list[str] | None = None) -> bool:
+    """Whether ``text`` holds a secret by value: a known token shape, a header or credential pair,
+    URL user-info, or a secret environment variable's value (see the rule above)."""
+    return isinstance(text, str) and bool(_spans(text, environment_secrets() if secrets is None else secrets))
+
+
 def redact_text(text: str, secrets: list[str] | None = None) -> str:
-    """``text`` with every environment secret value replaced (a log line, an override, a config value)."""
-    for secret in environment_secrets() if secrets is None else secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
+    """``text`` (a log line, an override, a config value) with every secret found by value replaced."""
+    spans = _spans(text, environment_secrets() if secrets is None else secrets)
+    for start, end in reversed(spans):
+        text = text[:start] + REDACTED + text[end:]
     return text
 
 
-def redact_secrets(value: Any, secrets: list[str] | None = None) -> Any:
-    """Copy of a config tree: any value under a secret-looking key replaced, and environment
-    secret values scrubbed from every string."""
+def redact_secrets(value: Any, secrets: list[str] | None = None, keep_references: bool = False) -> Any:
+    """Copy of a config tree: any value under a secret-looking key replaced, and secrets found by
+    value scrubbed from every string (keys included). ``keep_references``: an unresolved tree
+    (Hydra's ``.hydra/config.yaml``) keeps a bare ``${oc.env:VAR}`` under a secret-looking key: it
+    names where the secret is, not the secret."""
     secrets = environment_secrets() if secrets is None else secrets
+
+    def hidden(key: Any, v: Any) -> bool:
+        if v in (None, "") or not is_secret_key(key):
+            return False
+        return not (keep_references and isinstance(v, str) and ENV_REFERENCE.match(v))
+
     if isinstance(value, dict):
         return {
-            k: (REDACTED if is_secret_key(k) and v not in (None, "") else redact_secrets(v, secrets))
+            redact_text(k, secrets) if isinstance(k, str) else k: (
+                REDACTED if hidden(k, v) else redact_secrets(v, secrets, keep_references)
+            )
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
-        return [redact_secrets(v, secrets) for v in value]
+        return [redact_secrets(v, secrets, keep_references) for v in value]
     if isinstance(value, str):
         return redact_text(value, secrets)
     return value
@@ -160,13 +235,37 @@ def override_key(override: str) -> str:
     return override.partition("=")[0].lstrip("~+").strip()
 
 
+# A ``name: value`` pair inside an override's dict value (``{Authorization: 'Bearer x', n: 1}``).
+_INLINE_PAIR = re.compile(r"""(?P<name>[A-Za-z_][\w-]*)\s*:\s*(?P<value>'[^']*'|"[^"]*"|\$\{[^{}]*\}|[^,{}\[\]]+)""")
+# Exactly one ${oc.env:NAME}, no default (a default would be a literal), optionally quoted.
+ENV_REFERENCE = re.compile(r"""^(['"]?)\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}\1$""")
+
+
+def inline_secret_names(value: str, literals_only: bool = True) -> list[str]:
+    """The secret-looking names inside an override's dict value given a literal value:
+    ``{api_key: abc}`` -> ``["api_key"]``; a reference (``{api_key: '${oc.env:KEY}'}``) is no
+    literal. ``literals_only=False``: given any value."""
+    if not value.lstrip().startswith(("{", "[")):
+        return []
+    return [
+        m["name"]
+        for m in _INLINE_PAIR.finditer(value)
+        if is_secret_key(m["name"])
+        and m["value"].strip()
+        and not (literals_only and ENV_REFERENCE.match(m["value"].strip()))
+    ]
+
+
 def redact_overrides(overrides: list[str]) -> list[str]:
-    """Command-line overrides (``key=value``) with the value of any secret-looking key replaced."""
+    """Command-line overrides (``key=value``) with the value of any secret-looking key replaced,
+    secret-named pairs of a dict value too, and secrets found by value scrubbed."""
     secrets = environment_secrets()
     redacted = []
     for override in overrides:
         key, sep, value = override.partition("=")
         if sep and value and is_secret_key(override_key(override)):
+            redacted.append(f"{key}={REDACTED}")
+        elif sep and inline_secret_names(value):
             redacted.append(f"{key}={REDACTED}")
         else:
             redacted.append(redact_text(override, secrets))
@@ -174,12 +273,10 @@ def redact_overrides(overrides: list[str]) -> list[str]:
 
 
 class RedactingFilter(logging.Filter):
-    """Scrubs environment secret values from a log record's message and traceback."""
+    """Scrubs secrets (found by value) from a log record's message and traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         secrets = environment_secrets()
-        if not secrets:
-            return True
         message = record.getMessage()
         redacted = redact_text(message, secrets)
         if redacted != message:
@@ -191,16 +288,23 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def install_log_redaction() -> None:
-    """Attach :class:`RedactingFilter` to the root logger's handlers (console, Hydra's job log file).
+# Libraries that log request URLs (where user-info would show): filtered at the source too, so a
+# handler attached to them directly is covered as well as the root logger's.
+URL_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "urllib3")
 
-    Called when a job's tracker is created, i.e. after Hydra configured logging for the job, in
-    local runs and in submitit's job processes alike. Filters on handlers (not on the root logger)
-    also see records that propagate from module loggers.
+
+def install_log_redaction() -> None:
+    """Attach :class:`RedactingFilter` to the root logger's handlers (console, Hydra's job log file)
+    and to the loggers of the HTTP libraries (URL_LOGGERS).
+
+    Called when a job starts, i.e. after Hydra configured logging for the job, in local runs and in
+    submitit's job processes alike (:func:`vldocir.apps.app.hydra_app`). Filters on handlers (not on
+    the root logger) also see records that propagate from module loggers.
     """
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+    targets = [*logging.getLogger().handlers, *(logging.getLogger(name) for name in URL_LOGGERS)]
+    for target in targets:
+        if not any(isinstance(f, RedactingFilter) for f in target.filters):
+            target.addFilter(RedactingFilter())
 
 
 def package_versions() -> dict[str, str | None]:

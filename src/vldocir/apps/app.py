@@ -15,7 +15,12 @@
    (:func:`vldocir.launch.refuse_secret_overrides`), and lets ``argv`` be rewritten (run.py's
    :func:`vldocir.launch.multirun_cfg_argv`);
 2. composes the config from the repository's ``conf/`` through ``hydra.main`` and runs the task,
-   whose return value Hydra keeps (run.py's swept metric);
+   whose return value Hydra keeps (run.py's swept metric). Before the task, in every job (submitit's
+   job processes too), log records are scrubbed of secrets from then on
+   (:func:`vldocir.manifest.install_log_redaction`) and the files Hydra wrote for the job
+   (``.hydra/*.yaml``, a sweep's ``multirun.yaml``) are redacted in place
+   (:func:`redact_hydra_files`): a secret a config file holds (``conf/local/``) reaches them
+   although none can come from the command line;
 3. prints what the user can fix as one stderr line, ``<app> error: <what and where>``, and exits
    with status 2: every :class:`~vldocir.errors.VldocirError`, every ``OSError`` (the path it
    names and, for a full disk, a quota or a size limit, the free space there), and a config
@@ -31,10 +36,12 @@ from __future__ import annotations
 import functools
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from vldocir.apps import CONFIG_DIR
 from vldocir.errors import VldocirError
+from vldocir.manifest import install_log_redaction, redact_secrets, redact_text
 
 ERROR_STATUS = 2
 """The exit status of a run that stopped on something the user can fix (as for a usage error)."""
@@ -68,7 +75,7 @@ def error_line(app: str, error: BaseException) -> str | None:
     else:
         return None
     message = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    return f"{app} error: {message or type(error).__name__}"
+    return redact_text(f"{app} error: {message or type(error).__name__}")
 
 
 @contextmanager
@@ -87,6 +94,36 @@ def one_line_errors(app: str) -> Iterator[None]:
         raise SystemExit(ERROR_STATUS) from None
 
 
+def redact_hydra_files() -> list[Path]:
+    """Redact the YAML files Hydra wrote for the running job (its ``.hydra/`` directory and, in a
+    multirun, the sweep's ``multirun.yaml``) by vldocir.manifest's rule; returns those rewritten.
+    A file is rewritten only when it holds a secret, so Hydra's own files stay as written otherwise."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from vldocir.io import atomic_write_text
+
+    if not HydraConfig.initialized():
+        return []
+    hydra = HydraConfig.get()
+    files = []
+    if hydra.output_subdir is not None:
+        files += sorted((Path(hydra.runtime.output_dir) / str(hydra.output_subdir)).glob("*.yaml"))
+    if hydra.mode is not None and hydra.mode.name == "MULTIRUN":
+        files.append(Path(hydra.sweep.dir) / "multirun.yaml")
+    rewritten = []
+    for path in files:
+        try:
+            tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        except (OSError, ValueError):  # gone, or not ours to parse: nothing of it is written by us
+            continue
+        redacted = redact_secrets(tree, keep_references=True)
+        if redacted != tree:
+            atomic_write_text(OmegaConf.to_yaml(OmegaConf.create(redacted)), path)
+            rewritten.append(path)
+    return rewritten
+
+
 def hydra_app(
     app: str, config_name: str, argv: Callable[[list[str]], list[str]] | None = None
 ) -> Callable[[Task], Callable[[], Any]]:
@@ -101,6 +138,8 @@ def hydra_app(
         @functools.wraps(task)  # (Hydra names the job and its log file after the wrapped task's file)
         def job(cfg):
             with one_line_errors(app):
+                install_log_redaction()  # Hydra has configured the job's logging by now
+                redact_hydra_files()
                 return task(cfg)
 
         composed = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=config_name)(job)

@@ -3,7 +3,8 @@
 The manifest becomes the run config, the aggregates the summary, and the structure × metric table
 a ``wandb.Table``. The API key is read by wandb from ``WANDB_API_KEY`` (or ``wandb login``) and is
 never passed through the config. What W&B records goes through the project's one redaction rule
-(:mod:`vldocir.manifest`): the manifest as config, and the command line.
+(:mod:`vldocir.manifest`): the manifest as config, the command line, the run's name, group and
+tags. Content hashes (``store.run_key``, ``run.key``) are no secrets and stay visible.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from vldocir.errors import MissingDependencyError
-from vldocir.manifest import install_log_redaction, redact_overrides, redact_secrets
+from vldocir.manifest import install_log_redaction, redact_overrides, redact_secrets, redact_text
 
 log = logging.getLogger(__name__)
 MODES = ("online", "offline", "disabled")
@@ -72,8 +73,8 @@ class WandbTracker:
                 entity=self.entity,
                 mode=self.mode,
                 dir=self.dir,
-                group=self.group,
-                tags=self.tags,
+                group=redact_text(self.group) if self.group else None,
+                tags=[redact_text(str(tag)) for tag in self.tags],
                 name=_run_name(manifest),
                 config=redact_secrets(manifest),
                 reinit="finish_previous",
