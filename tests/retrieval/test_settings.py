@@ -21,7 +21,7 @@ from vldocir.retrieval.fusion import (
     round_robin_lists,
     rrf_scores,
 )
-from vldocir.retrieval.settings import RunSpec, parse_inputs
+from vldocir.retrieval.settings import ReciprocalRankFusion, RoundRobin, RunSpec, parse_inputs
 
 
 def run_of(lists: dict[str, list[str]]) -> pa.Table:
@@ -201,8 +201,85 @@ def test_a_setting_that_names_its_own_store_directory_is_a_cycle(isolated_paths)
     from vldocir.config_checks import ConfigError
 
     with pytest.raises(ConfigError, match=r"cycle: dom_bm25/bctx-n256 -> dom_bm25/bctx-n256"):
-        evaluate("setting=bctx", "setting.method.inputs=[bctx]")
+        evaluate("setting=bctx", "setting.id=bctx-n256", "setting.method.inputs=[bctx,base]")
     assert not (isolated_paths / "results").exists()
+
+
+@pytest.mark.parametrize("merge", [RoundRobin, ReciprocalRankFusion])
+def test_a_merge_takes_two_or_more_distinct_runs(merge):
+    with pytest.raises(ValueError, match=r"got one \(ocr_bm25:base\).*\(retriever=ocr_bm25 setting=base\)$"):
+        merge(["ocr_bm25:base"])
+    with pytest.raises(ValueError, match="names input run 'base' twice"):
+        merge(["base", {"setting": "base"}, "ctx"])
+    # the same setting with other overrides is another run
+    assert len(merge(["base", {"setting": "base", "overrides": ["depth=5"]}]).inputs()) == 2
+
+
+def test_a_fusion_of_one_run_is_refused_before_any_work(isolated_paths):
+    """`setting=rrf 'setting.method.inputs=[base]'` would file the base run as rrf-ctx-n256-ocr_bm25."""
+    from vldocir.config_checks import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"^setting.method \(rrf-ctx-n256-ocr_bm25\): merges two or more runs, got one"
+    ):
+        evaluate("setting=rrf", "setting.method.inputs=[base]")
+    assert not (isolated_paths / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["setting=rrf", "setting.method.inputs=[base,ocr_bm25:base]"], "setting.id=rrf-base-ocr_bm25.base"),
+        (
+            ["setting=ensemble", "setting.method.inputs=[base,ocr_bm25:base]"],
+            "setting.id=round_robin-base-ocr_bm25.base",
+        ),
+        (["setting=rerank", "setting.method.input=ocr_bm25:base"], "setting.id=rerank-ocr_bm25.base"),
+        (
+            ["setting=doc_scope", "setting.method.input=ocr_bm25:base"],
+            "e.g. setting.id=doc_scope-ocr_bm25.base_depth_1000",
+        ),
+        (
+            [
+                "setting=base",
+                "setting.method._target_=vldocir.retrieval.settings.RoundRobin",
+                "+setting.method.inputs=[base,ocr_bm25:base]",
+            ],
+            "setting.method._target_, setting.method.inputs",
+        ),
+    ],
+)
+def test_an_override_of_what_the_id_names_needs_an_id_of_its_own(isolated_paths, overrides, says):
+    from vldocir.config_checks import ConfigError
+    from vldocir.pipeline import check_inputs
+
+    with pytest.raises(ConfigError, match=r"changes what setting.id=\S+ names") as refused:
+        check_inputs(compose_cfg(*overrides), overrides)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+    named = [*overrides, "setting.id=mine"]
+    check_inputs(compose_cfg(*named), named)  # with an id of its own it is a run like any other
+
+
+def test_knobs_and_parameters_keep_the_id_honest(isolated_paths):
+    """The setting files' own knobs change the id with the inputs; a parameter (k) is a variant of
+    the named run, kept beside it in the store as every parameter variant is."""
+    from vldocir.pipeline import check_inputs
+
+    for overrides in (["setting=rrf", "setting.fuse=base"], ["setting=rrf", "setting.fuse=base", "setting.method.k=3"]):
+        check_inputs(compose_cfg(*overrides), overrides)
+    assert compose_cfg("setting=rrf", "setting.fuse=base").setting.id == "rrf-base-ocr_bm25"
+
+
+def test_an_input_whose_overrides_change_what_its_id_names_is_refused_naming_it(isolated_paths):
+    from vldocir.config_checks import ConfigError
+    from vldocir.pipeline import check_inputs
+
+    inner = "{setting:rrf,overrides:['setting.method.inputs=[base,ocr_bm25:base]']}"
+    over = ["setting=bctx", "setting.id=outer", f"setting.method.inputs=[base,{inner}]"]
+    with pytest.raises(
+        ConfigError, match=r"^input run 'rrf setting.method.inputs=\[base,ocr_bm25:base\]' of dom_bm25/outer: "
+    ):
+        check_inputs(compose_cfg(*over), over)
 
 
 def test_an_input_on_another_dataset_fails_in_the_checks_before_any_work(isolated_paths):

@@ -258,7 +258,7 @@ def choose_benchmark(results_dir: str | Path, spec: PaperSpec, requested: str | 
         note = (
             None
             if requested == spec.benchmark
-            else f"reproduced values are runs on {requested}, not on the paper's {spec.benchmark}"
+            else f"the cells made from runs are runs on {requested}, not on the paper's {spec.benchmark}"
         )
         return requested, note
     index = select(list_runs(results_dir), ks=spec.ks, depth=spec.depth)
@@ -279,7 +279,7 @@ def choose_benchmark(results_dir: str | Path, spec: PaperSpec, requested: str | 
     }
     best = sorted(counts, key=lambda name: (-counts[name], name))[0]
     note = (
-        f"the store has no runs of the paper's benchmark {spec.benchmark}; reproduced values are "
+        f"the store has no runs of the paper's benchmark {spec.benchmark}; the cells made from runs are "
         f"runs on {best} ({counts[best]} mapped run(s)), a different benchmark: differences are expected"
     )
     log.warning(note)

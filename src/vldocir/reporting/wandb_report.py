@@ -7,21 +7,54 @@ rendered files (Markdown, LaTeX, PDF, PNG) as an artifact. Project, entity, mode
 the ``logger=wandb`` group's (``conf/logger/wandb.yaml``), as for runs; the API key comes only from
 the environment (docs/evaluation.md, Secrets). When a sweep ends:
 :class:`vldocir.reporting.report_tasks.TablesOnSweepEnd`.
+
+Mode ``online`` with no API key to be found (no ``WANDB_API_KEY``, no ``wandb login`` entry in the
+netrc file) logs offline instead, saying so in one line: the report is rendered by then, and a
+sweep's end is no place to fail or to wait at a login prompt; ``wandb sync <dir>`` uploads it later.
 """
 
 from __future__ import annotations
 
+import logging
+import netrc
 import os
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from vldocir.errors import MissingDependencyError
-from vldocir.manifest import redact_overrides
+from vldocir.manifest import redact_overrides, redact_text
 from vldocir.reporting.check import check_table
 from vldocir.reporting.outputs import ReportTable
 from vldocir.tracking.wandb import WandbTracker
+
+log = logging.getLogger(__name__)
+
+
+def api_key_configured() -> bool:
+    """Whether wandb finds an API key without prompting: ``WANDB_API_KEY`` (or an identity token
+    file), or the W&B host's entry in the netrc file (``NETRC``, else ``~/.netrc``) that
+    ``wandb login`` writes."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC") or None).authenticators(host or "") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def report_mode(mode: str) -> str:
+    """``mode``, or ``offline`` for ``online`` with no API key (one warning line says so)."""
+    if mode == "online" and not api_key_configured():
+        log.warning(
+            "W&B: no API key found (WANDB_API_KEY, or `wandb login`): logging the report offline "
+            "(`wandb sync <its directory>` uploads it; WANDB_MODE=offline or disabled chooses up front)"
+        )
+        return "offline"
+    return mode
 
 
 def _cell_rows(table: ReportTable) -> tuple[list[str], list[list[Any]]]:
@@ -71,10 +104,10 @@ def log_report(
         run = wandb.init(
             project=logger.project,
             entity=logger.entity,
-            mode=logger.mode,
+            mode=report_mode(logger.mode),
             dir=logger.dir,
-            group=logger.group,
-            tags=logger.tags,
+            group=redact_text(logger.group) if logger.group else None,
+            tags=[redact_text(str(tag)) for tag in logger.tags],
             job_type="report",
             name=f"paper-tables/{benchmark}",
             config={"benchmark": benchmark, "note": note, "tables": list(tables), "figures": list(figures)},

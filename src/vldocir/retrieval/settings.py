@@ -31,6 +31,8 @@ import pyarrow.compute as pc
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import Benchmark
 from vldocir.data.runs import run_from_rows
+from vldocir.errors import ConfigError
+from vldocir.manifest import override_key
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.fusion import reciprocal_rank_fusion, round_robin
 
@@ -79,6 +81,61 @@ def parse_inputs(inputs: Any, least: int = 1) -> tuple[RunSpec, ...]:
     if len(specs) < least:
         raise ValueError(f"needs at least {least} input run(s), got {len(specs)}")
     return specs
+
+
+def fusion_inputs(inputs: Any) -> tuple[RunSpec, ...]:
+    """The inputs of a merge of runs: two or more distinct ones. A merge of one run (or of a run
+    with itself) ranks that run's pages in that run's order, so it would file a copy of its input
+    under the merge's name."""
+    specs = parse_inputs(inputs, least=0)
+    if len(specs) == 1:
+        only = specs[0]
+        command = " ".join([f"retriever={only.retriever}"] * bool(only.retriever) + [f"setting={only.setting}"])
+        raise ValueError(
+            f"merges two or more runs, got one ({only.label()}): a merge of one run is that run; "
+            f"run it as it is ({' '.join([command, *only.overrides])})"
+        )
+    if len(specs) < 2:
+        raise ValueError(f"merges two or more runs, got {len(specs)}")
+    twice = sorted({spec.label() for spec in specs if specs.count(spec) > 1})
+    if twice:
+        raise ValueError(f"names input run {', '.join(repr(t) for t in twice)} twice: give each run once")
+    return specs
+
+
+#: the ``setting.method`` keys that say what a setting combines: its method and its input runs
+NAMED_METHOD_KEYS = ("_target_", "inputs", "input")
+
+
+def check_id_names_inputs(setting: "Setting", setting_id: str, overrides: Sequence[str]) -> None:
+    """Refuse a job whose overrides change what its ``setting.id`` names, keeping that id.
+
+    A setting file's id names its method and its input runs (``rrf-ctx-n256-ocr_bm25``: RRF of
+    ctx and OCR-BM25), derived from the file's own knobs (``setting.fuse``, ``setting.scoped``,
+    ``n_ctx``, ...). An override of the method or of its inputs themselves
+    (``setting.method.inputs=...``, ``setting.method.input=...``, ``setting.method._target_=...``)
+    makes another run, which that id would misname and the store would file, and reports read,
+    as the named one; such a run needs an id of its own, given with ``setting.id=<name>``.
+    """
+    keys = [override_key(str(o)) for o in overrides if "=" in str(o) or str(o).startswith("~")]
+    named = [
+        key
+        for key in keys
+        if key == "setting.method" or any(key.split(".")[:3] == ["setting", "method", k] for k in NAMED_METHOD_KEYS)
+    ]
+    if not named or "setting.id" in keys:
+        return
+    runs = "-".join(_safe(spec.label()) for spec in setting.inputs())
+    suggestion = "-".join(p for p in (str(setting.cache_params().get("setting", "")), runs) if p)
+    raise ConfigError(
+        f"{', '.join(dict.fromkeys(named))} changes what setting.id={setting_id} names (its method and input "
+        f"runs), so the run would be filed as {setting_id}: give it an id of its own, e.g. setting.id={suggestion}"
+    )
+
+
+def _safe(label: str) -> str:
+    """A run label (``ocr_bm25:base n_ctx=512``) as store-directory characters (``ocr_bm25.base_n_ctx_512``)."""
+    return "".join(c if c.isalnum() or c in "._-" else ("." if c == ":" else "_") for c in label)
 
 
 @dataclass
@@ -134,7 +191,7 @@ class RoundRobin(Setting):
     uses_retriever = False
 
     def __init__(self, inputs: Sequence[Any]):
-        self.runs = parse_inputs(inputs, least=1)
+        self.runs = fusion_inputs(inputs)
 
     def inputs(self) -> tuple[RunSpec, ...]:
         return self.runs
@@ -154,7 +211,7 @@ class ReciprocalRankFusion(Setting):
     def __init__(self, inputs: Sequence[Any], k: int = 60):
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"k must be an integer >= 0, got {k!r}")
-        self.runs, self.k = parse_inputs(inputs, least=1), k
+        self.runs, self.k = fusion_inputs(inputs), k
 
     def inputs(self) -> tuple[RunSpec, ...]:
         return self.runs
