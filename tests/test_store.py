@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import threading
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from helpers import REPO_ROOT, evaluate, newest_entry
@@ -208,7 +210,7 @@ def test_an_entry_that_records_no_benchmark_root_is_not_verified(isolated_paths,
     manifest_file = first.entry / store.MANIFEST_FILE
     manifest = json.loads(manifest_file.read_text())
     del manifest["benchmark"]["root"]
-    manifest_file.write_text(json.dumps(manifest))
+    manifest_file.write_text(json.dumps(store.seal_manifest(manifest)))  # written so, not damaged
     assert store.Entry(first.entry).problems() == ["manifest.json records no benchmark.root"]
     with caplog.at_level("WARNING"):
         assert store.list_runs(results).empty
@@ -351,3 +353,117 @@ def test_reports_pick_the_paper_depth_and_ks_and_say_which(isolated_paths, small
     # The viewer, given the setting directory, takes the newest entry evaluated at its k.
     assert store.newest_entry_in(run.path.parent, k=1).name.startswith("depth100_k1-3_")
     assert store.newest_entry_in(run.path.parent, k=5).name.startswith("depth20_k3-5-10_")
+
+
+# -- damaged entries: recomputed with the same numbers, never used --------------------------------
+
+DAMAGES = ["flipped byte", "truncated", "deleted", "swapped ids", "entry copied over it", "stale file of another key"]
+
+
+def _flip_middle(path: Path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01  # an ASCII digit or letter stays one: the JSON still parses
+    path.write_bytes(bytes(raw))
+
+
+def _swap_ids(path: Path) -> None:
+    """Two ids (or two keyed values) exchanged, everything else as it was."""
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".parquet":
+        table = pq.read_table(path)
+        column = "page_id" if path.name == store.RUN_FILE else "query_id"
+        ids = table.column(column).to_pylist()
+        first, other = 0, next(i for i, v in enumerate(ids) if v != ids[0])
+        ids[first], ids[other] = ids[other], ids[first]
+        index = table.schema.get_field_index(column)
+        pq.write_table(
+            table.set_column(index, table.schema.field(index), pa.array(ids, table.column(column).type)), path
+        )
+        return
+    data = json.loads(path.read_text())
+    if path.name == store.METRICS_FILE:
+        micro, macro = data["aggregates"]["micro"], data["aggregates"]["macro"]
+        data["aggregates"]["micro"], data["aggregates"]["macro"] = macro, micro
+    else:
+        record = data["store"]
+        record["run_key"], record["eval_key"] = record["eval_key"], record["run_key"]
+    path.write_text(json.dumps(data, indent=2))
+
+
+@pytest.fixture(scope="module")
+def damage_reference(tmp_path_factory, small_bench_dir):
+    """A clean store (and cache) holding the default run and a run of other parameters (another key,
+    other numbers), and the default run's metrics; each damage case works on a copy."""
+    root = tmp_path_factory.mktemp("damage-reference")
+    saved = {k: os.environ.get(k) for k in ("VLDOCIR_RESULTS_DIR", "VLDOCIR_CACHE_DIR")}
+    os.environ.update(VLDOCIR_RESULTS_DIR=str(root / "results"), VLDOCIR_CACHE_DIR=str(root / "cache"))
+    try:
+        clean = evaluate(*_bench(small_bench_dir))
+        other = evaluate(*_bench(small_bench_dir), "retriever.model.k1=0.9")
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    return root, clean, other.entry
+
+
+@pytest.mark.parametrize("name", [*store.VOUCHED_FILES, store.MANIFEST_FILE])
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_entry_is_never_used_and_the_rerun_gives_the_clean_numbers(
+    damage_reference, isolated_paths, small_bench_dir, damage, name, caplog
+):
+    root, clean, other = damage_reference
+    results = isolated_paths / "results"
+    shutil.copytree(root / "results", results)
+    shutil.copytree(root / "cache", isolated_paths / "cache")
+    entry = results / clean.entry.relative_to(root / "results")
+    other = results / other.relative_to(root / "results")
+    path = entry / name
+    if damage == "flipped byte":
+        _flip_middle(path)
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "deleted":
+        path.unlink()
+    elif damage == "swapped ids":
+        _swap_ids(path)
+    elif damage == "entry copied over it":
+        shutil.rmtree(entry)
+        shutil.copytree(other, entry)
+    else:
+        shutil.copyfile(other / name, path)
+
+    assert store.Entry(entry).problems(full=True), "the damage is found"
+    cheap = store.Entry(entry).problems()
+    # Reports list entries by the cheap checks, which miss only a same-size change of run.parquet:
+    # reports never read that file (the viewer, a reuse and --verify hash it in full).
+    assert cheap or name == store.RUN_FILE
+    assert (entry in _entries(results)) == (not cheap)
+    assert [p for p, _ in store.unverified(results)] == [entry]
+    assert store.find_run(entry.parent, clean.manifest["run"]["key"]) is None
+
+    with caplog.at_level("WARNING"):
+        again = evaluate(*_bench(small_bench_dir))
+    assert again.metrics == clean.metrics, "recomputed, not read from the damaged entry"
+    assert again.manifest["run"]["reused"] is False
+    assert again.entry == entry.with_name(entry.name + ".2"), "published beside it; the damaged one is left alone"
+    assert store.Entry(again.entry).verify(full=True)
+    assert sorted(_entries(results)) == sorted([other, again.entry] + ([entry] if not cheap else []))
+
+
+def test_a_reused_run_that_changes_before_it_is_linked_is_refused_in_one_line(isolated_paths, small_bench_dir):
+    first = evaluate(*_bench(small_bench_dir))
+    reused = store.find_run(first.entry.parent, first.manifest["run"]["key"])
+    _flip_middle(first.entry / store.RUN_FILE)  # after find_run verified it, before publish links it
+    with pytest.raises(store.StoreError, match="run.parquet changed after it was verified") as error:
+        store.publish(
+            first.entry.parent,
+            first.entry.name.replace("k3-5-10", "k1"),
+            run=None,
+            reused=reused,
+            per_query=pd.read_parquet(first.entry / store.PER_QUERY_FILE),
+            metrics=json.loads((first.entry / store.METRICS_FILE).read_text()),
+            manifest=json.loads((first.entry / store.MANIFEST_FILE).read_text()),
+        )
+    assert "\n" not in str(error.value) and str(first.entry / store.RUN_FILE) in str(error.value)
+    assert sorted(p.name for p in first.entry.parent.iterdir()) == [first.entry.name], "nothing published"

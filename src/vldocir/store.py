@@ -23,15 +23,25 @@ the winner if it verifies and holds the same metrics, or publishes beside it und
 (last-complete-wins for readers, both kept). A directory that is not a verified entry (placed by
 hand, damaged) is never deleted or written into; it is reported and left alone.
 
-A stored run is reused only when its manifest names the same run key *and* ``run.parquet`` still
-has the size and checksum the manifest vouches for; the new evaluation links (or copies) that file
-into its own entry. Reports read entries through :func:`list_runs`, which checks file sizes and the
-checksums of the small files; ``verify(full=True)`` also hashes ``run.parquet``.
+What an entry vouches for (:meth:`Entry.problems`): the size and SHA-256 of each of the three
+files, the manifest's own SHA-256 (``store.manifest_sha256``, over its canonical JSON without that
+field: a changed byte anywhere in it, ``run.query_flags`` or ``ks`` included, is found), and its
+place (``store.entry``, ``store.place``: an entry copied over another, or into another setting's
+directory, is not the entry its path names). Cheap checks always (sizes, the manifest, the small
+files' checksums, the place); ``run.parquet`` is hashed in full where a run is used: on reuse (also as
+the input run of a setting), on export, by the viewer and ``python -m vldocir.store --verify``.
+
+A stored run is reused only when its manifest names the same run key *and* the entry verifies in
+full; the new evaluation links (or copies) that file into its own entry and checks that the linked
+file still has the checksum it was verified with. Reports read entries through :func:`list_runs`
+(cheap checks). Entries of store format 2 (written before the manifest vouched for itself and its
+place) are checked as they were: files only.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -52,6 +62,7 @@ from vldocir.cache import remove_stale_staging, staging_path
 from vldocir.data.runs import read_run, write_run
 from vldocir.errors import VldocirError
 from vldocir.io import file_digest
+from vldocir.manifest import is_secret_value
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +71,8 @@ PER_QUERY_FILE = "per_query.parquet"
 METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
 VOUCHED_FILES = (RUN_FILE, PER_QUERY_FILE, METRICS_FILE)
-STORE_FORMAT = 2
+STORE_FORMAT = 3
+LEGACY_FORMATS = (2,)  # entries whose manifest does not vouch for itself: their files are still checked
 SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 INDEX_COLUMNS = ["benchmark", "retriever", "setting", "depth", "ks", "run_key", "fingerprint", "created_at", "path"]
 
@@ -70,8 +82,14 @@ class StoreError(VldocirError, RuntimeError):
 
 
 def check_name(what: str, value: str) -> str:
-    """A benchmark, retriever or setting name used as a directory: ``[A-Za-z0-9._-]+``, not ``.``/``..``."""
+    """A benchmark, retriever or setting name used as a directory: ``[A-Za-z0-9._-]+``, not ``.``/``..``,
+    and no secret (vldocir.manifest's rule by value): a name is written everywhere, so it is refused, unechoed."""
     text = str(value)
+    if is_secret_value(text):
+        raise StoreError(
+            f"{what} cannot name a results-store directory: its value looks like a secret (a token, credentials, "
+            "or a secret environment variable's value); secrets come from the environment only"
+        )
     if not SAFE_NAME.fullmatch(text) or text in (".", ".."):
         raise StoreError(
             f"{what} {text!r} cannot name a results-store directory: use letters, digits, '.', '_' and '-' only"
@@ -102,6 +120,20 @@ def file_record(path: Path) -> dict[str, Any]:
     return {"bytes": path.stat().st_size, "sha256": file_digest(path, "sha256")}
 
 
+def manifest_digest(manifest: dict) -> str:
+    """SHA-256 of ``manifest`` as JSON (keys sorted, compact), without ``store.manifest_sha256``."""
+    body = json.loads(json.dumps(manifest, default=str))
+    if isinstance(body.get("store"), dict):
+        body["store"].pop("manifest_sha256", None)
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def seal_manifest(manifest: dict) -> dict:
+    """Set ``store.manifest_sha256`` (:func:`manifest_digest`); returns ``manifest``."""
+    manifest.setdefault("store", {})["manifest_sha256"] = manifest_digest(manifest)
+    return manifest
+
+
 # -- entries ---------------------------------------------------------------------------------------
 
 
@@ -117,21 +149,46 @@ class Entry:
 
     @property
     def record(self) -> dict:
-        return self.manifest.get("store", {})
+        record = self.manifest.get("store", {}) if isinstance(self.manifest, dict) else None
+        return record if isinstance(record, dict) else {}
+
+    @property
+    def in_store(self) -> bool:
+        """Whether the entry lies in a store (``<results>/runs/<benchmark>/<retriever>/<setting>/<entry>``),
+        where its place is checked; a copy elsewhere (e.g. for the viewer) is checked for content only."""
+        return len(self.path.parents) > 3 and self.path.parents[3].name == "runs"
 
     @property
     def run_key(self) -> str | None:
         return self.record.get("run_key")
 
     def problems(self, full: bool = False) -> list[str]:
-        """What is wrong with the entry (empty when it verifies). Sizes always; checksums of the
-        small files always, of ``run.parquet`` only with ``full`` (it can be hundreds of MB)."""
+        """What is wrong with the entry (empty when it verifies): the manifest's own checksum and the
+        entry's place (in a store), the files' sizes and the small files' checksums always; the
+        checksum of ``run.parquet`` only with ``full`` (it can be hundreds of MB)."""
         try:
             record = self.record
-        except (OSError, json.JSONDecodeError) as error:
-            return [f"{MANIFEST_FILE} unreadable ({error})"]
-        if record.get("format") != STORE_FORMAT or not isinstance(record.get("files"), dict):
+        except (OSError, ValueError) as error:  # (JSON and UTF-8 decoding errors are ValueErrors)
+            return [f"{MANIFEST_FILE} unreadable ({type(error).__name__}: {error})"]
+        try:
+            return self._problems(record, full)
+        except (KeyError, TypeError, AttributeError, ValueError) as error:
+            return [f"{MANIFEST_FILE} is malformed ({type(error).__name__}: {error})"]
+
+    def _problems(self, record: dict, full: bool) -> list[str]:
+        fmt = record.get("format")
+        if fmt not in (STORE_FORMAT, *LEGACY_FORMATS) or not isinstance(record.get("files"), dict):
             return [f"{MANIFEST_FILE} vouches for no files (not an entry of this store format)"]
+        if fmt == STORE_FORMAT:
+            if record.get("manifest_sha256") != manifest_digest(self.manifest):
+                return [f"{MANIFEST_FILE} does not match its own checksum (store.manifest_sha256)"]
+            if self.in_store:
+                place, name = tuple(self.path.parent.parts[-3:]), str(record["entry"])
+                if tuple(record["place"]) != place or not re.fullmatch(re.escape(name) + r"(\.\d+)?", self.path.name):
+                    return [
+                        f"{MANIFEST_FILE} is that of the entry {'/'.join(record['place'])}/{name}, "
+                        f"not of {'/'.join(place)}/{self.path.name} (copied over it?)"
+                    ]
         found = []
         if not (self.manifest.get("benchmark") or {}).get("root"):
             found.append(f"{MANIFEST_FILE} records no benchmark.root")
@@ -169,7 +226,7 @@ def find_run(setting_dir: Path, run_key: str) -> Entry | None:
         try:
             if entry.run_key != run_key:
                 continue
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):
             continue
         problems = entry.problems(full=True)
         if not problems:
@@ -198,7 +255,7 @@ def other_parameters(setting_dir: Path, run_key: str, fingerprint: str, depth: i
     for path in _entries_in(setting_dir):
         try:
             record = Entry(path).record
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):
             continue
         if (
             record.get("fingerprint") == fingerprint
@@ -260,7 +317,7 @@ def publish(
         log.info("%s already holds this result (an identical evaluation); kept as it is", reused.path)
         manifest["store"] = {
             **manifest.get("store", {}),
-            **{k: reused.record[k] for k in ("format", "created_at", "files")},
+            **{k: reused.record[k] for k in ("format", "created_at", "files", "entry", "place") if k in reused.record},
         }
         return reused.path
     setting_dir.mkdir(parents=True, exist_ok=True)
@@ -279,14 +336,24 @@ def publish(
                 staging, METRICS_FILE, lambda p: p.write_text(json.dumps(metrics, indent=2, default=str) + "\n")
             )
             record = dict(manifest.get("store", {}))
+            record.pop("manifest_sha256", None)
             record.update(
                 format=STORE_FORMAT,
                 created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
                 files={f: file_record(staging / f) for f in VOUCHED_FILES},
+                entry=name,
+                place=list(setting_dir.parts[-3:]),
             )
+            if reused is not None and record["files"][RUN_FILE]["sha256"] != reused.record["files"][RUN_FILE]["sha256"]:
+                raise StoreError(
+                    f"{reused.path / RUN_FILE} changed after it was verified (its checksum is no longer the one "
+                    f"{reused.path / MANIFEST_FILE} vouches for); nothing was published: rerun to compute the run again"
+                )
             manifest["store"] = record
+            sealed = seal_manifest(json.loads(json.dumps(manifest, default=str)))
+            manifest["store"]["manifest_sha256"] = sealed["store"]["manifest_sha256"]
             _write_file(
-                staging, MANIFEST_FILE, lambda p: p.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+                staging, MANIFEST_FILE, lambda p: p.write_text(json.dumps(sealed, indent=2, default=str) + "\n")
             )
             return _commit_entry(staging, setting_dir / name, metrics)
         except OSError as error:
@@ -423,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verify", action="store_true", help="also hash every run.parquet and list what does not verify"
     )
+    parser.add_argument(
+        "--cache-dir",
+        default=os.environ.get("VLDOCIR_CACHE_DIR", "cache"),
+        help="the artifact cache --verify also checks in full (default: $VLDOCIR_CACHE_DIR or cache)",
+    )
     args = parser.parse_args(argv)
     index = list_runs(args.results_dir)
     if index.empty:
@@ -434,8 +506,22 @@ def main(argv: list[str] | None = None) -> int:
         bad = unverified(args.results_dir)
         for path, problems in bad:
             print(f"UNVERIFIED {path}: {'; '.join(problems)}", file=sys.stderr)
-        return 1 if bad else 0
+        damaged = damaged_cache(args.cache_dir)
+        for _, problem in damaged:
+            print(f"DAMAGED {problem}", file=sys.stderr)
+        return 1 if bad or damaged else 0
     return 0
+
+
+def damaged_cache(cache_dir: str | Path) -> list[tuple[Path, str]]:
+    """Every damaged artifact under ``cache_dir``, checked in full (:func:`vldocir.cache.damaged_artifacts`,
+    with the page-embedding stores' and rerank score caches' own checks): (its directory, what is wrong)."""
+    from vldocir.cache import damaged_artifacts
+    from vldocir.retrieval.embeddings import store_problems
+    from vldocir.retrieval.rerank import SCORES_KIND, score_cache_problems
+
+    checkers = {"page-embeddings": store_problems, SCORES_KIND: score_cache_problems}
+    return damaged_artifacts(Path(cache_dir), "full", checkers)
 
 
 # -- export ----------------------------------------------------------------------------------------

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from vldocir.construction.ocr import OcrConfig, ocr_pages
+from vldocir.construction.ocr import OcrConfig, ocr_pages, write_entry
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tesseract") is None, reason="needs the tesseract binary (apt-get install tesseract-ocr)"
@@ -26,10 +27,10 @@ def test_ocr_reads_the_text_and_caches_it(tmp_path):
     texts = ocr_pages(pages, tmp_path / "cache", OcrConfig(workers=2))
     assert "12345" in texts[0] and "Population" in texts[0]
     assert "revenue" in texts[1]
-    cached = list((tmp_path / "cache" / "ocr").rglob("*.txt"))
+    cached = list((tmp_path / "cache" / "ocr").rglob("*.json"))
     assert len(cached) == 2
-    for entry in cached:  # a second call reads these files instead of running Tesseract
-        entry.write_text("from the cache")
+    for entry in cached:  # a second call reads these entries instead of running Tesseract
+        write_entry(entry, json.loads(entry.read_text())["key"], "from the cache")
     assert ocr_pages(pages, tmp_path / "cache") == ["from the cache", "from the cache"]
 
 
@@ -39,4 +40,4 @@ def test_unreadable_image_is_named_and_the_rest_is_kept(tmp_path):
     bad.write_bytes(b"not an image")
     with pytest.raises(RuntimeError, match="broken.png"):
         ocr_pages([good, bad], tmp_path / "cache")
-    assert len(list((tmp_path / "cache" / "ocr").rglob("*.txt"))) == 1
+    assert len(list((tmp_path / "cache" / "ocr").rglob("*.json"))) == 1

@@ -159,12 +159,13 @@ def _layout_of_version(directory: Path, version: int) -> Path:
 def test_a_layout_of_another_version_is_an_error_naming_the_file(tmp_path):
     path = _layout_of_version(tmp_path / "old", 2)
     for read in (load_layout, lambda d: render_report([d])):
-        with pytest.raises(CorruptArtifactError, match="layout version 2; this code reads version 3") as error:
+        expected = f"layout version 2; this code reads version {LAYOUT_VERSION}"
+        with pytest.raises(CorruptArtifactError, match=expected) as error:
             read(tmp_path / "old")
         assert error.value.path == path and "\n" not in str(error.value)
     damaged = _layout_of_version(tmp_path / "damaged", LAYOUT_VERSION)
     damaged.write_text(damaged.read_text().replace('"warnings": [], ', ""))
-    with pytest.raises(CorruptArtifactError, match="is unreadable \\(KeyError: 'warnings'\\)"):
+    with pytest.raises(CorruptArtifactError, match="does not match its checksum"):
         load_layout(tmp_path / "damaged")
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from helpers import newest_entry
 from report_stores import IMAGE_SCALE, REPO_ROOT, TEXT_BENCH, chromium_path, evaluate_run
+from vldocir import store
 from vldocir.data.benchmark import load_benchmark
 from vldocir.reporting.viewer import ViewerError, load, query_file_name, write_viewer
 
@@ -185,7 +186,7 @@ def test_viewer_refuses_a_changed_benchmark_or_an_unknown_k(mini_results, tmp_pa
         load(run_dir, queries=["nope"])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["benchmark"]["fingerprint"] = "0" * 32
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    (run_dir / "manifest.json").write_text(json.dumps(store.seal_manifest(manifest)))  # an entry of another benchmark
     with pytest.raises(ViewerError, match="the benchmark changed"):
         load(run_dir)
     data = load(run_dir_of(mini_results, TEXT_BENCH), queries=["q0000000"], k=3)

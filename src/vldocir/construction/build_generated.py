@@ -24,6 +24,7 @@ from vldocir.construction.grounding import NEAR_MAX_GAP, page_id, resolve_elemen
 from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch, render_report
+from vldocir.construction.render.config import SPEED_ONLY
 from vldocir.construction.template_queries import DocumentInfo, PlacedFact, sample_queries
 from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.schema import EVIDENCE_STRUCTURES
@@ -35,17 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-RENDER_KEY_EXCLUDED = (
-    "chromium_path",
-    "extra_args",
-    "no_sandbox",
-    "context_reuse",
-    "cut_probes",
-    "timeout_s",
-    "timeout_per_page_s",
-    "workers",
-    "worker_memory_mb",
-)
+RENDER_KEY_EXCLUDED = SPEED_ONLY
 """Render settings that change how fast pages are made, not the pages: left out of the cache key."""
 
 

@@ -19,8 +19,9 @@ from typing import Iterable
 from vldocir.cache import remove_stale_staging
 from vldocir.construction.render.browser import kill_process_tree
 from vldocir.construction.render.config import RenderConfig, RenderError
-from vldocir.construction.render.layout import LAYOUT_FILE, LAYOUT_VERSION
+from vldocir.construction.render.layout import check_rendered
 from vldocir.construction.render.renderer import Renderer
+from vldocir.io import file_digest
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class BatchReport:
 
     rendered: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    """Documents whose ``layout.json`` already existed (not rendered again)."""
+    """Documents already rendered, whose rendering verified (not rendered again)."""
     failed: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     """doc_id -> ``"ErrorType: message"`` for the failed documents (also in failures.jsonl)."""
@@ -94,6 +95,7 @@ def render_batch(
     *,
     progress: bool = True,
     renderer: Renderer | None = None,
+    verify: str = "full",
 ) -> BatchReport:
     """Render ``(doc_id, source, html_path)`` documents into ``out_dir``.
 
@@ -102,13 +104,15 @@ def render_batch(
     documents one at a time, longest HTML file first; with one worker, or when ``renderer`` (an
     open :class:`Renderer`, whose config is then used) is given, they are rendered in this process.
 
-    Resumable: a document whose ``out_dir/<doc_id>/layout.json`` exists is skipped, unless that file is
-    unreadable or of another layout version (then it is rendered again); staging directories that
-    killed runs left in ``out_dir`` are removed. A document that fails (timeout,
-    navigation error, browser crash, a worker process that died, ...) leaves no files, is appended
-    to ``out_dir/failures.jsonl`` (one JSON object per line: doc_id, source, html_path, error_type,
-    error, elapsed_s, time) and the batch goes on; a crashed or killed browser (or worker) is
-    replaced.
+    Resumable: a document already rendered in ``out_dir/<doc_id>/`` is skipped when its rendering
+    verifies (:func:`~vldocir.construction.render.layout.check_rendered`: its ``layout.json``'s
+    checksum and version, its doc id, the digest of its HTML file and the key of the settings, and
+    every page image, hashed with ``verify="full"`` or by size with ``"sizes"``); otherwise it is
+    rendered again, the reason logged. Staging directories that killed runs left in ``out_dir`` are
+    removed. A document that fails (timeout, navigation error, browser crash, a worker process that
+    died, ...) leaves no files, is appended to ``out_dir/failures.jsonl`` (one JSON object per line:
+    doc_id, source, html_path, error_type, error, elapsed_s, time) and the batch goes on; a crashed
+    or killed browser (or worker) is replaced.
     """
     from tqdm.auto import tqdm
 
@@ -116,22 +120,23 @@ def render_batch(
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(out_dir)
     config = renderer.config if renderer is not None else (config or RenderConfig())
+    if verify not in ("full", "sizes"):
+        raise ValueError(f"verify is 'full' or 'sizes', got {verify!r}")
     docs = [(doc_id, source, Path(html_path)) for doc_id, source, html_path in docs]
     report = BatchReport()
     t0 = time.monotonic()
     todo: list[tuple[str, str, Path]] = []
+    render_key = config.output_key()
     for doc_id, source, html_path in docs:
-        layout = out_dir / doc_id / LAYOUT_FILE
-        if layout.exists():
-            try:
-                recorded = json.loads(layout.read_text())
-                if recorded["version"] != LAYOUT_VERSION:
-                    raise ValueError(f"layout version {recorded['version']!r}, not {LAYOUT_VERSION}")
-                report.pages[doc_id] = int(recorded["n_pages"])
-                report.skipped.append(doc_id)
-                continue
-            except (ValueError, KeyError, TypeError, OSError) as exc:
-                log.warning("%s: unreadable %s (%s); rendering again", doc_id, layout, exc)
+        doc_dir = out_dir / doc_id
+        html_sha256 = file_digest(html_path) if html_path.is_file() else None
+        rendered, problem = check_rendered(doc_dir, doc_id, html_sha256, render_key, full=verify == "full")
+        if rendered is not None:
+            report.pages[doc_id] = len(rendered.pages)
+            report.skipped.append(doc_id)
+            continue
+        if problem is not None:
+            log.warning("%s: %s; rendering it again", doc_id, problem)
         todo.append((doc_id, source, html_path))
 
     report.workers = 1 if renderer is not None else worker_count(config, len(todo))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vldocir.cache import content_key
 from vldocir.construction.render.rules import DEFAULT_CLUTTER_SELECTORS, DEFAULT_PAGE_RULES
 from vldocir.errors import VldocirError
 
@@ -151,6 +152,28 @@ class RenderConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def output_params(self) -> dict[str, Any]:
+        """The settings that change the pages (all but :data:`SPEED_ONLY`): what a rendering is keyed by."""
+        return {k: v for k, v in self.to_dict().items() if k not in SPEED_ONLY}
+
+    def output_key(self) -> str:
+        """:func:`~vldocir.cache.content_key` of :meth:`output_params`, recorded in each ``layout.json``."""
+        return content_key(self.output_params())
+
+
+SPEED_ONLY = (
+    "chromium_path",
+    "extra_args",
+    "no_sandbox",
+    "context_reuse",
+    "cut_probes",
+    "timeout_s",
+    "timeout_per_page_s",
+    "workers",
+    "worker_memory_mb",
+)
+"""Render settings that change how fast pages are made, not the pages."""
 
 
 class RenderError(VldocirError, RuntimeError):

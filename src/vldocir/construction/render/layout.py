@@ -2,11 +2,15 @@
 pages, and the ``layout.json`` they are written to; the extraction of the elements from the live
 page (step 3) and their placement on the pages once the cuts are known.
 
-``layout.json`` (``"version": 3``; a layout of another version is not read: the batch renders its
+``layout.json`` (``"version": 4``; a layout of another version is not read: the batch renders its
 document again, :func:`load_layout` names the file)::
 
     {
-      "version": 3, "doc_id": str, "source": str, "html_path": str,
+      "version": 4, "doc_id": str, "source": str, "html_path": str,
+      "html_sha256": str,                 # the HTML file rendered
+      "render_key": str,                  # RenderConfig.output_key(): the settings that shape the pages
+      "files": {"page-000.png": {"bytes": int, "sha256": str}, ...},   # every page image
+      "sha256": str,                      # of this JSON (keys sorted, compact) without this field
       "page_width": int, "page_height": int, "device_scale_factor": float,
       "document_height": int,             # device pixels of the whole document
       "background": [r, g, b],            # the document's background colour (for blank rows)
@@ -49,10 +53,19 @@ text only; a table row holding a nested table or taller than
 ``dom_text`` of a page is the text of its non-container, non-nested elements with text whose top
 lies on the page, in reading order (by ``(y0, x0)``), joined by newlines. The text of an ``img`` is
 empty (alt text is not drawn); the text of an inline ``svg`` is its ``<text>`` content.
+
+What a rendering vouches for, and when it is checked (:func:`check_rendered`): the layout's own
+checksum and every page image's size whenever it is read (:func:`load_layout`); the document id, the
+HTML file's digest and the render settings' key, and every page image's SHA-256, before the batch
+skips a document as already rendered (:func:`~vldocir.construction.render.batch.render_batch`,
+``verify="full"``, the builds' policy: the assembly reads every image next anyway). A rendering that
+does not verify is rendered again; one read outside the batch raises
+:class:`~vldocir.cache.CorruptArtifactError` naming the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -65,9 +78,10 @@ from vldocir.cache import CorruptArtifactError
 from vldocir.construction.paginate import assign_elements
 from vldocir.construction.render.browser import page_script
 from vldocir.construction.render.config import RenderConfig
+from vldocir.io import file_digest
 
 LAYOUT_FILE = "layout.json"
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 CONTAINER_TYPES = frozenset({"table", "list"})
 ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula")
 
@@ -132,6 +146,12 @@ class RenderedDocument:
     """Content elements still reaching past the page's left or right side (:func:`overflow_elements`)."""
     images: dict[str, Any] = field(default_factory=dict)
     """Images that show nothing, with their URLs (:func:`.images.image_report`)."""
+    html_sha256: str = ""
+    """SHA-256 of the HTML file rendered."""
+    render_key: str = ""
+    """:meth:`RenderConfig.output_key` of the settings it was rendered with."""
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Page image name -> ``{"bytes", "sha256"}``."""
 
     def page_path(self, page_index: int) -> Path:
         return self.directory / self.pages[page_index].image
@@ -157,7 +177,15 @@ class RenderedDocument:
             "fit": dict(self.fit),
             "overflow": list(self.overflow),
             "images": dict(self.images),
+            "html_sha256": self.html_sha256,
+            "render_key": self.render_key,
+            "files": {name: dict(record) for name, record in self.files.items()},
         }
+
+    def sealed_json(self) -> dict[str, Any]:
+        """:meth:`to_json` with its own checksum (``sha256``): what ``layout.json`` holds."""
+        obj = json.loads(json.dumps(self.to_json()))
+        return {**obj, "sha256": layout_digest(obj)}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], directory: Path) -> "RenderedDocument":
@@ -166,6 +194,10 @@ class RenderedDocument:
                 directory / LAYOUT_FILE,
                 f"is layout version {obj.get('version')!r}; this "
                 f"code reads version {LAYOUT_VERSION}: render the document again",
+            )
+        if obj.get("sha256") != layout_digest(obj):
+            raise CorruptArtifactError(
+                directory / LAYOUT_FILE, "does not match its checksum: render the document again"
             )
         return cls(
             doc_id=obj["doc_id"],
@@ -186,18 +218,69 @@ class RenderedDocument:
             fit=dict(obj["fit"]),
             overflow=list(obj["overflow"]),
             images=dict(obj["images"]),
+            html_sha256=str(obj["html_sha256"]),
+            render_key=str(obj["render_key"]),
+            files={str(name): dict(record) for name, record in obj["files"].items()},
         )
 
 
-def load_layout(doc_dir: str | Path) -> RenderedDocument:
-    """Read ``doc_dir/layout.json`` back into a :class:`RenderedDocument`; a file of another layout
-    version, or a damaged one, raises :class:`~vldocir.cache.CorruptArtifactError` naming it."""
+def layout_digest(obj: dict[str, Any]) -> str:
+    """SHA-256 of a layout's JSON (keys sorted, compact) without its ``sha256`` field."""
+    body = {k: v for k, v in obj.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    """What a layout vouches for about a page image: its size and SHA-256."""
+    return {"bytes": path.stat().st_size, "sha256": file_digest(path)}
+
+
+def load_layout(doc_dir: str | Path, full: bool = False) -> RenderedDocument:
+    """Read ``doc_dir/layout.json`` back into a :class:`RenderedDocument`, checking its checksum and
+    that every page image it vouches for is there with its size (``full``: and its SHA-256). A file of
+    another layout version, a damaged one or a damaged page image raises
+    :class:`~vldocir.cache.CorruptArtifactError` naming the file."""
     doc_dir = Path(doc_dir)
     path = doc_dir / LAYOUT_FILE
     try:
-        return RenderedDocument.from_json(json.loads(path.read_text()), doc_dir)
-    except (KeyError, TypeError, ValueError) as error:  # (CorruptArtifactError is none of these)
+        doc = RenderedDocument.from_json(json.loads(path.read_text()), doc_dir)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:  # (CorruptArtifactError is none of these)
         raise CorruptArtifactError(path, f"is unreadable ({type(error).__name__}: {error})") from None
+    for page in doc.pages:
+        image, vouched = doc_dir / page.image, doc.files.get(page.image)
+        if vouched is None:
+            raise CorruptArtifactError(path, f"does not vouch for {page.image}: render the document again")
+        if not image.is_file():
+            raise CorruptArtifactError(image, "is missing: render the document again")
+        if image.stat().st_size != vouched["bytes"]:
+            raise CorruptArtifactError(
+                image, f"has {image.stat().st_size} bytes, {path} vouches for {vouched['bytes']}: render it again"
+            )
+        if full and file_digest(image) != vouched["sha256"]:
+            raise CorruptArtifactError(image, f"does not match its checksum in {path}: render the document again")
+    return doc
+
+
+def check_rendered(
+    doc_dir: Path, doc_id: str, html_sha256: str | None, render_key: str, full: bool = True
+) -> tuple[RenderedDocument | None, str | None]:
+    """``(the rendering in doc_dir, None)`` when it is that of ``doc_id`` from HTML of digest
+    ``html_sha256`` with settings ``render_key`` and passes :func:`load_layout`'s checks (``full``:
+    page images hashed); else ``(None, why not)``, or ``(None, None)`` when there is no ``layout.json``."""
+    path = doc_dir / LAYOUT_FILE
+    if not path.is_file():
+        return None, None
+    try:
+        doc = load_layout(doc_dir, full=full)
+    except CorruptArtifactError as error:
+        return None, str(error)
+    if doc.doc_id != doc_id:
+        return None, f"{path} is the rendering of {doc.doc_id!r}"
+    if doc.html_sha256 != html_sha256:
+        return None, f"{path} was rendered from other HTML than the file it names now"
+    if doc.render_key != render_key:
+        return None, f"{path} was rendered with other settings (key {doc.render_key}, not {render_key})"
+    return doc, None
 
 
 def extract_elements(

@@ -37,10 +37,11 @@ from vldocir.construction.render.layout import (
     RenderedDocument,
     RenderedPage,
     extract_elements,
+    file_record,
     place_elements,
 )
 from vldocir.construction.render.records import fidelity_warnings
-from vldocir.io import atomic_write_json
+from vldocir.io import atomic_write_json, file_digest
 
 log = logging.getLogger(__name__)
 
@@ -389,8 +390,12 @@ class Renderer:
             timings=prep.timings,
             blocked_requests=list(blocked),
             **prep.fidelity,
+            html_sha256=file_digest(html_path),
+            render_key=cfg.output_key(),
+            # read back from the staging directory: what the layout vouches for is what is on disk
+            files={p.image: file_record(doc_dir / p.image) for p in pages},
         )
-        atomic_write_json(doc.to_json(), doc_dir / LAYOUT_FILE)
+        atomic_write_json(doc.sealed_json(), doc_dir / LAYOUT_FILE)
         return doc
 
     def _decide_cut(self, shooter: Shooter, start: int, prep: "_Prepared") -> CutDecision:
