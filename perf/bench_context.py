@@ -76,7 +76,7 @@ def worker_store(args) -> dict:
             vectors = rng.standard_normal((tokens[page], args.dim), dtype=np.float32)
             items.append(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
         store.shard_dir(shard).mkdir(parents=True)
-        write_ragged(store.shard_dir(shard), items, "float16", {})
+        write_ragged(store.shard_dir(shard), items, "float16", {"first_page": start})
     finish_if_complete(store, {})
     return {"pages": len(page_ids), "tokens": int(sum(tokens)), "shards": store.n_shards}
 

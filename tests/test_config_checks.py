@@ -71,7 +71,7 @@ BAD = [
         ["setting=rrf", "setting.fuse=base", "setting.method.k=-1"],
         "setting.method (rrf-base-ocr_bm25): k must be an integer >= 0, got -1",
     ),
-    (["setting=rrf", "setting.fuse=base", "setting.method.inputs=[]"], "needs at least 1 input run(s), got 0"),
+    (["setting=rrf", "setting.fuse=base", "setting.method.inputs=[]"], "merges two or more runs, got 0"),
 ]
 
 

@@ -218,3 +218,39 @@ def test_failing_job_names_the_problem(isolated_paths):
     assert done.returncode != 0
     assert str(missing) in done.stderr and "does not exist" in done.stderr
     assert not (isolated_paths / "results" / "runs").exists(), "a failed job leaves no store entry"
+
+
+RRF_OF_TWO = [
+    "setting=rrf",
+    "setting.fuse=base",
+    "setting.id=rrf-k1",
+    "setting.method.inputs=[base,{setting:base,overrides:['retriever.model.k1=0.9']}]",
+]
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "copied from the other input"])
+def test_a_damaged_input_run_of_a_setting_is_computed_again_never_used(run_eval, damage, caplog):
+    """The fused run is computed again from its inputs; the damaged input entry is found, not used,
+    and its run is computed again and filed beside it: the same numbers as the first time."""
+    metrics, manifest, _, entry = run_eval(*RRF_OF_TWO)
+    inputs = [Path(i["entry"]) for i in manifest["run"]["inputs"]]
+    damaged = inputs[0] / store.RUN_FILE
+    if damage == "flipped byte":
+        raw = bytearray(damaged.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        damaged.write_bytes(bytes(raw))
+    else:
+        damaged.write_bytes((inputs[1] / store.RUN_FILE).read_bytes())
+    for name in STORE_FILES:  # the fused entry gone: its run must be made from the inputs again
+        (entry / name).unlink()
+    entry.rmdir()
+
+    with caplog.at_level("WARNING"):
+        again, again_manifest, _, again_entry = run_eval(*RRF_OF_TWO)
+    assert f"not reusing the run in {inputs[0]}" in caplog.text
+    assert again == metrics and again_entry == entry
+    first_input, second_input = again_manifest["run"]["inputs"]
+    assert not first_input["reused"] and Path(first_input["entry"]) == inputs[0].with_name(inputs[0].name + ".2")
+    assert second_input["reused"] and Path(second_input["entry"]) == inputs[1]
+    recomputed = Path(first_input["entry"]) / store.METRICS_FILE
+    assert recomputed.read_text() == (inputs[0] / store.METRICS_FILE).read_text(), "the input's own numbers too"

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from vldocir.cache import POLICIES
+from vldocir.cache import INTEGRITY_LEVELS, POLICIES
 from vldocir.errors import ConfigError
 from vldocir.evaluation.metrics import METRICS
 from vldocir.store import SAFE_NAME
@@ -90,6 +90,9 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.stage!r}")
     if cfg.cache_policy not in POLICIES:
         raise ConfigError(f"cache_policy must be one of {', '.join(POLICIES)}, got {cfg.cache_policy!r}")
+    if cfg.cache_integrity not in INTEGRITY_LEVELS:
+        raise ConfigError(f"cache_integrity must be one of {', '.join(INTEGRITY_LEVELS)}, got {cfg.cache_integrity!r}")
+    _check_leases(cfg)
     depth = _positive_int("depth", cfg.depth)
     ks = _ks(cfg.eval.ks)
     if max(ks) > depth:
@@ -119,6 +122,18 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> None:
                 f"+{key}=... adds a top-level key that nothing reads (known: {', '.join(sorted(known - {'hydra'}))}); "
                 "check the spelling, or set a nested key such as retriever.model.<name>"
             )
+
+
+def _check_leases(cfg: DictConfig) -> None:
+    """The claims between concurrent jobs (vldocir.leases): a duration above 0, a wait of at least 0."""
+    for key, allow_zero in (("leases.duration_s", False), ("leases.wait_s", True)):
+        value = OmegaConf.select(cfg, key)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or value < 0 or (value == 0 and not allow_zero):
+            bound = "at least 0" if allow_zero else "above 0"
+            raise ConfigError(f"{key} must be a number of seconds {bound}, got {value!r}")
+    if not isinstance(OmegaConf.select(cfg, "leases.check_local_pid"), bool):
+        raise ConfigError(f"leases.check_local_pid must be true or false, got {cfg.leases.check_local_pid!r}")
 
 
 def _check_context(cfg: DictConfig) -> None:

@@ -40,9 +40,17 @@ from vldocir.evaluation.aggregate import check_language, language_subset, summar
 from vldocir.evaluation.console import format_report, structure_table
 from vldocir.evaluation.metrics import RUN_COLUMNS, EvidenceIndex, per_query_metrics
 from vldocir.io import atomic_write_json
-from vldocir.manifest import git_state, hardware, package_versions, redact_overrides, redact_secrets
+from vldocir.leases import LEASES_DIR, Lease, Leases, release_held
+from vldocir.manifest import (
+    git_state,
+    hardware,
+    is_secret_value,
+    package_versions,
+    redact_overrides,
+    redact_secrets,
+)
 from vldocir.retrieval.base import Retriever
-from vldocir.retrieval.settings import RunJob, Setting
+from vldocir.retrieval.settings import RunJob, Setting, check_id_names_inputs
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +126,33 @@ def run_stage(cfg: DictConfig, tracker) -> dict[str, Any]:
     The whole config is checked first (:func:`check_config`), so a bad override fails in a second.
     """
     check_config(cfg, _overrides())
+    _check_directory_names(cfg)
     stages = {"evaluate": evaluate, "encode": encode}
-    return stages[cfg.stage](cfg, tracker)
+    try:
+        return stages[cfg.stage](cfg, tracker)
+    finally:
+        release_held()  # a failed job's claims end with it, not with its process (sweeps run in one)
+
+
+def _leases(cfg: DictConfig) -> Leases:
+    """The claims on units of work this job shares with concurrent ones (``leases`` in the config)."""
+    return Leases(
+        Path(cfg.paths.cache_dir) / LEASES_DIR,
+        float(cfg.leases.duration_s),
+        float(cfg.leases.wait_s),
+        check_local_pid=bool(cfg.leases.check_local_pid),
+    )
+
+
+def _check_directory_names(cfg: DictConfig) -> None:
+    """The names that become directories (results store, data dir), checked before any work: a
+    secret there (``retriever.id='${oc.env:OPENAI_API_KEY}'``) would be written into every path."""
+    store.check_name("retriever id", cfg.retriever.id)
+    store.check_name("setting id", cfg.setting.id)
+    if is_secret_value(str(cfg.dataset.name)):
+        raise ConfigError(
+            "dataset.name names directories and looks like a secret; secrets come from the environment only"
+        )
 
 
 def optimized_value(cfg: DictConfig, metrics: dict[str, Any] | None) -> float | None:
@@ -157,7 +190,9 @@ def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
     A Hydra multirun over ``encode.task`` is a SLURM job array (hydra-submitit-launcher); the
     evaluation run afterwards finds every shard present and goes straight to search.
     """
-    cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
+    cache = ArtifactCache(
+        Path(cfg.paths.cache_dir), cfg.cache_policy, integrity=cfg.cache_integrity, leases=_leases(cfg)
+    )
     manifest = _start_manifest(cfg)
     tracker.start(manifest)
     bench = open_benchmark(cfg.dataset, cfg.paths.cache_dir)
@@ -206,6 +241,7 @@ class ResolvedRun:
     inputs: list[dict[str, Any]] = field(default_factory=list)
     query_flags: dict[str, dict[str, Any]] = field(default_factory=dict)
     entry: Path | None = None  # the entry that holds it evaluated at this job's ks
+    claim: Lease | None = None  # this job's claim on computing it, held until its entry is published
 
     @property
     def run(self) -> pa.Table:
@@ -270,7 +306,7 @@ class RunResolver:
         if key in self.done:
             self.cache.record("run", key, "hit")
             return self.done[key]
-        stored = None if cfg.cache_policy == "overwrite" else store.find_run(setting_dir, key)
+        stored, claim = self._claim(key, setting_dir, cfg.cache_policy == "overwrite")
         self.cache.record("run", key, "hit" if stored else ("overwrite" if cfg.cache_policy == "overwrite" else "miss"))
         if stored is not None:
             log.info("%s: reusing the run stored in %s (key %s): no search", label, stored.path, key)
@@ -302,8 +338,25 @@ class RunResolver:
             resolved = ResolvedRun(
                 run, key, None, setting_dir, retrieval=job.stats, inputs=inputs, query_flags=job.query_flags
             )
+        resolved.claim = claim
         self.done[key] = resolved
         return resolved
+
+    def _claim(self, key: str, setting_dir: Path, overwrite: bool) -> tuple[store.Entry | None, Lease | None]:
+        """The verified stored entry of run ``key``, or else this job's claim on computing it
+        (the unit ``run/<benchmark>/<retriever id>/<setting id>/<key>``).
+
+        A job that finds another one computing the same run (a parallel sweep point, the base run of
+        ctx jobs) waits for it and reuses its entry; a claim whose job died lapses and is taken over.
+        """
+        found: list[store.Entry | None] = [None]
+
+        def stored() -> bool:
+            found[0] = None if overwrite else store.find_run(setting_dir, key)
+            return found[0] is not None
+
+        claim = self.cache.leases.acquire("/".join(("run", *setting_dir.parts[-3:], key)), stored)
+        return found[0], claim
 
     def evaluate(self, resolved: ResolvedRun, keep_run: bool = False) -> tuple[pd.DataFrame, dict]:
         """Per-query metrics and their aggregates. A stored run is read for this alone (its ids and
@@ -338,8 +391,10 @@ class RunResolver:
             reused=resolved.reused,
             per_query=per_query,
             metrics=metrics,
-            manifest=manifest,
+            manifest=redact_secrets(manifest),  # the sections added since _start_manifest too
         )
+        if resolved.claim is not None:  # filed: the jobs waiting for this run reuse it now
+            resolved.claim.release()
         log.info("input run %s/%s filed in %s", cfg.retriever.id, cfg.setting.id, resolved.entry)
         return resolved
 
@@ -375,6 +430,7 @@ def plan_job(cfg: DictConfig, overrides: list[str], chain: tuple[str, ...] = ())
     if label in chain:
         raise ConfigError(f"setting inputs form a cycle: {' -> '.join((*chain, label))}")
     setting, retriever = instantiate_setting(cfg), instantiate_retriever(cfg)
+    check_id_names_inputs(setting, str(cfg.setting.id), overrides)
     dataset = OmegaConf.to_container(cfg.dataset, resolve=True)
     inputs = []
     for spec in setting.inputs():
@@ -448,7 +504,9 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     """Run the stages ``cfg`` asks for and record them; returns ``metrics.json``'s content."""
     started = time.perf_counter()
     timings: dict[str, Any] = {}
-    cache = ArtifactCache(Path(cfg.paths.cache_dir), cfg.cache_policy)
+    cache = ArtifactCache(
+        Path(cfg.paths.cache_dir), cfg.cache_policy, integrity=cfg.cache_integrity, leases=_leases(cfg)
+    )
     overrides = _overrides()
     check_inputs(cfg, overrides)  # parameter checks of the job and of every input run, before anything starts
     manifest = _start_manifest(cfg, overrides)
@@ -479,6 +537,7 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
 
     manifest["cache"] = cache.events
     manifest["timings"] = _rounded(timings)
+    manifest = redact_secrets(manifest)  # the sections added since _start_manifest too (settings' stats)
     setting_dir, name, reused = resolved.setting_dir, store.entry_name(depth, ks, resolved.key), resolved.reused
     if language is not None:
         # The run is filed with its evaluation over all queries as usual (any later job reuses it),
@@ -512,6 +571,8 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
         metrics=metrics,
         manifest=manifest,
     )
+    if resolved.claim is not None:  # published: the jobs waiting for this run reuse it now
+        resolved.claim.release()
     _write_job_manifest(manifest, entry)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
     print(format_report(metrics, entry, resolved.reused is not None), flush=True)

@@ -20,6 +20,7 @@ import pytest
 
 from helpers import newest_entry
 from report_stores import MANIFEST, PAPER_DIR, REPO_ROOT, TEXT_BENCH
+from vldocir import store
 from vldocir.evaluation.aggregate import balanced_by, summarise
 from vldocir.evaluation.metrics import metric_columns
 from vldocir.reporting import check as check_module
@@ -361,9 +362,13 @@ def test_choose_benchmark(spec, empty_results, mini_results, multi_results, tmp_
     assert name == TEXT_BENCH and "no runs of the paper's benchmark vl-docir" in note
     assert choose_benchmark(mini_results, spec, "other") == (
         "other",
-        "reproduced values are runs on other, not on the paper's vl-docir",
+        "the cells made from runs are runs on other, not on the paper's vl-docir",
     )
     shutil.copytree(mini_results / "runs" / TEXT_BENCH, tmp_path / "runs" / "vl-docir")
+    for path in (tmp_path / "runs" / "vl-docir").glob(f"*/*/*/{store.MANIFEST_FILE}"):  # filed as vl-docir runs
+        manifest = json.loads(path.read_text())
+        manifest["store"]["place"][0] = "vl-docir"
+        path.write_text(json.dumps(store.seal_manifest(manifest)))
     shutil.copytree(multi_results / "runs" / TEXT_BENCH, tmp_path / "runs" / TEXT_BENCH)
     assert choose_benchmark(tmp_path, spec) == ("vl-docir", None)
 
@@ -400,6 +405,68 @@ def test_check_with_the_mini_run(mini_results, mini_tables, capsys):
     checked = check_module.check(mini_tables, tolerance=1e9)
     assert set(checked["check"]) == {"OK", "MISSING"}
     assert (checked["check"] == "OK").sum() == checked["reproduced"].notna().sum()
+
+
+def _printed_command(line: str) -> tuple[str, list[str]]:
+    """(store path, run.py overrides) of a line of ``Runs that would fill the MISSING cells``."""
+    path, rest = line.split(maxsplit=1)
+    return path, rest.split("python run.py ", 1)[1].split("   # ", 1)[0].split()
+
+
+@pytest.mark.parametrize("benchmark, dataset", [("vl-docir-mini", "mini"), ("vl-docir", "vldocir")])
+def test_missing_run_commands_run_as_printed_on_the_benchmark_of_their_row(spec, empty_results, benchmark, dataset):
+    """Each printed command composes with the real config into the run its row names: the
+    benchmark's own dataset (the mini's for a store of mini runs), its reduced corpus for Table 18's
+    Reduced rows, the row's retriever and setting ids."""
+    from helpers import compose_cfg
+
+    lines = check_module.missing_commands(spec, ResultsView(empty_results, benchmark), spec.tables)
+    commands = dict(_printed_command(line) for line in lines)
+    assert f"{benchmark}-reduced/colqwen25/base" in commands and f"{benchmark}/colnomic7b/ctx-n512" in commands
+    assert f"dataset={dataset}" in commands[f"{benchmark}/colnomic7b/ctx-n512"]
+    for path in (
+        f"{benchmark}-reduced/colqwen25/base",
+        f"{benchmark}/colnomic7b/ctx-n512",
+        f"{benchmark}/ocr_bm25/base",
+    ):
+        cfg = compose_cfg(*commands[path])
+        assert f"{cfg.dataset.name}/{cfg.retriever.id}/{cfg.setting.id}" == path
+
+
+def test_check_says_tables_6_to_10_come_from_the_labelled_set(spec, mini_results, tmp_path, capsys):
+    """Beside a store of runs on one benchmark, the cleaning tables are the cleaning stage's files,
+    made from the labelled queries (here the shipped set, its recorded answers), not from those runs."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from vldocir.construction.cleaning import run_cleaning
+
+    shutil.copytree(mini_results, tmp_path / "results")
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            config_name="cleaning_ablations",
+            return_hydra_config=True,
+            overrides=[
+                f"paths.root_dir={REPO_ROOT}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+                f"paths.results_dir={tmp_path / 'results'}",
+                "cleaning.methods=[llm_rating]",
+            ],
+        )
+    HydraConfig.instance().set_config(cfg)
+    run_cleaning(cfg.cleaning)
+    run(compose_report([f"paths.results_dir={tmp_path / 'results'}", "do=[check]", "quiet=true"]))
+    out = capsys.readouterr().out
+    assert re.search(
+        rf"^  table6_llm_rating .* from the cleaning ablations' labelled set labelled-synthetic.csv \(144 queries\), "
+        rf"not runs on {TEXT_BENCH}$",
+        out,
+        re.M,
+    )
+    assert re.search(r"^  table7_llm_classifier .* labelled queries \(no results/cleaning files yet\)", out, re.M)
+    assert re.search(rf"^  table13_overall .* from runs on {TEXT_BENCH}$", out, re.M)
+    assert re.search(rf"^  table18_reduced .* from runs on {TEXT_BENCH} and {TEXT_BENCH}-reduced$", out, re.M)
+    assert f"the cells made from runs are runs on {TEXT_BENCH}" in out
 
 
 def test_manifest_entries_have_renderers_and_existing_experiments(spec):

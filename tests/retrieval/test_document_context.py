@@ -149,7 +149,7 @@ def synthetic_store(
             store.shard_dir(index),
             [unit(rng.standard_normal((int(rng.integers(0, 31)), dim))) for _ in range(start, stop)],
             dtype,
-            {},
+            {"first_page": start},  # as encode_shards records it: the store checks each shard's place
         )
     finish_if_complete(store, {})
     return store
@@ -281,7 +281,8 @@ def test_resume_redoes_chunks_whose_rows_or_page_shards_changed(tmp_path, monkey
     changed = records[3]["shards"][-1][0]
     rng = np.random.default_rng(9)
     lengths = np.diff(np.load(store.shard_dir(changed) / "offsets.npy"))
-    write_ragged(store.shard_dir(changed), [unit(rng.standard_normal((int(n), 8))) for n in lengths], "float16", {})
+    first = {"first_page": store.shard_range(changed)[0]}
+    write_ragged(store.shard_dir(changed), [unit(rng.standard_normal((int(n), 8))) for n in lengths], "float16", first)
     with open(partial / "chunks.jsonl", "a") as handle:
         handle.write('{"docs": [0, ')
     still_good = [r for i, r in enumerate(records) if i != 1 and changed not in [s for s, _ in r["shards"]]]

@@ -130,9 +130,11 @@ def open_reduced(parent: Benchmark, cache_root: Path) -> Benchmark:
     """The reduced benchmark of ``parent``, built on first use into
     ``<cache_root>/reduced/<parent fingerprint>/`` and reused afterwards.
 
-    A finished one that no longer loads (a table or image file deleted or damaged), or that was
-    written by another :data:`DERIVATION_VERSION`, is reported and rebuilt. An interrupted build
-    leaves only a staging directory, which the next build removes.
+    A finished one whose files do not match its ``artifact.json`` (:func:`vldocir.cache.check_artifact`),
+    that no longer loads (a table or image file deleted or damaged), whose content no longer has the
+    fingerprint its ``benchmark.json`` records, or that was written by another
+    :data:`DERIVATION_VERSION`, is reported and rebuilt. An interrupted build leaves only a staging
+    directory, which the next build removes.
     """
     cache = ArtifactCache(Path(cache_root), policy="reuse")
     key = parent.fingerprint
@@ -143,6 +145,10 @@ def open_reduced(parent: Benchmark, cache_root: Path) -> Benchmark:
             bench = load_benchmark(path)
         except BenchmarkError as error:
             raise CorruptArtifactError(path, str(error)) from error
+        if bench.fingerprint != bench.info.get("fingerprint"):
+            raise CorruptArtifactError(
+                path / INFO_FILE, "records another fingerprint than its tables and images have: they have changed"
+            )
         expected = {"name": parent.name, "fingerprint": key}
         version = bench.info.get("derivation", {}).get("version")
         if bench.info.get("derived_from") != expected or version != DERIVATION_VERSION:

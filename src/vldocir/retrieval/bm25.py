@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from vldocir.cache import ArtifactCache
+from vldocir.cache import ArtifactCache, CorruptArtifactError, read_json
 from vldocir.data.benchmark import Benchmark
 from vldocir.data.runs import run_from_indices
 from vldocir.errors import ConfigError
@@ -98,8 +99,19 @@ class BM25Retriever(Retriever):
         import bm25s
 
         key = cache.key_for("bm25-index", benchmark=bench.fingerprint, **self.cache_params())
-        path = cache.lookup("bm25-index", key)
-        if path is None:
+        page_order = bench.arrow("pages", ["page_id"]).column("page_id").to_pylist()
+        loaded: list[tuple] = []
+
+        def verify(path: Path) -> None:
+            """The page order is the benchmark's (the index was built from the pages table in its
+            order), and bm25s reads the index back."""
+            if read_json(path / "page_ids.json") != page_order:
+                raise CorruptArtifactError(
+                    path / "page_ids.json", f"is not the page order of benchmark {bench.name}'s pages table"
+                )
+            loaded.append(self._load(path, len(page_order)))
+
+        if cache.lookup("bm25-index", key, verify) is None:
             tick = time.perf_counter()
             pages = bench.arrow("pages", ["page_id", self.text_field])
             texts = pages.column(self.text_field).to_pylist()
@@ -123,14 +135,42 @@ class BM25Retriever(Retriever):
             with cache.build("bm25-index", key, {"benchmark": bench.fingerprint, **self.cache_params()}) as staging:
                 model.save(staging / "bm25", show_progress=False)
                 tokenizer.save_vocab(staging / "bm25")
-                (staging / "page_ids.json").write_text(json.dumps(pages.column("page_id").to_pylist()))
-            path = cache.directory("bm25-index", key)
+                (staging / "page_ids.json").write_text(json.dumps(page_order))
             self.stats["index"] = {"pages": len(texts), "build_s": round(time.perf_counter() - tick, 3)}
-        model = bm25s.BM25.load(path / "bm25", mmap=True, show_progress=False)
-        tokenizer = self._tokenizer()
-        tokenizer.load_vocab(path / "bm25")
-        page_ids = np.asarray(json.loads((path / "page_ids.json").read_text()), dtype=object)
-        return model, tokenizer, page_ids
+            loaded.append(self._load(cache.directory("bm25-index", key), len(page_order)))
+        model, tokenizer = loaded[-1]
+        return model, tokenizer, np.asarray(page_order, dtype=object)
+
+    def _load(self, path: Path, n_pages: int) -> tuple:
+        """The bm25s model (memory-mapped) and tokenizer of the index at ``path``, after the checks
+        that cost no pass over the postings: the parameters and page count are this index's, and
+        the sparse matrix's shape agrees with the vocabulary. Raises :class:`CorruptArtifactError`
+        naming the file."""
+        import bm25s
+
+        try:
+            model = bm25s.BM25.load(path / "bm25", mmap=True, show_progress=False)
+            tokenizer = self._tokenizer()
+            tokenizer.load_vocab(path / "bm25")
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as error:
+            raise CorruptArtifactError(
+                path / "bm25", f"bm25s cannot read it ({type(error).__name__}: {error})"
+            ) from None
+        params = path / "bm25" / "params.index.json"
+        found = (model.k1, model.b, model.method, model.scores.get("num_docs"))
+        if found != (self.k1, self.b, self.method, n_pages):
+            raise CorruptArtifactError(
+                params,
+                f"holds k1, b, method, num_docs {found}; this index is {(self.k1, self.b, self.method, n_pages)}",
+            )
+        indptr = model.scores["indptr"]
+        if len(indptr) != len(model.vocab_dict) + 1 or indptr[0] != 0 or indptr[-1] != len(model.scores["data"]):
+            raise CorruptArtifactError(
+                path / "bm25" / "indptr.csc.index.npy", "does not fit the vocabulary and postings"
+            )
+        if len(model.scores["indices"]) != len(model.scores["data"]):
+            raise CorruptArtifactError(path / "bm25" / "indices.csc.index.npy", "does not fit the postings")
+        return model, tokenizer
 
     def retrieve(self, bench: Benchmark, queries: dict[str, str], depth: int, cache: ArtifactCache) -> pa.Table:
         model, tokenizer, page_ids = self._index(bench, cache)

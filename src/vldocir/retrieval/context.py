@@ -28,7 +28,9 @@ takes hours and more memory than a machine has, so it is streamed, parallel and 
 
 The page shards are verified in full (checksums) by the chunk that reads them, before reading
 (a shard two chunks read is checked twice); the artifact itself is verified in full on every read
-(it is small next to the page store); a damaged one is reported by path and rebuilt.
+(it is small next to the page store: its files against ``artifact.json``, its vectors against its
+``shard.json``, ``doc_ids.json`` against the benchmark's document order); a damaged one is reported
+by path and rebuilt.
 
 GPU. Nothing here uses one: the unit of work is :func:`_cluster_chunk`, and a GPU k-means
 (faiss-gpu's ``Kmeans(gpu=True)``, or a batched torch k-means over a chunk's documents) would
@@ -215,7 +217,7 @@ def document_context_vectors(
         path = cache.directory("doc-context", key)
         with cache.build_in_parts("doc-context", key, parts) as partial:
             if partial is None:  # another job built it while this one waited
-                verify(path)
+                cache.check("doc-context", key, verify)
             else:
                 built = _build(partial, store, doc_ids, page_doc, n_ctx, iterations, seed, workers, progress)
                 if stats is not None:

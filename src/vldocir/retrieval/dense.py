@@ -161,23 +161,37 @@ class EmbeddingRetriever(Retriever):
         if store.complete and not overwrite:
             cache.record("page-embeddings", store.directory.name, "hit")
             return store
-        cache.record("page-embeddings", store.directory.name, "overwrite" if overwrite else "miss")
+        # The store's own claim says which job leads its encoding ("miss") and which help ("shared");
+        # each shard is claimed on its own, so any number of jobs (a stage=encode array) share the work.
+        # Its holder releases it only once the store is complete, hence the second look.
+        claim = cache.leases.claim(f"page-embeddings/{store.directory.name}/store")
+        if claim is not None and store.complete and not overwrite:
+            claim.release()
+            cache.record("page-embeddings", store.directory.name, "hit")
+            return store
         if overwrite:
             (store.directory / "artifact.json").unlink(missing_ok=True)
         mine = [s for s in range(store.n_shards) if s % num_tasks == task]
-        if overwrite or any(not store.has_shard(s) for s in mine):
-            self.encoder.prepare()
-        stats = encode_shards(
-            store,
-            inputs,
-            self.encoder.encode_pages,
-            mine,
-            overwrite=overwrite,
-            batch_size=self.encoder.batch_size,
-            decode_workers=self.decode_workers,
-            progress=self.progress,
-        )
-        finish_if_complete(store, self._page_key_parts(bench))
+        try:
+            if overwrite or any(not store.has_shard(s) for s in mine):
+                self.encoder.prepare()
+            stats = encode_shards(
+                store,
+                inputs,
+                self.encoder.encode_pages,
+                mine,
+                overwrite=overwrite,
+                batch_size=self.encoder.batch_size,
+                decode_workers=self.decode_workers,
+                progress=self.progress,
+                leases=cache.leases,
+            )
+            finish_if_complete(store, self._page_key_parts(bench))
+        finally:
+            if claim is not None:
+                claim.release()
+        status = "overwrite" if overwrite else "miss" if claim else "shared" if stats["shards_encoded"] else "hit"
+        cache.record("page-embeddings", store.directory.name, status)
         stats.update(
             pages_per_s=round(stats["pages_encoded"] / stats["encode_s"], 3) if stats["encode_s"] else None,
             gpu_s=_gpu_seconds(self.encoder.device_name, stats["encode_s"]),
@@ -311,7 +325,7 @@ def _drop_damaged(store: PageEmbeddingStore, cache: ArtifactCache, error: Except
     reason = error.reason if isinstance(error, CorruptArtifactError) else "the stored vectors hold NaN or Inf"
     shard = store.shard_of(path if path.name not in (*RAGGED_FILES, "shard.json") else path.parent)
     if shard is not None:
-        store.discard_shard(shard, reason)
+        store.discard_shard(shard, f"{path}: {reason}")
         action = (
             f"The shard was removed and the store {store.directory} marked incomplete; rerun the same command: "
             "it re-encodes this shard only and keeps the others."

@@ -2,7 +2,8 @@
 
 Layout of one page-embedding artifact (``<cache>/page-embeddings/<key>/``)::
 
-    store.json            what the key covers, page count, shard size, storage dtype
+    store.json            what the key covers, page count, shard size, storage dtype, the
+                          blake2b of page_ids.json
     page_ids.json         the page order (the benchmark's pages sorted by page_id)
     shards/00000/         pages [0, shard_size): vectors.npy (n_tokens, dim) 16-bit,
                           offsets.npy (n_pages + 1,) int64, shard.json (bad pages, timings,
@@ -28,6 +29,12 @@ n_items, n_tokens, dim and ``finite: true`` (every value was checked to be neith
   worker thread while the previous shard is searched (``EmbeddingRetriever(verify="cheap")`` skips
   it). The search also checks every block it upcasts for NaN/Inf, whatever the level.
 
+Placement. Each shard's ``shard.json`` also records its ``first_page`` and the store it belongs
+to; :meth:`PageEmbeddingStore.check_shard` checks both, and the page count, against the shard's
+place (a shard copied over another, or from another store, is damaged). ``page_ids.json`` is checked
+against the benchmark's page order whenever the store is opened (:func:`open_page_store`): the key
+covers the benchmark, so the order is known, and a damaged map (or ``store.json``) is written anew.
+
 A damaged shard is reported by path and dropped (the store's ``artifact.json`` first), so the next
 encode writes it anew and keeps every good shard: :meth:`PageEmbeddingStore.repair`.
 The same query-embedding and document-context files are written by :func:`write_ragged`, or piece
@@ -50,15 +57,25 @@ import numpy as np
 import pyarrow.dataset as ds
 from tqdm.auto import tqdm
 
-from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, remove_stale_staging, staging_path
+from vldocir.cache import (
+    DIGEST,
+    DONE_FILE,
+    ArtifactCache,
+    CorruptArtifactError,
+    read_json,
+    remove_stale_staging,
+    staging_path,
+)
 from vldocir.data.benchmark import Benchmark, table_location
-from vldocir.errors import VldocirError
+from vldocir.errors import ConfigError, VldocirError
 from vldocir.io import atomic_write_json, file_digest, naming_path
+from vldocir.leases import Leases
 from vldocir.retrieval.vectors import RaggedVectors
 
 log = logging.getLogger(__name__)
 
 STORE_FILE = "store.json"
+PAGE_IDS_FILE = "page_ids.json"
 SHARD_FILE = "shard.json"
 STORAGE_DTYPES = ("float16", "bfloat16")
 RAGGED_FILES = ("vectors.npy", "offsets.npy")
@@ -259,16 +276,6 @@ class RaggedWriter:
         return meta
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file of an artifact; a missing or unreadable one raises :class:`CorruptArtifactError`."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CorruptArtifactError(path, "is missing") from None
-    except (OSError, ValueError) as error:
-        raise CorruptArtifactError(path, f"is unreadable ({type(error).__name__}: {error})") from None
-
-
 def _npy_header(path: Path, recorded: dict | None) -> tuple[tuple[int, ...], np.dtype]:
     """(shape, dtype) from a .npy file's header, after checking the file holds exactly those bytes
     (``recorded``: its facts in shard.json; ``None`` while a writer checks a file of its own)."""
@@ -442,6 +449,8 @@ class PageEmbeddingStore:
     n_pages: int
     shard_size: int
     dtype: str
+    ids: list[str] | None = field(default=None, repr=False)
+    """The page order, once :func:`open_page_store` has checked it against the benchmark."""
 
     @property
     def n_shards(self) -> int:
@@ -473,7 +482,7 @@ class PageEmbeddingStore:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=1) as pool:
-            check = lambda s: pool.submit(verify_ragged, self.shard_dir(s), full)  # noqa: E731
+            check = lambda s: pool.submit(self.check_shard, s, full)  # noqa: E731
             pending = check(0)
             for shard in range(self.n_shards):
                 meta = pending.result()
@@ -486,6 +495,25 @@ class PageEmbeddingStore:
         path = Path(path)
         return int(path.name) if path.parent == self.directory / "shards" and path.name.isdigit() else None
 
+    def check_shard(self, shard: int, full: bool = False) -> dict:
+        """:func:`verify_ragged` of one shard, then its place: ``first_page``, page count and store
+        as its ``shard.json`` records them must be this shard's. Returns shard.json's content."""
+        meta = read_json(self.shard_dir(shard) / SHARD_FILE)  # its place first: a misplaced shard.json is named
+        start, stop = self.shard_range(shard)
+        if not isinstance(meta, dict):
+            meta = {"first_page": start, "n_items": stop - start}  # verify_ragged names what it lacks
+        if meta.get("first_page") != start or meta.get("n_items") != stop - start:
+            raise CorruptArtifactError(
+                self.shard_dir(shard) / SHARD_FILE,
+                f"describes {meta.get('n_items')} pages from page {meta.get('first_page')}; shard {shard} holds "
+                f"{stop - start} from page {start} (a shard copied over another?)",
+            )
+        if meta.get("store", self.directory.name) != self.directory.name:  # recorded since placement checks
+            raise CorruptArtifactError(
+                self.shard_dir(shard) / SHARD_FILE, f"belongs to page store {meta['store']}, not {self.directory.name}"
+            )
+        return verify_ragged(self.shard_dir(shard), full)
+
     def verify(self, full: bool = False) -> dict[int, str]:
         """What is wrong with each damaged shard on disk, by shard number (missing shards are not listed).
 
@@ -495,7 +523,7 @@ class PageEmbeddingStore:
         for shard in range(self.n_shards):
             if self.shard_dir(shard).exists():
                 try:
-                    verify_ragged(self.shard_dir(shard), full)
+                    self.check_shard(shard, full)
                 except CorruptArtifactError as error:
                     found[shard] = str(error)
         return found
@@ -535,32 +563,100 @@ class PageEmbeddingStore:
         return [bad for meta in self.shard_meta() for bad in meta.get("bad_pages", [])]
 
     def page_ids(self) -> list[str]:
-        return json.loads((self.directory / "page_ids.json").read_text())
+        return self.ids if self.ids is not None else read_json(self.directory / PAGE_IDS_FILE)
+
+    def problems(self, full: bool = True) -> list[str]:
+        """What is wrong with the store on disk, without the benchmark (``python -m vldocir.store
+        --verify``): store.json, page_ids.json against the digest store.json records, every shard
+        present (:meth:`check_shard`), and a store marked complete that lacks shards."""
+        try:
+            spec = read_json(self.directory / STORE_FILE)
+            recorded = spec.get("page_ids") if isinstance(spec, dict) else None
+            if recorded is not None and _ids_digest(read_json(self.directory / PAGE_IDS_FILE)) != recorded:
+                raise CorruptArtifactError(
+                    self.directory / PAGE_IDS_FILE, f"its {DIGEST} differs from the one {STORE_FILE} records"
+                )
+        except CorruptArtifactError as error:
+            return [str(error)]
+        found = list(self.verify(full).values())
+        if self.complete and self.missing_shards():
+            found.append(
+                f"{self.directory / DONE_FILE}: marks the store complete, shards {self.missing_shards()} are missing"
+            )
+        return found
+
+
+def store_problems(directory: Path, integrity: str = "full") -> list[str]:
+    """What is wrong with the page-embedding store at ``directory`` (:meth:`PageEmbeddingStore.problems`;
+    ``integrity`` ``cheap`` skips the shards' checksums); a store never finished is no damage."""
+    try:
+        spec = read_json(directory / STORE_FILE)
+        store = PageEmbeddingStore(directory, int(spec["n_pages"]), int(spec["shard_size"]), str(spec["dtype"]))
+    except CorruptArtifactError as error:
+        return [str(error)]
+    except (KeyError, TypeError, ValueError):
+        return [f"{directory / STORE_FILE}: lacks n_pages / shard_size / dtype"]
+    return store.problems(full=integrity != "cheap")
+
+
+def _ids_digest(page_ids: list[str]) -> str:
+    return hashlib.new(DIGEST, json.dumps(page_ids).encode()).hexdigest()
 
 
 def open_page_store(
     cache: ArtifactCache, key: str, description: dict, page_ids: list[str], shard_size: int, dtype: str
 ) -> PageEmbeddingStore:
-    """Open (creating if needed) the store for ``key``; checks an existing one was made the same way."""
+    """Open (creating if needed) the store for ``key``; checks an existing one was made the same way.
+
+    ``page_ids`` is the benchmark's page order, which the key determines: a ``page_ids.json`` that
+    differs, or a ``store.json`` that does not describe this key, is damaged; it is reported in
+    one warning naming it and written anew (the shards are then checked against their places).
+    Only another shard size is the caller's doing, and refused.
+    """
     if dtype not in STORAGE_DTYPES:
         raise ValueError(f"embedding storage dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
     directory = cache.directory("page-embeddings", key)
-    spec = {"key": key, "n_pages": len(page_ids), "shard_size": shard_size, "dtype": dtype, "description": description}
-    spec_file = directory / STORE_FILE
-    if spec_file.is_file():
-        found = json.loads(spec_file.read_text())
-        if (found["n_pages"], found["shard_size"], found["dtype"]) != (len(page_ids), shard_size, dtype):
-            raise ValueError(
-                f"{directory} was started with n_pages={found['n_pages']}, shard_size={found['shard_size']}, "
-                f"dtype={found['dtype']}; this run asks for {len(page_ids)}, {shard_size}, {dtype}. "
-                "Shard size and storage dtype must stay the same for one store: keep them, or run "
-                "with cache_policy=overwrite."
-            )
-    else:
+    spec = {
+        "key": key,
+        "n_pages": len(page_ids),
+        "shard_size": shard_size,
+        "dtype": dtype,
+        "description": description,
+        "page_ids": _ids_digest(page_ids),
+    }
+    spec = json.loads(json.dumps(spec, default=str))  # as written, so that it compares with what is read
+    spec_file, ids_file = directory / STORE_FILE, directory / PAGE_IDS_FILE
+    if not spec_file.is_file():
         directory.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(page_ids, directory / "page_ids.json")
+        atomic_write_json(page_ids, ids_file)
         atomic_write_json(spec, spec_file)
-    return PageEmbeddingStore(directory, len(page_ids), shard_size, dtype)
+        return PageEmbeddingStore(directory, len(page_ids), shard_size, dtype, page_ids)
+    try:
+        if read_json(ids_file) != page_ids:
+            raise CorruptArtifactError(ids_file, "is not the benchmark's page order")
+    except CorruptArtifactError as error:
+        log.warning("damaged page-embedding store file, writing it anew: %s", error)
+        atomic_write_json(page_ids, ids_file)
+    try:
+        stored = read_json(spec_file)
+        if not isinstance(stored, dict):
+            raise CorruptArtifactError(spec_file, "is not a JSON object")
+        found = {**stored, "page_ids": stored.get("page_ids", spec["page_ids"])}  # older stores lack it
+        if found.get("shard_size") != shard_size and {**found, "shard_size": shard_size} == spec:
+            raise ConfigError(
+                f"{spec_file}: the store was started with shard_size={found['shard_size']}; this run asks for "
+                f"{shard_size}. Shard size must stay the same for one store: keep it, or run with "
+                "cache_policy=overwrite."
+            )
+        if found != spec:
+            differ = sorted(k for k in spec.keys() | found.keys() if found.get(k) != spec.get(k))
+            raise CorruptArtifactError(spec_file, f"does not describe this store ({', '.join(differ)} differ)")
+        if "page_ids" not in stored:
+            atomic_write_json(spec, spec_file)
+    except CorruptArtifactError as error:
+        log.warning("damaged page-embedding store file, writing it anew: %s", error)
+        atomic_write_json(spec, spec_file)
+    return PageEmbeddingStore(directory, len(page_ids), shard_size, dtype, page_ids)
 
 
 def encode_shards(
@@ -573,21 +669,26 @@ def encode_shards(
     batch_size: int = 8,
     decode_workers: int = 4,
     progress: bool = True,
+    leases: Leases | None = None,
 ) -> dict:
     """Encode the given shards (skipping finished ones unless ``overwrite``); returns timing facts.
 
     A page whose image does not decode gets zero tokens and is listed in its shard's
     ``bad_pages``. ``encode`` maps a batch of inputs to one (n_tokens, dim) array per input;
     ``decode_workers`` threads prepare the next batch meanwhile (:meth:`PageInputs.batches`).
+    With ``leases``, each shard is encoded under its claim (:func:`shard_unit`): shards other jobs
+    hold are left to them and waited for, taken over if their claim lapses (:meth:`Leases.each`),
+    and count as reused.
     """
     todo = [s for s in shards if overwrite or not store.has_shard(s)]
     n_pages = sum(store.shard_range(s)[1] - store.shard_range(s)[0] for s in todo)
-    stats = {"shards_encoded": len(todo), "shards_reused": len(shards) - len(todo), "pages_encoded": 0, "encode_s": 0.0}
+    stats = {"shards_encoded": 0, "shards_reused": len(shards), "pages_encoded": 0, "encode_s": 0.0}
     if not todo:
         return stats
     remove_stale_staging(store.directory / "shards")  # debris of killed writers (dead pid, or a day old)
     bar = tqdm(total=n_pages, desc="encode pages", unit="page", disable=not progress)
-    for shard in todo:
+
+    def encode_shard(shard: int) -> None:
         tick = time.perf_counter()
         start, stop = store.shard_range(shard)
         vectors: list[np.ndarray | None] = []
@@ -613,7 +714,7 @@ def encode_shards(
         dim = dim or 1
         vectors = [v if v is not None else np.zeros((0, dim), np.float32) for v in vectors]
         elapsed = time.perf_counter() - tick
-        meta = {"first_page": start, "bad_pages": bad, "encode_s": round(elapsed, 3)}
+        meta = {"first_page": start, "store": store.directory.name, "bad_pages": bad, "encode_s": round(elapsed, 3)}
         final = store.shard_dir(shard)
         if overwrite and final.exists():
             shutil.rmtree(final)
@@ -622,8 +723,21 @@ def encode_shards(
         _write_atomically(final, lambda d: write_ragged(d, vectors, store.dtype, meta, names=names))
         stats["pages_encoded"] += stop - start
         stats["encode_s"] += elapsed
+        stats["shards_encoded"] += 1
+        stats["shards_reused"] -= 1
+
+    if leases is None:
+        for shard in todo:
+            encode_shard(shard)
+    else:
+        leases.each(todo, lambda s: shard_unit(store, s), lambda s: not overwrite and store.has_shard(s), encode_shard)
     bar.close()
     return stats
+
+
+def shard_unit(store: PageEmbeddingStore, shard: int) -> str:
+    """The unit of work (:mod:`vldocir.leases`) of encoding one shard of ``store``."""
+    return f"page-embeddings/{store.directory.name}/shard-{shard:05d}"
 
 
 def finish_if_complete(store: PageEmbeddingStore, description: dict) -> None:

@@ -14,6 +14,8 @@ interrupted rerank resumes where it stopped, and another ``top_n``, another inpu
 query set reuses every pair already scored. A score is taken to be independent of which pairs
 shared its batch: Jina's inputs are padded on the left behind an attention mask, and
 :class:`ColEngineReranker` scores each pair alone (padding may still move the last float bits).
+Each line carries a checksum of the cache key, query, page and score, so a line damaged on disk, or
+copied from another reranker's or benchmark's cache, is reported and scored again, never read.
 
 Pages whose image does not decode: ``on_bad_page=fail`` (the default, as for the retrievers) stops
 with an error naming them, keeping every score written so far; ``skip`` leaves them out of the
@@ -40,7 +42,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from vldocir.cache import ArtifactCache, content_key
+from vldocir.cache import ArtifactCache, CorruptArtifactError, content_key, read_json
 from vldocir.data.benchmark import Benchmark
 from vldocir.errors import VldocirError
 from vldocir.io import atomic_write_json
@@ -288,25 +290,64 @@ def query_key(text: str) -> str:
     return content_key({"query": text})
 
 
+def line_checksum(key: str, query: str, page_id: str, score: float) -> str:
+    """What a score-cache line vouches for: its cache's key, query key, page and score (as JSON
+    writes a float, which reads back to the same value)."""
+    return content_key([key, query, page_id, float(score)])
+
+
+def score_cache_problems(directory: Path, integrity: str = "full") -> list[str]:
+    """What is wrong with a score cache on disk (``python -m vldocir.store --verify``): its
+    ``scores.json``, and per segment the lines that would be skipped (the last line of a segment cut
+    short by a kill is no damage: it is scored again)."""
+    try:
+        record = read_json(directory / "scores.json")
+        if not isinstance(record, dict) or record.get("key") != directory.name:
+            raise CorruptArtifactError(directory / "scores.json", "does not describe this cache")
+    except CorruptArtifactError as error:
+        return [str(error)]
+    found = []
+    for segment in sorted((directory / "segments").glob("*.jsonl")):
+        lines = segment.read_text(encoding="utf-8", errors="replace").split("\n")
+        bad = 0
+        for line in lines[:-1]:  # after the last newline: a line in flight, if anything
+            try:
+                row = json.loads(line)
+                if row.get("h") != line_checksum(directory.name, str(row["q"]), str(row["p"]), float(row["s"])):
+                    raise ValueError(line)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                bad += 1
+        if bad:
+            found.append(f"{segment}: {bad} line(s) unreadable or damaged")
+    return found
+
+
 class ScoreCache:
     """One reranker's scores on one benchmark, by (query text, page): ``<cache>/rerank-scores/<key>/``.
 
     ``scores.json`` records what the key covers. ``segments/*.jsonl`` hold one line per scored pair,
-    ``{"q": <query_key>, "p": <page_id>, "s": <score>}``, appended and fsynced after every batch; each
+    ``{"q": <query_key>, "p": <page_id>, "s": <score>, "h": <checksum>}`` (:func:`line_checksum`),
+    appended and fsynced after every batch; each
     writer (process) appends to a segment of its own, named by its start time, host and pid, so an
     interrupted job loses at most the batch in flight and parallel jobs never share a file. Reading
     takes every segment in name (start-time) order, a later line winning; a line that does not parse
-    (a writer killed mid-line) is skipped. Under ``cache_policy=overwrite`` the stored scores are not
-    read, and the new segment's scores win in later reads.
+    (a writer killed mid-line) or whose checksum does not hold (damaged, or another cache's) is
+    skipped, with one warning per segment naming it. Under ``cache_policy=overwrite`` the stored
+    scores are not read, and the new segment's scores win in later reads.
     """
 
     def __init__(self, cache: ArtifactCache, key: str, description: dict):
+        self.key = key
         self.directory = cache.directory(SCORES_KIND, key)
         (self.directory / "segments").mkdir(parents=True, exist_ok=True)
-        if not (self.directory / "scores.json").is_file():
-            atomic_write_json(
-                {"kind": SCORES_KIND, "key": key, "description": description}, self.directory / "scores.json"
-            )
+        record = {"kind": SCORES_KIND, "key": key, "description": json.loads(json.dumps(description, default=str))}
+        try:
+            if read_json(self.directory / "scores.json") != record:
+                raise CorruptArtifactError(self.directory / "scores.json", "does not describe this cache")
+        except CorruptArtifactError as error:
+            if (self.directory / "scores.json").exists():
+                log.warning("damaged rerank score cache file, writing it anew: %s", error)
+            atomic_write_json(record, self.directory / "scores.json")
         self.scores: dict[tuple[str, str], float] = {} if cache.policy == "overwrite" else self._read()
         self._segment = None
 
@@ -314,19 +355,20 @@ class ScoreCache:
         scores: dict[tuple[str, str], float] = {}
         for segment in sorted((self.directory / "segments").glob("*.jsonl")):
             skipped = 0
-            with open(segment, encoding="utf-8") as lines:
+            with open(segment, encoding="utf-8", errors="replace") as lines:
                 for line in lines:
                     try:
                         row = json.loads(line)
-                        value = float(row["s"])
-                        if not math.isfinite(value):
+                        query, page, value = str(row["q"]), str(row["p"]), float(row["s"])
+                        if not math.isfinite(value) or row.get("h") != line_checksum(self.key, query, page, value):
                             raise ValueError(value)
-                        scores[(str(row["q"]), str(row["p"]))] = value
-                    except (ValueError, KeyError, TypeError):
+                        scores[(query, page)] = value
+                    except (ValueError, KeyError, TypeError, AttributeError):
                         skipped += 1
             if skipped:
                 log.warning(
-                    "%s: skipped %d unreadable line(s) (a writer stopped mid-line?); those pairs are scored again",
+                    "%s: skipped %d unreadable or damaged line(s) (a writer stopped mid-line, bytes changed, "
+                    "or lines of another cache); those pairs are scored again",
                     segment,
                     skipped,
                 )
@@ -341,7 +383,11 @@ class ScoreCache:
             host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "unknown"
             name = f"{time.time_ns():020d}-{host}-{os.getpid()}.jsonl"
             self._segment = open(self.directory / "segments" / name, "a", encoding="utf-8")
-        self._segment.write("".join(json.dumps({"q": q, "p": p, "s": s}) + "\n" for q, p, s in rows))
+        self._segment.write(
+            "".join(
+                json.dumps({"q": q, "p": p, "s": s, "h": line_checksum(self.key, q, p, s)}) + "\n" for q, p, s in rows
+            )
+        )
         self._segment.flush()
         os.fsync(self._segment.fileno())
         self.scores.update(((q, p), s) for q, p, s in rows)
