@@ -181,9 +181,11 @@ def test_the_heartbeat_renews_held_claims(tmp_path):
     assert not mine.path.exists()
 
 
-def test_document_context_builds_wait_for_the_job_holding_their_claim(tmp_path):
+@pytest.mark.parametrize("kind", ["doc-context", "query-embeddings"])
+def test_builds_wait_for_the_job_holding_their_claim(tmp_path, kind):
+    """build_in_parts (document context) and build_once (query embeddings, BM25 index) alike."""
     cache_root = tmp_path / "cache"
-    final = cache_root / "doc-context" / "k1"
+    final = cache_root / kind / "k1"
 
     def other_job_publishes(clock, n):
         if n == 2:
@@ -193,11 +195,21 @@ def test_document_context_builds_wait_for_the_job_holding_their_claim(tmp_path):
 
     clock = ScriptedClock(other_job_publishes)
     shared = lambda: Leases(cache_root / ".leases", DURATION, clock=clock, heartbeat=False)  # noqa: E731
-    holding = shared().claim("doc-context/k1")
+    holding = shared().claim(f"{kind}/k1")
     cache = ArtifactCache(cache_root, leases=shared())
-    with cache.build_in_parts("doc-context", "k1", {}) as partial:
-        assert partial is None, "the other job finished it: this one builds nothing"
-    assert not cache.partial_directory("doc-context", "k1").exists()
+    build = cache.build_in_parts if kind == "doc-context" else cache.build_once
+    with build(kind, "k1", {}) as staging:
+        assert staging is None, "the other job finished it: this one builds nothing"
+    assert not cache.partial_directory(kind, "k1").exists()
+    assert sorted(p.name for p in final.parent.iterdir()) == ["k1"], "no staging left behind"
+
+
+def test_build_once_builds_when_nobody_holds_the_claim(tmp_path):
+    cache = ArtifactCache(tmp_path / "cache", leases=Leases(tmp_path / "cache" / ".leases", DURATION, heartbeat=False))
+    with cache.build_once("bm25-index", "k2", {"a": 1}) as staging:
+        (staging / "x.json").write_text("[1]")
+    assert cache.lookup("bm25-index", "k2") == cache.directory("bm25-index", "k2")
+    assert not list((tmp_path / "cache" / ".leases").rglob("*.lease")), "the claim is released"
 
 
 # -- races between processes -------------------------------------------------------------------------

@@ -325,6 +325,21 @@ class ArtifactCache:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    @contextmanager
+    def build_once(self, kind: str, key: str, description: dict) -> Iterator[Path | None]:
+        """:meth:`build` by one job at a time: the job claims ``<kind>/<key>`` (:mod:`vldocir.leases`)
+        for the whole block, so compute the artifact inside it. A job that finds it claimed waits,
+        and yields ``None`` when the other one finished the artifact meanwhile (read it through
+        :meth:`check`)."""
+        final = self.directory(kind, key)
+        finished = lambda: self.policy != "overwrite" and (final / DONE_FILE).is_file()  # noqa: E731
+        with self.leases.single_flight(f"{kind}/{key}", finished) as claim:
+            if claim is None:
+                yield None
+                return
+            with self.build(kind, key, description) as staging:
+                yield staging
+
     def partial_directory(self, kind: str, key: str) -> Path:
         return self.root / kind / f".{key}.partial"
 

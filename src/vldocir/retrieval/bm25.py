@@ -96,7 +96,6 @@ class BM25Retriever(Retriever):
 
     def _index(self, bench: Benchmark, cache: ArtifactCache):
         """The bm25s index, its tokenizer vocabulary and the page order: built once per key."""
-        import bm25s
 
         key = cache.key_for("bm25-index", benchmark=bench.fingerprint, **self.cache_params())
         page_order = bench.arrow("pages", ["page_id"]).column("page_id").to_pylist()
@@ -112,34 +111,40 @@ class BM25Retriever(Retriever):
             loaded.append(self._load(path, len(page_order)))
 
         if cache.lookup("bm25-index", key, verify) is None:
-            tick = time.perf_counter()
-            pages = bench.arrow("pages", ["page_id", self.text_field])
-            texts = pages.column(self.text_field).to_pylist()
-            missing = sum(t is None for t in texts)
-            if missing == len(texts):
-                raise ConfigError(
-                    f"BM25 reads each page's '{self.text_field}', and benchmark {bench.name} has it for no page: "
-                    + ("run the OCR stage first" if self.text_field == "ocr_text" else "it was built without page text")
-                    + "; use a visual retriever (e.g. retriever=colqwen25)"
-                )
-            if missing:
-                log.warning(
-                    "%d of %d pages have no %s; they are indexed as empty", missing, len(texts), self.text_field
-                )
-            tokenizer = self._tokenizer()
-            tokens = tokenizer.tokenize(
-                [t or "" for t in texts], update_vocab=True, return_as="tuple", show_progress=True
-            )
-            model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
-            model.index(tokens, show_progress=True)
-            with cache.build("bm25-index", key, {"benchmark": bench.fingerprint, **self.cache_params()}) as staging:
-                model.save(staging / "bm25", show_progress=False)
-                tokenizer.save_vocab(staging / "bm25")
-                (staging / "page_ids.json").write_text(json.dumps(page_order))
-            self.stats["index"] = {"pages": len(texts), "build_s": round(time.perf_counter() - tick, 3)}
-            loaded.append(self._load(cache.directory("bm25-index", key), len(page_order)))
+            description = {"benchmark": bench.fingerprint, **self.cache_params()}
+            with cache.build_once("bm25-index", key, description) as staging:
+                if staging is None:  # another job built it while this one waited
+                    cache.check("bm25-index", key, verify)
+                else:
+                    self._build_index(bench, staging, page_order)
+            if not loaded:
+                loaded.append(self._load(cache.directory("bm25-index", key), len(page_order)))
         model, tokenizer = loaded[-1]
         return model, tokenizer, np.asarray(page_order, dtype=object)
+
+    def _build_index(self, bench: Benchmark, staging: Path, page_order: list[str]) -> None:
+        import bm25s
+
+        tick = time.perf_counter()
+        pages = bench.arrow("pages", ["page_id", self.text_field])
+        texts = pages.column(self.text_field).to_pylist()
+        missing = sum(t is None for t in texts)
+        if missing == len(texts):
+            raise ConfigError(
+                f"BM25 reads each page's '{self.text_field}', and benchmark {bench.name} has it for no page: "
+                + ("run the OCR stage first" if self.text_field == "ocr_text" else "it was built without page text")
+                + "; use a visual retriever (e.g. retriever=colqwen25)"
+            )
+        if missing:
+            log.warning("%d of %d pages have no %s; they are indexed as empty", missing, len(texts), self.text_field)
+        tokenizer = self._tokenizer()
+        tokens = tokenizer.tokenize([t or "" for t in texts], update_vocab=True, return_as="tuple", show_progress=True)
+        model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
+        model.index(tokens, show_progress=True)
+        model.save(staging / "bm25", show_progress=False)
+        tokenizer.save_vocab(staging / "bm25")
+        (staging / "page_ids.json").write_text(json.dumps(page_order))
+        self.stats["index"] = {"pages": len(texts), "build_s": round(time.perf_counter() - tick, 3)}
 
     def _load(self, path: Path, n_pages: int) -> tuple:
         """The bm25s model (memory-mapped) and tokenizer of the index at ``path``, after the checks

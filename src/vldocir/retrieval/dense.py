@@ -217,26 +217,29 @@ class EmbeddingRetriever(Retriever):
 
         path = cache.lookup("query-embeddings", key, verify=verify)
         if path is None:
-            self.encoder.prepare()
-            tick = time.perf_counter()
-            texts = [queries[q] for q in ids]
-            vectors = []
-            step = self.encoder.query_batch_size
-            for start in tqdm(
-                range(0, len(texts), step), desc="encode queries", unit="batch", disable=not self.progress
-            ):
-                vectors += self.encoder.encode_queries(texts[start : start + step])
-            with cache.build("query-embeddings", key, parts) as staging:
-                write_ragged(staging, vectors, self.storage_dtype, {})
-                (staging / "query_ids.json").write_text(json.dumps(ids))
             path = cache.directory("query-embeddings", key)
-            elapsed = time.perf_counter() - tick
-            self.stats["encode_queries"] = {
-                "queries": len(ids),
-                "encode_s": round(elapsed, 3),
-                "gpu_s": _gpu_seconds(self.encoder.device_name, elapsed),
-            }
+            with cache.build_once("query-embeddings", key, parts) as staging:
+                if staging is None:  # another job encoded them while this one waited
+                    cache.check("query-embeddings", key, verify)
+                else:
+                    self._encode_queries(staging, ids, [queries[q] for q in ids])
         return read_ragged(path)
+
+    def _encode_queries(self, staging: Path, ids: list[str], texts: list[str]) -> None:
+        self.encoder.prepare()
+        tick = time.perf_counter()
+        vectors = []
+        step = self.encoder.query_batch_size
+        for start in tqdm(range(0, len(texts), step), desc="encode queries", unit="batch", disable=not self.progress):
+            vectors += self.encoder.encode_queries(texts[start : start + step])
+        write_ragged(staging, vectors, self.storage_dtype, {})
+        (staging / "query_ids.json").write_text(json.dumps(ids))
+        elapsed = time.perf_counter() - tick
+        self.stats["encode_queries"] = {
+            "queries": len(ids),
+            "encode_s": round(elapsed, 3),
+            "gpu_s": _gpu_seconds(self.encoder.device_name, elapsed),
+        }
 
     # -- retrieve ------------------------------------------------------------------------------
     def retrieve(self, bench: Benchmark, queries: dict[str, str], depth: int, cache: ArtifactCache) -> pa.Table:
