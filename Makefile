@@ -88,7 +88,7 @@ RESULTS_DIR ?=
 REPORT = $(if $(RESULTS_DIR),VLDOCIR_RESULTS_DIR=$(RESULTS_DIR)) $(PYTHON) -m vldocir.apps.report \
 	$(if $(BENCHMARK),benchmark=$(BENCHMARK)) $(if $(filter 1 true yes,$(WANDB)),logger=wandb)
 
-.PHONY: tables figures check
+.PHONY: tables figures check compare
 
 tables: setup  ## Markdown + LaTeX tables (results/tables) and PDF + PNG figures (results/figures), reproduced beside published
 	$(REPORT) 'do=[tables,figures]' $(ARGS)
@@ -98,3 +98,6 @@ figures: setup  ## only the figures (results/figures)
 
 check: setup  ## OK / DIFF / MISSING for every published cell (exit 1 on DIFF); ARGS="quiet=true tolerance=0.1"
 	$(REPORT) 'do=[check]' $(ARGS)
+
+compare: setup  ## paired tests of stored runs against a baseline; ARGS="runs=[B/R/S,...] baseline=B/R0/S0"
+	$(REPORT) do=compare $(ARGS)

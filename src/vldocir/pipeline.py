@@ -37,7 +37,7 @@ from vldocir.config_checks import ConfigError, check_config, optimized_metric
 from vldocir.data.benchmark import Benchmark, load_benchmark
 from vldocir.data.reduced import open_dataset
 from vldocir.evaluation.aggregate import check_language, language_subset, summarise
-from vldocir.evaluation.console import format_report, structure_table
+from vldocir.evaluation.console import format_report, headline_intervals, structure_table
 from vldocir.evaluation.metrics import RUN_COLUMNS, EvidenceIndex, per_query_metrics
 from vldocir.io import atomic_write_json
 from vldocir.leases import LEASES_DIR, Lease, Leases, release_held
@@ -575,7 +575,8 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
         resolved.claim.release()
     _write_job_manifest(manifest, entry)
     tracker.log_results(metrics, structure_table(metrics), manifest=manifest)
-    print(format_report(metrics, entry, resolved.reused is not None), flush=True)
+    intervals = headline_intervals(per_query, ks) if OmegaConf.select(cfg, "eval.intervals", default=False) else None
+    print(format_report(metrics, entry, resolved.reused is not None, intervals), flush=True)
     return metrics
 
 

@@ -5,7 +5,10 @@ Each cell reads ``reproduced / published (reproduced - published)``. A row witho
 values are marked within each rank group (``ReportTable.cells.group``), separately among the
 reproduced and among the published numbers, the way the paper marks them: ``top3`` tables in
 blue / green / bold, ``best`` tables in bold. Ranks compare the printed (rounded) values, so equal
-printed numbers get the same mark.
+printed numbers get the same mark. A table with a significance test
+(:func:`vldocir.reporting.tables.mark_significance`) puts ``▲`` / ``▼`` after a reproduced value
+that is significantly higher / lower than its baseline row's (LaTeX: a superscript arrow) and says
+in its note how it was tested.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ LATEX_PREAMBLE = r"""% Needs \usepackage{booktabs,graphicx,xcolor}.
 \providecommand{\ranksecond}[1]{\textcolor{green!50!black}{#1}}
 \providecommand{\rankthird}[1]{\textbf{#1}}
 \providecommand{\runmissing}{\textit{missing}}
+\providecommand{\sighigher}{\ensuremath{^{\uparrow}}}
+\providecommand{\siglower}{\ensuremath{^{\downarrow}}}
 """
 
 MARKDOWN_MARKS = {
@@ -32,6 +37,8 @@ LATEX_MARKS = {
     "best": {1: r"\textbf{{{}}}"},
     "none": {},
 }
+MARKDOWN_SIGNS = {"▲": "▲", "▼": "▼"}  # significance markers (vldocir.reporting.tables.MARK_HIGHER / MARK_LOWER)
+LATEX_SIGNS = {"▲": r"\sighigher{}", "▼": r"\siglower{}"}
 MARK_LEGEND = {
     "top3": "best **bold**, second <ins>underlined</ins>, third *italic* (the paper: blue, green, bold)",
     "best": "best in **bold**",
@@ -59,9 +66,12 @@ def _number(value: float, decimals: int) -> str:
     return f"{value:.{int(decimals)}f}"
 
 
-def _cell_parts(cells: pd.DataFrame, marks: dict[int, str], missing: str, unpublished: str, diff_format) -> list[str]:
+def _cell_parts(
+    cells: pd.DataFrame, marks: dict[int, str], missing: str, unpublished: str, diff_format, signs: dict[str, str]
+) -> list[str]:
     published_ranks = ranks(cells, "published")
     reproduced_ranks = ranks(cells, "reproduced")
+    markers = cells["marker"] if "marker" in cells else pd.Series("", index=cells.index)
     texts = []
     for i, cell in cells.iterrows():
         d = cell["decimals"]
@@ -71,6 +81,7 @@ def _cell_parts(cells: pd.DataFrame, marks: dict[int, str], missing: str, unpubl
             return marks[int(rank)].format(text) if not math.isnan(rank) and int(rank) in marks else text
 
         rep = missing if math.isnan(cell["reproduced"]) else marked(cell["reproduced"], reproduced_ranks[i])
+        rep += signs.get(markers[i], "") if not math.isnan(cell["reproduced"]) else ""
         pub = unpublished if math.isnan(cell["published"]) else marked(cell["published"], published_ranks[i])
         text = f"{rep} / {pub}"
         if not math.isnan(cell["reproduced"]) and not math.isnan(cell["published"]):
@@ -109,13 +120,17 @@ def describe(table, note: str | None = None) -> str:
     )
     if MARK_LEGEND.get(table.marks):
         text += f" Marks: {MARK_LEGEND[table.marks]}."
+    if table.significance:
+        text += f" {table.significance}"
     if note:
         text += f"\n\n> {note}"
     return text
 
 
 def to_markdown(table, note: str | None = None) -> str:
-    texts = _cell_parts(table.cells, MARKDOWN_MARKS[table.marks], "missing", "–", lambda signed: f"({signed})")
+    texts = _cell_parts(
+        table.cells, MARKDOWN_MARKS[table.marks], "missing", "–", lambda signed: f"({signed})", MARKDOWN_SIGNS
+    )
     rows, grid = _grid(table, texts)
     header = [*table.index, *table.columns]
     lines = [
@@ -150,6 +165,7 @@ LATEX_SPECIAL = {
     "≥": r"$\geq$",
     "≤": r"$\leq$",
     "Δ": r"$\Delta$",
+    **LATEX_SIGNS,
 }
 
 
@@ -159,7 +175,12 @@ def latex_escape(text: str) -> str:
 
 def to_latex(table, note: str | None = None) -> str:
     texts = _cell_parts(
-        table.cells, LATEX_MARKS[table.marks], r"\runmissing{}", "--", lambda signed: rf"{{\scriptsize(${signed}$)}}"
+        table.cells,
+        LATEX_MARKS[table.marks],
+        r"\runmissing{}",
+        "--",
+        lambda signed: rf"{{\scriptsize(${signed}$)}}",
+        LATEX_SIGNS,
     )
     rows, grid = _grid(table, texts)
     n_keys = len(table.index)
@@ -167,6 +188,8 @@ def to_latex(table, note: str | None = None) -> str:
         f"{latex_escape(table.title)}. Each cell: reproduced / published (difference); reproduced values are "
         f"{latex_escape(table.reproduced_from.replace('`', ''))} ({table.n_rows_reproduced} of {len(table.rows)} rows)."
     )
+    if table.significance:
+        caption += f" {latex_escape(table.significance)}"
     if note:
         caption += f" {latex_escape(note)}."
     lines = [

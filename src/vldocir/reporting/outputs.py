@@ -32,6 +32,7 @@ class ReportTable:
     benchmark: str
     marks: str = "none"  # none | best | top3
     reproduced_from: str = ""  # for the caption: "runs on `vl-docir`", ...
+    significance: str = ""  # the note on the significance markers (``cells.marker``), where the table has them
 
     def __post_init__(self):
         self.reproduced_from = self.reproduced_from or f"runs on `{self.benchmark}`"

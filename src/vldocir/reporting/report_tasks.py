@@ -43,22 +43,30 @@ from vldocir.tracking.wandb import WandbTracker
 
 log = logging.getLogger(__name__)
 
-STEPS = ("tables", "figures", "check")
+STEPS = ("tables", "figures", "check", "compare")
 
 
 def run(cfg: DictConfig) -> int:
     """Render what ``cfg.do`` names (tables, figures, check) for the runs of one benchmark in
-    ``cfg.paths.results_dir``; with ``logger=wandb``, log the rendered tables and figures. With
+    ``cfg.paths.results_dir`` (``compare``: :func:`vldocir.reporting.compare.run_compare` first);
+    with ``logger=wandb``, log the rendered tables and figures. With
     ``tables`` and ``cfg.other_runs``, the runs no paper row uses are listed too (README.md, console),
     then the runs on every other benchmark of the store, one section each (also other_runs.md|tex).
 
     Returns the exit status: 1 when ``check`` finds a cell that differs by more than its
     tolerance, 0 otherwise (missing runs alone do not fail).
     """
-    do = list(cfg.do)
+    do = [cfg.do] if isinstance(cfg.do, str) else list(cfg.do)
     only = None if cfg.only is None else [cfg.only] if isinstance(cfg.only, str) else list(cfg.only)
     if set(do) - set(STEPS):
         raise ConfigError(f"do={do}: each step is one of {', '.join(STEPS)}")
+    if "compare" in do:  # paired tests between named runs (vldocir.reporting.compare): no paper manifest needed
+        from vldocir.reporting.compare import run_compare
+
+        run_compare(cfg)
+        do = [step for step in do if step != "compare"]
+        if not do:
+            return 0
     results, out, paper_dir = Path(cfg.paths.results_dir), Path(cfg.out_dir), Path(cfg.paper_dir)
     spec = load_spec(Path(cfg.manifest), paper_dir)
     if only is not None and set(only) - set(spec.tables) - set(spec.figures):
@@ -86,7 +94,8 @@ def run(cfg: DictConfig) -> int:
 
     tables: dict[str, ReportTable] = {}
     if "tables" in do or "check" in do:
-        tables = build_tables(spec, view, [name for name in spec.tables if only is None or name in only])
+        names = [name for name in spec.tables if only is None or name in only]
+        tables = build_tables(spec, view, names, cache_dir=Path(cfg.paths.cache_dir))  # significance results
     files: list[Path] = []
     if "tables" in do:
         others = other_runs_table(spec, view) if cfg.other_runs else None
