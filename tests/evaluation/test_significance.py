@@ -249,3 +249,20 @@ def test_a_cell_of_one_query_takes_the_pooled_variance():
     expected = 2 * stats.t.sf(abs(t), parts.sum() ** 2 / np.sum(parts**2 / dof))
     assert row["p_t"] == pytest.approx(expected, rel=1e-9)
     assert row["effect_size"] == pytest.approx((w @ d) / np.sqrt(weights @ var), rel=1e-9)
+
+
+def test_intervals_cover_every_breakdown_cell_of_metrics_json():
+    frame = per_query(n=120, seed=5)
+    frame["evidence_type"] = np.random.default_rng(6).choice(["table", "text"], len(frame))
+    breakdowns = summarise(frame, [10])["breakdowns"]
+    table = bootstrap_intervals(frame, ["ndcg@10"], n_resamples=200).set_index("aggregate")["value"]
+    expected = {
+        f"source_structure:{g}/{s}": cells[s]["ndcg@10"]
+        for g, cells in breakdowns["source_structure"].items()
+        for s in cells
+    }
+    for by in ("source", "domain", "evidence_type"):
+        expected |= {f"{by}:{g}": row["ndcg@10"] for g, row in breakdowns[by].items()}
+    assert set(expected) <= set(table.index)
+    for name, value in expected.items():
+        assert table[name] == pytest.approx(value, abs=1e-5), name  # metrics.json keeps 6 decimals

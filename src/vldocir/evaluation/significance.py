@@ -64,6 +64,10 @@ class _Target:
         return w
 
 
+ATTRIBUTE_BREAKDOWNS = ("evidence_type", "generator", "language")
+"""Optional query attributes broken down structure-balanced, as in ``summarise``."""
+
+
 def _structures(per_query: pd.DataFrame) -> list[str]:
     present = set(per_query[STRUCTURE].unique())
     return [s for s in EVIDENCE_STRUCTURES if s in present]
@@ -101,10 +105,17 @@ def _targets(per_query: pd.DataFrame, cells: bool) -> list[_Target]:
         out.append(_Target(aggregate, tuple(idx), np.asarray(weights)))
     out += [_Target(f"structure:{s}", (by_structure[s],), np.ones(1)) for s in structures]
     if cells:
+        # The breakdowns of metrics.json: per source and per domain (structure-balanced), each
+        # source x structure cell, and the structure-balanced groups of the optional attributes.
+        for by in [b for b in ATTRIBUTE_BREAKDOWNS if b in frame.columns]:
+            group_cells[by] = _cells(frame[[by, STRUCTURE]])
         for by, grouped in group_cells.items():
             for g in sorted({g for g, _ in grouped}):
                 mine = [c for c in grouped if c[0] == g]
                 out.append(_Target(f"{by}:{g}", tuple(grouped[c] for c in mine), np.full(len(mine), 1 / len(mine))))
+        out += [
+            _Target(f"source_structure:{g}/{s}", (idx,), np.ones(1)) for (g, s), idx in group_cells["source"].items()
+        ]
     return out
 
 
@@ -179,8 +190,10 @@ def bootstrap_intervals(
     """Stratified bootstrap percentile intervals of every aggregate of one run, in percent.
 
     Rows per (aggregate, metric): the four :data:`AGGREGATES` and every ``structure:<s>``; with
-    ``cells`` also every ``source:<g>`` and ``domain:<g>``. Each aggregate resamples within the cells
-    it balances (see the module docstring). Columns: aggregate, metric, value, low, high.
+    ``cells`` also every other breakdown cell of ``metrics.json``: ``source:<g>``, ``domain:<g>``,
+    ``source_structure:<g>/<s>`` and the groups of :data:`ATTRIBUTE_BREAKDOWNS` present. Each
+    aggregate resamples within the cells it balances (see the module docstring). Columns:
+    aggregate, metric, value, low, high.
     """
     frame = per_query.reset_index(drop=True)
     metrics = list(metrics)
