@@ -95,6 +95,11 @@ def test_a_rerun_reuses_the_cached_comparison_and_other_parameters_miss(multi_re
     assert "computed and stored in" in first and f"reused {cached}" in second
     assert cached.stat().st_mtime_ns == stamp
     assert first.split("\n", 4)[-1] == second.split("\n", 4)[-1].replace("reused", "computed and stored in")
+    record = json.loads(cached.read_text())  # a number changed in place: found by the checksum, recomputed
+    record["result"]["comparisons"][0]["difference"] += 1.0
+    cached.write_text(json.dumps(record))
+    assert compare(multi_results, tmp_path, "significance.n_permutations=300") == 0
+    assert capsys.readouterr().out == first
     assert compare(multi_results, tmp_path, "significance.n_permutations=301") == 0
     assert "computed and stored in" in capsys.readouterr().out
     assert len(list((tmp_path / "cache" / "significance").glob("*.json"))) == 2

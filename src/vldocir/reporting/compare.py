@@ -15,6 +15,7 @@ rerun reads it ("reused"). The table is written to ``<out_dir>/compare/compariso
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -249,16 +250,23 @@ def cached_compute(
     if path.is_file():
         try:
             stored = json.loads(path.read_text())
-            if stored.get("key") == key:
+            if stored.get("key") == key and stored.get("sha256") == _digest(stored["result"]):
                 log.info("significance %s reused from %s", key, path)
                 return stored["result"], key, path, True
-        except (OSError, ValueError, AttributeError) as error:
+            log.warning("cached comparison %s does not match its key or checksum, recomputing it", path)
+        except (OSError, ValueError, AttributeError, KeyError, TypeError) as error:
             log.warning("cached comparison %s is unreadable, recomputing it: %s", path, error)
     # through JSON here too, so that a computed result and a reused one are the same values and types
     result = json.loads(json.dumps(compute(baseline, runs, params), default=_plain))
     description = {"baseline": baseline.keys, "runs": [run.keys for run in runs], "params": params.describe()}
-    _write_atomically(path, json.dumps({"key": key, "description": description, "result": result}))
+    record = {"key": key, "description": description, "result": result, "sha256": _digest(result)}
+    _write_atomically(path, json.dumps(record))
     return result, key, path, False
+
+
+def _digest(result: Any) -> str:
+    """The checksum a cached comparison carries: a changed number in it is found, never reported."""
+    return hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()
 
 
 def _format_p(p: float) -> str:
