@@ -32,6 +32,8 @@ from vldocir.construction.render import (
     render_report,
 )
 from vldocir.construction.render.browser import page_script
+from vldocir.construction.render.layout import RenderedDocument
+from vldocir.construction.render.records import fidelity_warnings
 from vldocir.construction.render.rules import DEFAULT_PAGE_RULES
 
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "render_sources"
@@ -167,6 +169,44 @@ def test_a_layout_of_another_version_is_an_error_naming_the_file(tmp_path):
     damaged.write_text(damaged.read_text().replace('"warnings": [], ', ""))
     with pytest.raises(CorruptArtifactError, match="does not match its checksum"):
         load_layout(tmp_path / "damaged")
+
+
+def _records_only(doc_id: str, cleanup: list[dict]) -> RenderedDocument:
+    return RenderedDocument(
+        doc_id, "wikipedia", Path("."), "x.html", 2000, 4000, 2.0, 10, [255] * 3, [], [], cleanup=cleanup
+    )
+
+
+def test_rules_that_kept_a_data_table_are_counted_and_warned_about():
+    """A rule that matched an element holding a data table kept it (``kept_table``): the render
+    report sums it per rule over the documents, and each document's warnings name the rule."""
+    navbox = {"rule": ".navbox", "source": "wikipedia", "kind": "selector", "removed": 3, "changed": 0}
+    first = [
+        {**navbox, "kept_table": 2, "content": {"paragraph": 1}, "kept_samples": ["Largest cities Rank City"]},
+        {
+            "rule": "nav",
+            "source": "*",
+            "kind": "selector",
+            "removed": 1,
+            "content": {},
+        },  # an older record: no kept_table
+    ]
+    second = [{**navbox, "removed": 0, "kept_table": 1, "content": {}, "kept_samples": []}]
+    report = render_report([_records_only("a", first), _records_only("b", second)])
+    assert report["cleanup"]["selector:.navbox"] == {
+        "removed": 3,
+        "kept_formula": 0,
+        "kept_table": 3,
+        "changed": 0,
+        "documents": 1,  # where it removed or changed anything
+        "content": {"paragraph": 1},
+    }
+    assert report["cleanup"]["selector:nav"]["kept_table"] == 0
+    assert fidelity_warnings({"cleanup": first}) == [
+        "selector rule '.navbox' kept 2 element(s) holding a data table (\"Largest cities Rank City\")"
+    ]
+    assert fidelity_warnings({"cleanup": second}) == ["selector rule '.navbox' kept 1 element(s) holding a data table"]
+    assert fidelity_warnings({"cleanup": first[1:]}) == []
 
 
 @pytest.mark.slow
@@ -343,7 +383,7 @@ def test_pmc_reader_chrome_is_gone_from_text_and_image(rendered):
         ".pmc-header",
         ".pmc-share",
         ".pmc-sidenav",
-        "[role=dialog]",
+        "[role=dialog]:not(h1, h2, h3, h4, h5, h6)",
         ".portlet",
         ".ncbi-footer",
         ".usa-skipnav",
@@ -429,6 +469,7 @@ def test_render_report_aggregates_the_records(rendered):
     assert report["cleanup"]["selector:.usa-banner"] == {
         "removed": 1,
         "kept_formula": 0,
+        "kept_table": 0,
         "changed": 0,
         "documents": 1,
         "content": {"image": 1},

@@ -1,12 +1,15 @@
 // Step 2 (cleanup.py): the clean-up, rule by rule: the clutter selectors of the document's source,
-// its page rules (page_rules.js), position:fixed elements, invisible elements. Formulas are content:
-// no rule removes an element that is, holds or lies inside a formula (such elements are kept and
-// counted as kept_formula); only a page rule written for one formula renderer may rework a formula's
-// insides. Returns the removal record: one entry per rule that matched anything, with the content
-// elements its removals held (counted before removing) and the texts of its first three removals,
-// and the selectors the browser rejected.
+// its page rules (page_rules.js), position:fixed elements, invisible elements. Formulas and data
+// tables are content: no selector or page rule removes an element that is, holds or lies inside a
+// formula, or that is or holds a data table (isDataTable, tables.js; such elements are kept and
+// counted as kept_formula, kept_table); only a page rule written for one formula renderer may
+// rework a formula's insides, and only a page rule that has found a table to be page furniture may
+// remove it (opts.furnitureTable). Returns the removal record: one entry per rule that matched
+// anything, with the content elements its removals held (counted before removing) and the texts of
+// its first three removals, and the selectors the browser rejected.
 ([selectors, pageRules, removeFixed]) => {
   // @include formula.js
+  // @include tables.js
   // @include page_rules.js
   const root = document.body || document.documentElement;
   const entries = new Map();
@@ -14,21 +17,23 @@
   const entry = (rule, source, kind) => {
     const key = kind + '\u0000' + rule;
     if (!entries.has(key)) entries.set(key, {rule: rule, source: source, kind: kind, removed: 0, kept_formula: 0,
-                                             changed: 0, content: {}, samples: []});
+                                             kept_table: 0, changed: 0, content: {}, samples: [], kept_samples: []});
     return entries.get(key);
   };
   const protectedEl = el => el === document.body || el === document.documentElement || el === document.head;
-  const NAV = 'nav, [role=navigation], [role=banner], [role=contentinfo], [role=search]';
-  // The content elements of `el`'s subtree. A table is data unless it is a layout table (role
-  // presentation / none) or part of navigation; a formula counts once (its insides are not formulas).
-  function contentOf(el) {
+  const norm = s => (s || '').replace(/\s+/g, ' ').trim();
+  // The content elements of `el`'s subtree: data tables (isDataTable; a table that a page rule
+  // removes as page furniture counts as layout_table), figures, images, headlines, paragraphs and
+  // formulas (once: a formula's insides are not formulas).
+  function contentOf(el, furnitureTable) {
     const c = {};
     const add = k => { c[k] = (c[k] || 0) + 1; };
     for (const d of [el, ...el.getElementsByTagName('*')]) {
       const t = d.localName;
       if (isFormula(d)) { if (!(d.parentElement && formulaOf(d.parentElement))) add('formula'); continue; }
       if (t === 'table') {
-        if (!/^(presentation|none)$/.test(d.getAttribute('role') || '') && !d.closest(NAV)) add('table');
+        if (furnitureTable && d === el) add('layout_table');
+        else if (isDataTable(d)) add('table');
       } else if (t === 'figure' || d.getAttribute('role') === 'figure') add('figure');
       else if (t === 'img' || t === 'canvas' || t === 'video' || (t === 'svg' && !d.parentElement.closest('svg'))) {
         if (!formulaOf(d)) add('image');
@@ -38,13 +43,22 @@
     return c;
   }
   // Remove `el` for rule `e` unless it touches a formula (opts.formulaOk: a formula's own insides,
-  // for rules that rework one renderer's formulas). Returns whether it was removed.
+  // for rules that rework one renderer's formulas) or, for a selector or page rule, it is or holds a
+  // data table (opts.furnitureTable: `el` is a table that the rule found to be page furniture).
+  // Returns whether it was removed.
   function removeFor(e, el, opts) {
+    opts = opts || {};
     if (!el.isConnected || protectedEl(el)) return false;
-    if (!(opts && opts.formulaOk) && touchesFormula(el)) { e.kept_formula++; return false; }
-    for (const [k, n] of Object.entries(contentOf(el))) e.content[k] = (e.content[k] || 0) + n;
+    if (!opts.formulaOk && touchesFormula(el)) { e.kept_formula++; return false; }
+    const guarded = e.kind === 'selector' || e.kind === 'page_rule';
+    if (guarded && !opts.furnitureTable && holdsDataTable(el)) {
+      e.kept_table++;
+      if (e.kept_samples.length < 3) e.kept_samples.push(norm(el.innerText || el.textContent).slice(0, 80));
+      return false;
+    }
+    for (const [k, n] of Object.entries(contentOf(el, opts.furnitureTable))) e.content[k] = (e.content[k] || 0) + n;
     if (e.samples.length < 3) {
-      const text = (el.innerText || el.textContent || '').replace(/\s+/g, ' ').trim();
+      const text = norm(el.innerText || el.textContent);
       if (text) e.samples.push(text.slice(0, 80));
     }
     el.remove();
@@ -109,7 +123,7 @@
     }
   }
   for (const c of Array.from(root.children)) prune(c);
-  const rules = Array.from(entries.values()).filter(e => e.removed || e.kept_formula || e.changed ||
+  const rules = Array.from(entries.values()).filter(e => e.removed || e.kept_formula || e.kept_table || e.changed ||
                                                          e.kind === 'fixed' || e.kind === 'invisible');
   return {rules: rules, bad_selectors: bad};
 }

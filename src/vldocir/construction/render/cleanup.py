@@ -22,11 +22,15 @@ def clean_page(page: Any, cfg: RenderConfig, source: str) -> tuple[list[dict[str
         {"rule": str, "source": "*" | source, "kind": "selector" | "page_rule" | "fixed" | "invisible",
          "removed": int,            # elements removed
          "kept_formula": int,       # matches kept because they are, hold or lie inside a formula
+         "kept_table": int,         # matches kept because they are or hold a data table
+                                    # (selectors and page rules; see rules.py)
          "changed": int,            # elements changed rather than removed (page rules)
          "content": {type: int},    # content elements the removals held: formula, table (data
-                                    # tables: no layout or navigation table), figure, image,
-                                    # headline, paragraph
-         "samples": [str]}          # the texts of its first three removals (80 characters)
+                                    # tables: no layout, navigation or link table), layout_table
+                                    # (a table a page rule found to be page furniture), figure,
+                                    # image, headline, paragraph
+         "samples": [str],          # the texts of its first three removals (80 characters)
+         "kept_samples": [str]}     # the texts of its first three kept_table matches
 
     and the selectors or page rules that could not be used.
     """

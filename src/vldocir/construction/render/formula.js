@@ -1,4 +1,4 @@
-// Formulas, shared by clean.js and extract.js (included: `// @include formula.js`).
+// Formulas, shared by clean.js, extract.js and prepare.js (included: `// @include formula.js`).
 // A formula is MathML (<math>), MathJax v3 (<mjx-container>), MathJax v2 and server-side MathJax
 // CHTML/SVG (classes MathJax*, mjx-*), KaTeX (katex*), LaTeXML (ltx_Math, ltx_DisplayMath,
 // ltx_equation*), MediaWiki (mwe-math-element) or a class starting with formula / equation.
@@ -77,4 +77,40 @@ function formulaText(el) {
     for (const c of n.childNodes) walk(c);
   })(el);
   return parts.join('').replace(/\s+/g, ' ').trim();
+}
+
+// MathML <mfenced> (MathML 3; no longer in MathML Core, so Chromium draws neither its fences nor its
+// separators) rewritten as the <mrow> MathML 3 defines it to be: <mo> fences `open` (default "(")
+// and `close` (default ")") around the arguments, separated by the `separators` characters (default
+// ","; the last one repeats; "" for none). Its other attributes go to the outer <mrow>. Returns the
+// number rewritten.
+function expandMfenced(root) {
+  const NS = 'http://www.w3.org/1998/Math/MathML';
+  const mo = (text, attrs) => {
+    const o = document.createElementNS(NS, 'mo');
+    for (const [k, v] of Object.entries(attrs)) o.setAttribute(k, v);
+    o.textContent = text;
+    return o;
+  };
+  const found = Array.from(root.querySelectorAll('mfenced'));
+  for (const f of found) {
+    const open = f.hasAttribute('open') ? f.getAttribute('open').trim() : '(';
+    const close = f.hasAttribute('close') ? f.getAttribute('close').trim() : ')';
+    const seps = Array.from((f.hasAttribute('separators') ? f.getAttribute('separators') : ',').replace(/\s+/g, ''));
+    const args = Array.from(f.children);
+    const outer = document.createElementNS(NS, 'mrow');
+    for (const a of Array.from(f.attributes)) {
+      if (!['open', 'close', 'separators'].includes(a.name)) outer.setAttribute(a.name, a.value);
+    }
+    if (open) outer.appendChild(mo(open, {fence: 'true', form: 'prefix'}));
+    const inner = args.length > 1 ? document.createElementNS(NS, 'mrow') : outer;
+    args.forEach((a, i) => {
+      if (i > 0 && seps.length) inner.appendChild(mo(seps[Math.min(i - 1, seps.length - 1)], {separator: 'true'}));
+      inner.appendChild(a);
+    });
+    if (inner !== outer) outer.appendChild(inner);
+    if (close) outer.appendChild(mo(close, {fence: 'true', form: 'postfix'}));
+    f.replaceWith(outer);
+  }
+  return found.length;
 }

@@ -2,11 +2,11 @@
 pages, and the ``layout.json`` they are written to; the extraction of the elements from the live
 page (step 3) and their placement on the pages once the cuts are known.
 
-``layout.json`` (``"version": 4``; a layout of another version is not read: the batch renders its
+``layout.json`` (``"version": 5``; a layout of another version is not read: the batch renders its
 document again, :func:`load_layout` names the file)::
 
     {
-      "version": 4, "doc_id": str, "source": str, "html_path": str,
+      "version": 5, "doc_id": str, "source": str, "html_path": str,
       "html_sha256": str,                 # the HTML file rendered
       "render_key": str,                  # RenderConfig.output_key(): the settings that shape the pages
       "files": {"page-000.png": {"bytes": int, "sha256": str}, ...},   # every page image
@@ -39,20 +39,34 @@ document again, :func:`load_layout` names the file)::
 
 Element types: ``text`` (p, blockquote, dd, dt, li, pre, address, and the own text of any other
 block, e.g. a leaf ``div``), ``headline`` (h1-h6), ``list`` (ul, ol, dl, menu), ``table``,
-``table_row`` (tr), ``image`` (img, svg, canvas, picture, video), ``caption`` (figcaption,
-caption), ``formula`` (math, mjx-container, or a class starting with formula / equation / katex /
-mathjax / mjx- / ltx_equation / mwe-math-element, or ltx_Math / ltx_DisplayMath: ``formula.js``;
-its text is its renderings' sources, e.g. MathML alttext or MathJax's TeX, and any other text in it
-such as an equation number; a formula with neither text nor drawing, empty in the source, is not
-recorded). ``table`` and ``list`` are containers: not atomic for cutting and not part of
-``dom_text`` (a table contributes through its rows, a list through its items). A text element
-holding blocks (an ``li`` with a nested list, a blockquote of paragraphs) records its own inline
-text only; a table row holding a nested table or taller than
-``max_row_height_fraction`` of a page (a layout table) records its cells' contents instead.
-``nested`` marks images and formulas inside another text unit (their text is already in it).
-``dom_text`` of a page is the text of its non-container, non-nested elements with text whose top
-lies on the page, in reading order (by ``(y0, x0)``), joined by newlines. The text of an ``img`` is
-empty (alt text is not drawn); the text of an inline ``svg`` is its ``<text>`` content.
+``table_row`` (tr), ``image`` (img, svg, canvas, picture, and a video showing a picture: its poster
+loaded, or a frame), ``media`` (audio, and a video showing no picture: a player whose content is not
+on the page), ``embed`` (iframe, frame, object, embed: a frame whose document is not read),
+``caption`` (figcaption, caption), ``formula`` (math, mjx-container, or a class starting with
+formula / equation / katex / mathjax / mjx- / ltx_equation / mwe-math-element, or ltx_Math /
+ltx_DisplayMath: ``formula.js``; its text is its renderings' sources, e.g. MathML alttext or
+MathJax's TeX, and any other text in it such as an equation number; a formula with neither text nor
+drawing, empty in the source, is not recorded). ``table`` and ``list`` are containers: not atomic
+for cutting and not part of ``dom_text`` (a table contributes through its rows, a list through its
+items). A text element holding blocks (an ``li`` with a nested list, a blockquote of paragraphs)
+records its own inline text only; a table row holding a nested table or taller than
+``max_row_height_fraction`` of a page (a layout row) records its cells' contents instead. A layout
+table (``tables.js``: role presentation or none, or no header cells, caption, thead, tfoot or
+class wikitable and every cell that holds anything holding a picture, a frame or a nested table, as
+LaTeXML's grids of figure panels) gives no ``table`` or ``table_row`` element: its cells' contents are recorded
+as what they are (images, captions, text). A text unit that draws no text (a row of images) is not
+recorded; what it holds is.
+``nested`` marks images, formulas, media and frames inside another text unit (their text is already
+in it). ``dom_text`` of a page is the text of its non-container, non-nested elements with text whose
+top lies on the page, in reading order (by ``(y0, x0)``), joined by newlines. Texts are what is
+drawn: an ``img`` that shows its picture has no text (its alt text is not drawn); one that failed
+to load draws its alt text, which is its text and part of the text of the unit it stands in; the
+text of an inline ``svg`` is its ``<text>`` content; ``media`` and ``embed`` have none. Step 1
+(``prepare.js``) makes the page draw what its markup means where Chromium would not: a
+``<noscript>`` goes when the document's scripts ran (``javascript=True``: its content was parsed as
+text, never shown; Chromium would draw it as raw markup once scripts are off) and is content
+otherwise; MathML ``<mfenced>``, which MathML Core dropped, becomes the ``<mrow>`` of ``<mo>`` fences
+and separators MathML 3 defines it as, so both are drawn and in the text.
 
 What a rendering vouches for, and when it is checked (:func:`check_rendered`): the layout's own
 checksum and every page image's size whenever it is read (:func:`load_layout`); the document id, the
@@ -81,9 +95,9 @@ from vldocir.construction.render.config import RenderConfig
 from vldocir.io import file_digest
 
 LAYOUT_FILE = "layout.json"
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 CONTAINER_TYPES = frozenset({"table", "list"})
-ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula")
+ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula", "media", "embed")
 
 _JS_METRICS = page_script("metrics.js")
 _JS_EXTRACT = page_script("extract.js")

@@ -37,15 +37,24 @@ const PAGE_RULES = {
 
   // SEC filings printed to HTML (EDGAR primary documents): the printed pages' furniture. Page
   // boundaries are the page-break markers (page-break-before/after: always; if there is none, <hr>).
-  // Only text lines at a printed page's top or bottom (the first / last three lines around a
-  // boundary), outside tables, holding no image, are candidates:
+  // The document is read as a sequence of items: text lines (elements without block children),
+  // blocks (tables, elements with media) and small tables (at most two rows and four cells holding
+  // text: page headers and footers laid out as tables; their cells are their lines). Candidates are
+  // the items next to a boundary: the first / last three items of a printed page, counted from the
+  // boundary and only through short lines, small tables and text-less blocks (a logo), so a line
+  // behind a paragraph is never a candidate (nor is anything at the document's start):
   //   sec:page_number   a line that is only a page number (12, - 12 -, Page 12, Page 12 of 40, ii, A-3);
   //   sec:continued     a short line ending in "(continued)" at a page top, "Continued on next page" at a bottom;
-  //   sec:running_head  a short line (at most 80 characters) found at page tops or bottoms of at least
-  //                     three printed pages (a number in it may follow the pages: "12 | 2024 Proxy Statement");
+  //   sec:running_head  a short line (at most 80 characters) at the edges of at least three printed
+  //                     pages and nowhere else: a line that also stands inside a page is content (a
+  //                     letter's date repeated in the notice), as are a line that is only a date and
+  //                     a heading at a page top followed by the body it heads (a question asked
+  //                     again). A number in it may follow the pages ("12 | 2024 Proxy Statement");
   //   sec:page_break    the page-break <hr> itself (an <hr> without page-break style stays).
+  // A small table goes whole when each of its cells is furniture (all are layout, removed with
+  // {furnitureTable: true}: no data table); a table with any other cell stays, as do lines in tables.
   sec_page_furniture(api) {
-    const EDGE = 3, MAX_HEAD = 80, MIN_REPEATS = 3;
+    const EDGE = 3, MAX_HEAD = 80, MAX_EDGE_LINE = 120, MIN_REPEATS = 3, TABLE_ROWS = 2, TABLE_CELLS = 4;
     const norm = s => (s || '').replace(/\s+/g, ' ').trim();
     const isBreak = (el, side) => {
       const cs = getComputedStyle(el);
@@ -55,19 +64,31 @@ const PAGE_RULES = {
     const styled = Array.from(document.body.querySelectorAll('*')).some(el => isBreak(el, 'before') || isBreak(el, 'after'));
     const inline = el => getComputedStyle(el).display.startsWith('inline');
     const MEDIA = 'img, svg, canvas, video, picture, table';
-    // The document as a sequence of lines, tables and page breaks.
+    const HEADING = 'h1, h2, h3, h4, h5, h6, [role=heading]';
+    // The cells holding text of a small table (null for any other table).
+    const smallTable = t => {
+      if (t.querySelector('table')) return null;
+      const rows = Array.from(t.rows).filter(r => norm(r.innerText));
+      const cells = rows.flatMap(r => Array.from(r.cells)).map(c => ({el: c, text: norm(c.innerText)})).filter(c => c.text);
+      const small = cells.length && rows.length <= TABLE_ROWS && cells.length <= TABLE_CELLS && cells.every(c => c.text.length <= MAX_HEAD);
+      return small ? cells : null;
+    };
+    // The document as a sequence of items and page breaks.
     const seq = [];
     (function walk(el) {
       const t = el.localName;
       if (t === 'script' || t === 'style' || t === 'head' || getComputedStyle(el).display === 'none') return;
       if (styled ? isBreak(el, 'before') : t === 'hr') seq.push({kind: 'break', el: el});
       if (t === 'hr') { if (styled && isBreak(el, 'after')) seq.push({kind: 'break', el: el}); return; }
-      if (t === 'table') { seq.push({kind: 'block', el: el}); }
-      else {
+      if (t === 'table') {
+        const cells = smallTable(el);
+        seq.push(cells ? {kind: 'table', el: el, cells: cells} : {kind: 'block', el: el, text: null});
+      } else {
         const blockKids = Array.from(el.children).some(c => !inline(c) && c.localName !== 'br');
         if (!blockKids && el !== document.body) {
           const text = norm(el.innerText);
-          if (text || el.querySelector(MEDIA)) seq.push({kind: text && !el.querySelector(MEDIA) ? 'line' : 'block', el: el, text: text});
+          if (text && !el.querySelector(MEDIA)) seq.push({kind: 'line', el: el, text: text, cells: [{el: el, text: text}]});
+          else if (text || el.querySelector(MEDIA)) seq.push({kind: 'block', el: el, text: text});
         } else {
           for (const c of Array.from(el.children)) walk(c);
         }
@@ -76,53 +97,83 @@ const PAGE_RULES = {
     })(document.body);
     const breaks = seq.filter(s => s.kind === 'break');
     if (!breaks.length) return;
-    // Printed pages: runs of lines and blocks between breaks; the lines at their edges are candidates.
+    // Printed pages: runs of items between breaks. An item is at a page's top (bottom) edge when it
+    // is among the first (last) EDGE items and only short lines, small tables and text-less blocks
+    // lie between it and the boundary. The document's start is no boundary: its first page's top
+    // items are 'start' (neither edge nor inside a page).
     const pages = [[]];
     for (const s of seq) { if (s.kind === 'break') pages.push([]); else pages[pages.length - 1].push(s); }
-    const edges = [];  // {line, page, top}
+    const passable = s => s.kind === 'table' || (s.kind === 'line' && s.text.length <= MAX_EDGE_LINE) || (s.kind === 'block' && s.text === '');
     pages.forEach((items, p) => {
-      items.forEach((s, i) => {
-        const top = i < EDGE && p > 0, bottom = i >= items.length - EDGE;
-        if (s.kind === 'line' && (top || bottom) && !s.el.closest('table')) edges.push({s: s, page: p, top: top, bottom: bottom});
-      });
+      items.forEach((s, i) => { s.page = p; s.index = i; s.top = false; s.bottom = false; s.start = false; });
+      for (let i = 0; i < Math.min(EDGE, items.length) && passable(items[i]); i++) items[i][p > 0 ? 'top' : 'start'] = true;
+      for (let i = items.length - 1; i >= Math.max(0, items.length - EDGE) && passable(items[i]); i--) items[i].bottom = true;
     });
+    const lineItems = seq.filter(s => s.kind === 'line' || s.kind === 'table');
+    const edge = s => s.top || s.bottom;
+    // Every candidate line: {cell: {el, text}, item} (a small table's cells share its item).
+    const candidates = lineItems.filter(edge).flatMap(s => s.cells.map(c => ({cell: c, item: s})));
     const PAGE_NO = /^(page\s+)?[-\u2013\u2014]?\s*(\d{1,4}|(?=[ivxlcdm])m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3})|[A-Z]-\d{1,3})\s*[-\u2013\u2014]?(\s+of\s+\d{1,4})?$/i;
     const CONT_TOP = /\(continued\)$/i, CONT_BOTTOM = /^\(?continued (on|to) (the )?(next|following) page\)?\.?$/i;
-    // Running heads: the same line at the edges of MIN_REPEATS printed pages; a line with a number in
-    // it ("12 | 2024 Proxy Statement") counts as the same line if the number follows the pages (it
-    // minus the printed page's index is one constant), so that "(Proposal No. 1)", "(Proposal No. 2)"
-    // heading successive sections are no running head.
-    const heads = new Map();  // key -> [{page, nums}]
-    for (const e of edges) {
-      if (e.s.text.length > MAX_HEAD) continue;
-      const t = e.s.text.toLowerCase(), nums = (t.match(/\d+/g) || []).map(Number);
-      for (const k of nums.length ? [t, t.replace(/\d+/g, '#')] : [t]) {
-        if (!heads.has(k)) heads.set(k, []);
-        heads.get(k).push({page: e.page, nums: nums});
+    const MONTH = '(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sep(t|tember)?|oct(ober)?|nov(ember)?|dec(ember)?)\\.?';
+    const DATE = new RegExp('^(dated:?\\s+|as of\\s+)?(' + MONTH + '\\s+\\d{1,2},?\\s+\\d{4}|\\d{1,2}\\s+' + MONTH + ',?\\s+\\d{4}|' +
+                            MONTH + ',?\\s+\\d{4}|\\d{1,2}/\\d{1,2}/\\d{2,4})\\.?$', 'i');
+    // Running heads: the same line at the edges of MIN_REPEATS printed pages and never inside a
+    // page; a line with a number in it ("12 | 2024 Proxy Statement") counts as the same line if the
+    // number follows the pages (it minus the printed page's index is one constant), so that
+    // "(Proposal No. 1)", "(Proposal No. 2)" heading successive sections are no running head.
+    const keys = t => { const l = t.toLowerCase(); return /\d/.test(l) ? [l, l.replace(/\d+/g, '#')] : [l]; };
+    const heads = new Map();  // key -> [{page, nums}] at page edges
+    const inside = new Set();  // keys of lines that stand inside a page
+    for (const s of lineItems) {
+      for (const c of s.cells) {
+        if (c.text.length > MAX_HEAD) continue;
+        const nums = (c.text.match(/\d+/g) || []).map(Number);
+        for (const k of keys(c.text)) {
+          if (edge(s)) { if (!heads.has(k)) heads.set(k, []); heads.get(k).push({page: s.page, nums: nums}); }
+          else if (!s.start) inside.add(k);
+        }
       }
     }
-    const isHead = e => {
-      const t = e.s.text.toLowerCase();
-      if (new Set(heads.get(t).map(o => o.page)).size >= MIN_REPEATS) return true;
+    const repeated = t => new Set((heads.get(t.toLowerCase()) || []).map(o => o.page)).size >= MIN_REPEATS;
+    // A heading at a page top followed on its page by something other than repeated edge lines: the
+    // body it heads.
+    const headsBody = (c, s) => {
+      if (!s.top || !(c.el.matches(HEADING) || c.el.closest(HEADING))) return false;
+      const next = pages[s.page][s.index + 1];
+      return !!next && !((next.kind === 'line' || next.kind === 'table') && next.cells.every(x => repeated(x.text)));
+    };
+    const isHead = (c, s) => {
+      const t = c.text.toLowerCase();
+      if (DATE.test(c.text) || headsBody(c, s)) return false;
+      if (!inside.has(t) && repeated(t)) return true;
+      const pattern = t.replace(/\d+/g, '#');
+      if (pattern === t || inside.has(pattern)) return false;
       const nums = (t.match(/\d+/g) || []).map(Number);
-      const same = heads.get(t.replace(/\d+/g, '#')) || [];
+      const same = heads.get(pattern) || [];
       // some number of the line (e.g. the last of "Company | 2025 Proxy Statement | 12") follows the pages
-      return nums.some((n, j) => new Set(same.filter(o => o.nums[j] - o.page === n - e.page).map(o => o.page)).size >= MIN_REPEATS);
+      return nums.some((n, j) => new Set(same.filter(o => o.nums[j] - o.page === n - s.page).map(o => o.page)).size >= MIN_REPEATS);
     };
     // A page number is only believed where the document numbers its pages (at least MIN_REPEATS
     // printed pages carry one) and, if arabic, where it is no larger than the number of pages + 5
     // (a line "2019" at a page top is a year).
-    const numbered = e => {
-      const m = PAGE_NO.exec(e.s.text);
+    const numbered = c => {
+      const m = PAGE_NO.exec(c.text);
       return !!m && (!/^\d+$/.test(m[2]) || parseInt(m[2], 10) <= pages.length + 5);
     };
-    const numberedPages = new Set(edges.filter(numbered).map(e => e.page));
-    for (const e of edges) {
-      const text = e.s.text;
-      if (PAGE_NO.test(text)) { if (numbered(e) && numberedPages.size >= MIN_REPEATS) api.remove('sec:page_number', e.s.el); }
-      else if ((e.top && text.length <= 120 && (CONT_TOP.test(text) || /^\(?continued\)?$/i.test(text))) ||
-               (e.bottom && CONT_BOTTOM.test(text))) api.remove('sec:continued', e.s.el);
-      else if (text.length <= MAX_HEAD && isHead(e)) api.remove('sec:running_head', e.s.el);
+    const numberedPages = new Set(candidates.filter(x => numbered(x.cell)).map(x => x.item.page));
+    // What each candidate line is (a sub-rule name), or null: content.
+    const furniture = (c, s) => {
+      const text = c.text;
+      if (PAGE_NO.test(text)) return numbered(c) && numberedPages.size >= MIN_REPEATS ? 'sec:page_number' : null;
+      if ((s.top && text.length <= MAX_EDGE_LINE && (CONT_TOP.test(text) || /^\(?continued\)?$/i.test(text))) ||
+          (s.bottom && CONT_BOTTOM.test(text))) return 'sec:continued';
+      return text.length <= MAX_HEAD && isHead(c, s) ? 'sec:running_head' : null;
+    };
+    for (const s of lineItems.filter(edge)) {
+      const subs = s.cells.map(c => furniture(c, s));
+      if (s.kind === 'line') { if (subs[0]) api.remove(subs[0], s.el); continue; }
+      if (subs.every(Boolean)) api.remove(subs.includes('sec:running_head') ? 'sec:running_head' : subs[0], s.el, {furnitureTable: true});
     }
     for (const b of breaks) if (b.el.localName === 'hr' && styled && b.el.isConnected) api.remove('sec:page_break', b.el);
   },
@@ -135,6 +186,50 @@ const PAGE_RULES = {
       if (!el.isConnected) continue;
       const text = (el.innerText || '').replace(/\s+/g, ' ').trim();
       if (CONTROLS.test(text)) api.remove('pubmed:reader_control', el);
+    }
+  },
+
+  // PubMed Central dialogs whose role=dialog sits on their title heading (PubReader's download
+  // dialog): the [role=dialog] selector leaves such headings to this rule, which removes the
+  // heading's container with the dialog's body when the container holds nothing else (no other
+  // heading, no figure, at most 600 characters; formulas and data tables are kept by clean.js),
+  // else the heading alone.
+  pmc_dialog_titles(api) {
+    const HEADING = 'h1, h2, h3, h4, h5, h6, [role=heading]';
+    const LANDMARK = 'main, article, [role=main], #jr-content';
+    for (const h of Array.from(document.querySelectorAll(':is(h1, h2, h3, h4, h5, h6)[role=dialog]'))) {
+      if (!h.isConnected) continue;
+      const box = h.parentElement;
+      const alone = box && box !== document.body && !box.matches(LANDMARK) && !box.querySelector(LANDMARK) &&
+        !Array.from(box.querySelectorAll(HEADING)).some(x => x !== h) && !box.querySelector('figure, [role=figure]') &&
+        (box.innerText || '').replace(/\s+/g, ' ').trim().length <= 600;
+      api.remove(alone ? 'pubmed:dialog_with_body' : 'pubmed:dialog_title', alone ? box : h);
+    }
+  },
+
+  // Share links (Facebook, X / Twitter, LinkedIn, Google+, Reddit, Pinterest, e-mailing a link),
+  // known by where they point, each with the box around it that holds nothing but share links
+  // and a "Share" label.
+  pmc_share_links(api) {
+    const SHARE = /^(https?:)?\/\/([\w-]+\.)*(facebook\.com\/sharer|twitter\.com\/(intent|share|home\?status)|x\.com\/intent|linkedin\.com\/(shareArticle|sharing)|plus\.google\.com\/share|reddit\.com\/submit|pinterest\.com\/pin\/create)|^mailto:\?/i;
+    const LABEL = /^(share( this( article| page)?)?|follow us)?:?$/i;
+    const isShare = a => SHARE.test(a.getAttribute('href') || '');
+    // the text of `el` outside share links
+    const rest = el => {
+      const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      let out = '';
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const a = n.parentElement && n.parentElement.closest('a');
+        if (!(a && el.contains(a) && isShare(a))) out += n.textContent;
+      }
+      return out.replace(/\s+/g, ' ').trim();
+    };
+    for (const a of Array.from(document.querySelectorAll('a[href]')).filter(isShare)) {
+      if (!a.isConnected) continue;
+      let box = a;
+      while (box.parentElement && box.parentElement !== document.body && LABEL.test(rest(box.parentElement)) &&
+             !box.parentElement.querySelector('h1, h2, h3, h4, h5, h6, p, figure, table, math')) box = box.parentElement;
+      api.remove('pubmed:share_links', box);
     }
   },
 };

@@ -15,12 +15,25 @@ CONTENT_TYPES = ("formula", "table", "figure")
 """Content that no clean-up rule may remove (asserted on real pages by the tests)."""
 
 
+def kept_table_warning(rule: dict[str, Any]) -> str | None:
+    """The warning for a clean-up rule that matched elements holding a data table and kept them
+    (``kept_table``: with the table, they keep what the rule was written to remove), or None."""
+    n = int(rule.get("kept_table", 0))
+    if not n:
+        return None
+    sample = next((s for s in rule.get("kept_samples", []) if s.strip()), "")
+    return f"{rule['kind']} rule {rule['rule']!r} kept {n} element(s) holding a data table" + (
+        f' ("{sample}")' if sample else ""
+    )
+
+
 def fidelity_warnings(fidelity: dict[str, Any]) -> list[str]:
     """Warnings for one document from its records (``cleanup``, ``fit``, ``overflow``, ``images``)."""
     out = []
     lost = removed_content(fidelity.get("cleanup", []), CONTENT_TYPES)
     if lost:
         out.append(f"clean-up removed {'/'.join(CONTENT_TYPES)} elements: {lost}")
+    out += [w for rule in fidelity.get("cleanup", []) if (w := kept_table_warning(rule))]
     over = fidelity.get("overflow", [])
     if over:
         dropped = sum(o["dropped"] for o in over)
@@ -36,7 +49,9 @@ def render_report(docs: Iterable[RenderedDocument | str | Path]) -> dict[str, An
     """Aggregate the records of rendered documents (objects, or their directories) for a build report::
 
     {"documents": int,
-     "cleanup": {"<kind>:<rule>": {"removed", "kept_formula", "changed", "documents", "content": {type: n}}},
+     "cleanup": {"<kind>:<rule>": {"removed", "kept_formula", "kept_table", "changed",
+                                   "documents",           # documents where it removed or changed anything
+                                   "content": {type: n}}},
      "removed_content": {type: n},          # over all rules; formula/table/figure should be 0
      "formulas": {"elements": int, "empty": int},
      "fit": {"documents": int, "scaled": int, "opened": int},
@@ -58,11 +73,10 @@ def render_report(docs: Iterable[RenderedDocument | str | Path]) -> dict[str, An
         for r in doc.cleanup:
             agg = rules.setdefault(
                 f"{r['kind']}:{r['rule']}",
-                {"removed": 0, "kept_formula": 0, "changed": 0, "documents": 0, "content": Counter()},
+                {"removed": 0, "kept_formula": 0, "kept_table": 0, "changed": 0, "documents": 0, "content": Counter()},
             )
-            agg["removed"] += int(r.get("removed", 0))
-            agg["kept_formula"] += int(r.get("kept_formula", 0))
-            agg["changed"] += int(r.get("changed", 0))
+            for count in ("removed", "kept_formula", "kept_table", "changed"):
+                agg[count] += int(r.get(count, 0))
             agg["documents"] += bool(r.get("removed") or r.get("changed"))
             agg["content"].update(r.get("content", {}))
             content.update(r.get("content", {}))

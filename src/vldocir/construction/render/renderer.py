@@ -51,7 +51,7 @@ _JS_IMAGES_READY = page_script("images_ready.js")
 _JS_LIST_ITEMS = page_script("list_items.js")
 # Atomic elements that a cut through elements avoids (with the list items): they are not text
 # that reads on across a page break.
-_FRAGILE_TYPES = frozenset({"headline", "table_row", "image", "formula"})
+_FRAGILE_TYPES = frozenset({"headline", "table_row", "image", "formula", "media", "embed"})
 
 
 class _Watchdog:
@@ -289,13 +289,13 @@ class Renderer:
         page.goto(html_path.as_uri(), wait_until="load", timeout=remaining_ms(cfg.navigation_timeout_s))
         t = lap("load", t)
 
-        may_load_lazily = js.evaluate(_JS_PREPARE)
+        may_load_lazily = js.evaluate(_JS_PREPARE, [cfg.javascript])
         resolved = resolve_lazy_images(page, html_path.parent) if cfg.resolve_lazy_images else 0
         if cfg.lazy_scroll and cfg.javascript and may_load_lazily:
             js.evaluate(_JS_LAZY_SCROLL, [cfg.max_scroll_steps])
         # Bounded inside the page (a plain evaluate: cheaper than wait_for_function's machinery).
         if not js.evaluate(_JS_IMAGES_READY, [remaining_ms(cfg.image_wait_timeout_s)]):
-            warnings.append(f"images or fonts still loading after {cfg.image_wait_timeout_s:g} s")
+            warnings.append(f"images, fonts or video posters still loading after {cfg.image_wait_timeout_s:g} s")
         t = lap("settle", t)
 
         # From here on the document's own scripts cannot change what was measured.

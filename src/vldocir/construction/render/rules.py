@@ -9,8 +9,14 @@ copies, print-only or screen-only parts) is laid out in plain view unless a rule
 
 No rule removes a formula: an element that is, holds or lies inside a formula is kept (and counted
 as ``kept_formula`` in the removal record); only a page rule written for one formula renderer
-(``mediawiki_math``) reworks a formula's insides. Every removal is recorded per rule in
-``layout.json`` (``cleanup``), with the content elements it held.
+(``mediawiki_math``) reworks a formula's insides. No selector or page rule removes a data table
+either: an element that is or holds one is kept (counted as ``kept_table``, its text in
+``kept_samples``); a data table (``isDataTable`` in ``tables.js``) is a table of at least two
+rows, one of them with two cells or more, that is no layout table (role presentation / none, or a
+grid of pictures: ``isLayoutTable``), lies in no navigation landmark and is no link table (every
+data cell only links: a navbox's lists). Only a page rule that has found a table to be page
+furniture removes it (``sec_page_furniture``, recorded as ``layout_table``). Every removal is
+recorded per rule in ``layout.json`` (``cleanup``), with the content elements it held.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         ("#siteSub", "'From Wikipedia, the free encyclopedia' (hidden by the skin's CSS on screen)"),
         ("#contentSub", "redirect notes below the title"),
         (".mw-indicators", "page status icons (protection, featured)"),
-        (".navbox", "navigation boxes (link tables) at the end of articles"),
+        (".navbox", "navigation boxes (link tables) at the end of articles; one holding a data table stays"),
         (".portalbox", "'Portal:' link boxes"),
         (".ambox", "article message boxes (maintenance tags: 'This section needs expansion')"),
         ("#catlinks", "category links"),
@@ -74,8 +80,9 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         (".share-buttons", "share buttons"),
         (".social-share", "share buttons"),
         (
-            "[role=dialog]",
-            "dialogs (Cite, Collections, Permalink) with their Copy / Done buttons, shown without the stylesheet",
+            "[role=dialog]:not(h1, h2, h3, h4, h5, h6)",
+            "dialogs (Cite, Collections, Permalink) with their Copy / Done buttons, shown without the "
+            "stylesheet (a heading carrying the role is left to pmc_dialog_titles)",
         ),
         ("dialog", "the same as dialog elements"),
         (".usa-modal", "the same as USWDS modals"),
@@ -85,6 +92,13 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         (".pmc-footer", "PMC footer"),
         (".ncbi-footer", "NCBI footer (Follow NCBI, Connect with NLM, policies)"),
         (".usa-footer", "USWDS footer"),
+        (".jr-unsupported", "PubReader's notice 'Your browser does not support the NLM PubReader view'"),
+        (
+            "#jr-ui",
+            "PubReader's reader interface, hidden by class until its script runs: toolbar with the PMC "
+            "logo, share and page controls, the Links, Alternative formats, Article navigation and "
+            "Settings & Help panels, the find box",
+        ),
     ),
     "sec": (),
 }
@@ -110,13 +124,24 @@ PAGE_RULES: dict[str, tuple[tuple[str, str], ...]] = {
             "reader controls named by their whole text (links and buttons only): Done, Links, "
             "Copy, Cite, Share, Open in a new tab, Go to:, Back to Top",
         ),
+        (
+            "pmc_dialog_titles",
+            "dialogs whose role=dialog sits on their title heading (PubReader's download dialog): the "
+            "heading's container with the dialog's body, where it holds nothing else; else the heading",
+        ),
+        (
+            "pmc_share_links",
+            "share links known by where they point (Facebook, X / Twitter, LinkedIn, Google+, Reddit, "
+            "e-mail) with the box that holds only them and a 'Share' label",
+        ),
     ),
     "sec": (
         (
             "sec_page_furniture",
-            "printed-page furniture at page tops and bottoms around page breaks: page-number "
-            "lines, '(continued)' lines, running heads repeated on three or more pages, and "
-            "the page-break hr; never inside tables",
+            "printed-page furniture next to page breaks: page-number lines, '(continued)' lines, "
+            "running heads (at the edges of three or more pages and nowhere else; never a date "
+            "line or a heading followed by its body), page headers and footers laid out as small "
+            "tables whose every cell is furniture, and the page-break hr; never a line inside a table",
         ),
     ),
 }
