@@ -41,6 +41,11 @@ Built by Hydra (``_target_: vldocir.llm.ChatClient``). What it guarantees:
   replayed. Failures are never cached. :meth:`ChatClient.record` stores answers written elsewhere
   as given (recorded answers are replayed as recorded, usable or not).
 - **Concurrency.** At most ``concurrency`` requests are in flight at once per client, whoever calls.
+- **Server check.** :meth:`ChatClient.check_server` asks the server, once and without retries,
+  whether it lists the model (``GET /v1/models``) and answers a one-token chat request
+  (:data:`SERVER_PROBE`); a caller runs it before work that needs the server, so that a server that
+  is down, or serves another model, is a one-line :class:`ConfigError` in seconds, not after the
+  retries of every request.
 """
 
 from __future__ import annotations
@@ -76,6 +81,9 @@ CACHE_FORMAT = 2
 MAX_ANSWER_BYTES = 1_000_000
 UNUSABLE_KINDS = ("truncated", "oversized")  # error kinds of HTTP-200 answers the client itself rejects
 _CHUNK_BYTES = 1 << 16
+SERVER_PROBE = [{"role": "user", "content": "Reply with the word OK."}]
+"""The messages of :meth:`ChatClient.check_server`'s one-token request (a replay server answers them too)."""
+PROBE_TIMEOUT_S = 10.0  # the server check's connection and listing; its one-token answer gets up to 60 s
 
 Messages = list[dict[str, Any]]
 
@@ -351,6 +359,45 @@ class ChatClient:
         key = self.cache_key(messages, validate)
         self._store(key, messages, ChatResult(content=str(content), finish_reason="recorded"), validate)
         return key
+
+    # -- the server check ---------------------------------------------------------------------------
+    def check_server(self, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        """Raise :class:`ConfigError` (one line naming the server, the model and what failed) unless
+        the server at ``base_url`` lists ``model`` on ``GET /v1/models`` and answers a one-token chat
+        request. One attempt each, no retries: ``timeout_s`` bounds the connection and the listing
+        (a refused connection or a name that does not resolve fails at once), the answer gets
+        ``min(timeout_s + 50, llm.timeout_s)`` (a busy server may queue it). A server without a
+        model listing (HTTP 404 there) is judged by the chat request alone. Nothing is cached or
+        counted in :meth:`usage`."""
+        import openai
+
+        where = f"LLM server {self._url} (model {self.model!r})"
+        client = self._openai().with_options(timeout=float(timeout_s), max_retries=0)
+        step, limit = "listing the models (GET /models)", float(timeout_s)
+        try:
+            try:
+                listed = [m.id for m in client.models.list()]
+            except openai.NotFoundError:
+                listed = None
+            if listed is not None and self.model not in listed:
+                shown = ", ".join(repr(m) for m in listed[:10]) + (
+                    f" and {len(listed) - 10} more" if len(listed) > 10 else ""
+                )
+                raise ConfigError(f"{where}: the model is not served there; it lists {shown or 'no model'}")
+            step, limit = "a one-token chat request", min(float(timeout_s) + 50.0, self.timeout_s)
+            client.with_options(timeout=limit).chat.completions.create(
+                model=self.model, messages=SERVER_PROBE, temperature=self.temperature, max_tokens=1, **self.params
+            )
+        except openai.APITimeoutError as error:
+            raise ConfigError(f"{where}: no answer to {step} within {limit:g} s") from error
+        except openai.APIConnectionError as error:
+            raise ConfigError(f"{where}: cannot connect ({self._scrub(_connection_reason(error))})") from error
+        except openai.APIStatusError as error:
+            detail = " ".join(self._scrub(str(error)).split())[:300]
+            raise ConfigError(f"{where}: HTTP {error.status_code} to {step}: {detail}") from error
+        except openai.APIError as error:  # an answer that is not the protocol's
+            detail = " ".join(self._scrub(f"{type(error).__name__}: {error}").split())[:300]
+            raise ConfigError(f"{where}: unexpected answer to {step}: {detail}") from error
 
     # -- requests -----------------------------------------------------------------------------------
     def _openai(self):
@@ -631,6 +678,16 @@ def _without_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
     host = f"[{host}]" if ":" in host else host
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit(parts._replace(netloc=netloc)), (unquote(parts.username or ""), unquote(parts.password or ""))
+
+
+def _connection_reason(error: BaseException) -> str:
+    """Why a connection failed, in words: the innermost cause (``[Errno 111] Connection refused``,
+    ``[Errno -2] Name or service not known``), which the HTTP libraries wrap in their own errors."""
+    cause, seen = error, {id(error)}
+    while (inner := cause.__cause__ or cause.__context__) is not None and id(inner) not in seen:
+        cause = inner
+        seen.add(id(cause))
+    return str(cause) or type(cause).__name__
 
 
 def _retry_after(error: Any) -> float | None:

@@ -744,17 +744,18 @@ def test_each_source_config_composes_and_points_at_the_real_apis(tmp_path, sourc
 
 
 def test_no_request_leaves_loopback(tmp_path, network_guard):
-    """The guard itself: a collector pointed at the real API is refused before any packet leaves."""
+    """The guard itself: a collector pointed at the real API is refused before any packet leaves (at
+    the name lookup of the hosts check), and a request to such a host is one lookup, not retried."""
     out = tmp_path / "sec"
     from hydra.utils import instantiate
 
-    with pytest.raises(FetchError, match="www.sec.gov") as error:
-        collect(
-            instantiate(compose("sec", out).collector),
-            out,
-            HttpSpec(user_agent=AGENT, min_interval_s=0.1, per_host=False, max_retries=0, trust_env=False),
-        )
-    assert error.value.reason == "connection" and network_guard == ["www.sec.gov"]
+    spec = HttpSpec(user_agent=AGENT, min_interval_s=0.1, per_host=False, max_retries=3, trust_env=False)
+    with pytest.raises(ConfigError, match="collect.collector.tickers_url: host www.sec.gov does not resolve"):
+        collect(instantiate(compose("sec", out).collector), out, spec)
+    assert network_guard == ["www.sec.gov"] and not out.exists()
+    with PoliteClient(spec) as http, pytest.raises(FetchError, match="host www.sec.gov does not resolve") as error:
+        http.get("https://www.sec.gov/files/company_tickers.json")
+    assert error.value.reason == "connection" and http.stats["retries"] == 0
 
 
 @pytest.mark.slow

@@ -129,6 +129,25 @@ def test_a_hand_built_figure_page_outranks_a_full_text_page():
     assert scores[1] > scores[0] > 0
 
 
+def test_players_and_frames_add_nothing_to_a_page():
+    """``media`` and ``embed`` carry no text: a page of prose with a large video player and a frame
+    scores as the prose alone (hand-computed: half the page of text, weight 1, plus the diversity
+    bonus of one type among the nine weighted ones) and has one Page-Multi element, not three."""
+    pages = pd.DataFrame([{"doc_id": "d", "page_index": i, "width": 2000, "height": 4000} for i in range(2)])
+    prose = {"doc_id": "d", "bbox": [0, 0, 2000, 2000], "element_type": "text"}
+    elements = pd.DataFrame(
+        [
+            {**prose, "page_index": 0},
+            {**prose, "page_index": 1},
+            {"doc_id": "d", "page_index": 1, "bbox": [0, 2000, 2000, 3000], "element_type": "media"},
+            {"doc_id": "d", "page_index": 1, "bbox": [0, 3000, 2000, 4000], "element_type": "embed"},
+        ]
+    )
+    scored = visual_scores(pages, elements, EvidenceSamplingSpec()).set_index("page_index")
+    assert scored["visual_score"].tolist() == pytest.approx([0.5 + 0.1 / 9] * 2)
+    assert scored["n_multi_elements"].tolist() == [1, 1] and scored["n_elements"].tolist() == [1, 3]
+
+
 # -- Page-Single / Page-Multi --------------------------------------------------------------------
 def test_single_page_candidates_come_from_the_top_five_pages_and_carry_the_page_elements(mini, sampled):
     spec, _, configs = sampled

@@ -640,7 +640,7 @@ def test_a_worker_that_dies_fails_its_document_and_is_replaced(tmp_path, monkeyp
     fake = tmp_path / "fake_worker.py"
     fake.write_text(
         "import json, os, sys\n"
-        "from vldocir.construction.render import RenderConfig, RenderedDocument\n"
+        "from vldocir.construction.render import RenderConfig, RenderedDocument, RenderedElement\n"
         "from vldocir.io import file_digest\n"
         "out = sys.argv[1]\n"
         "config = RenderConfig(**json.loads(sys.stdin.readline()))\n"
@@ -653,7 +653,8 @@ def test_a_worker_that_dies_fails_its_document_and_is_replaced(tmp_path, monkeyp
         "        os._exit(3)\n"
         "    if doc_id != 'bad':\n"
         "        os.makedirs(os.path.join(out, doc_id))\n"
-        "        doc = RenderedDocument(doc_id, task[1], out, task[2], 2000, 4000, 2.0, 10, [255] * 3, [], [],\n"
+        "        text = RenderedElement('e0', 'text', 0, [0, 0, 9, 9], False, 'x', None, True, False, [0, 0, 9, 9])\n"
+        "        doc = RenderedDocument(doc_id, task[1], out, task[2], 2000, 4000, 2.0, 10, [255] * 3, [], [text],\n"
         "                               html_sha256=file_digest(task[2]), render_key=config.output_key())\n"
         "        open(os.path.join(out, doc_id, 'layout.json'), 'w').write(json.dumps(doc.sealed_json()))\n"
         "    print(json.dumps({'doc_id': doc_id, 'ok': doc_id != 'bad', 'n_pages': 2, 'error_type': 'RenderError',\n"

@@ -1,13 +1,17 @@
 """Entry point of the construction pipeline: build a rendered benchmark from generated HTML, or from
-your own HTML documents listed in a document index (construction/ingest.py).
+your own HTML and PDF documents, a folder of them or a document index (construction/ingest.py).
 
     python -m vldocir.apps.build                                   # the mini benchmark at full size (make mini)
+    python -m vldocir.apps.build input=/data/my-docs spec.name=my-bench queries=file queries.path=/data/q.jsonl
+    python -m vldocir.apps.build input=/data/my-docs spec.name=my-corpus queries=none   # the corpus alone
     python -m vldocir.apps.build input=/data/raw/sec spec.name=my-sec queries.recorded=null \
         queries.llm.model=Qwen/Qwen3-VL-32B-Instruct queries.llm.base_url=http://gpu-node:8000/v1
     python -m vldocir.apps.build spec.documents.sec=20 spec.name=my-bench
     python -m vldocir.apps.build queries=templates                 # template queries over planted facts, no LLM
     python -m vldocir.apps.build queries.recorded=null queries.llm.model=Qwen/Qwen3-VL-32B-Instruct \
         queries.llm.base_url=http://gpu-node:8000/v1  # generate with a served VLM
+
+The query stage's ``preflight`` (a server, a recording, a query file) runs before any rendering.
 """
 
 from hydra.utils import instantiate
@@ -23,8 +27,8 @@ def main(cfg: DictConfig) -> None:
 
     queries = instantiate(cfg.queries) if cfg.queries.get("_target_") else None  # queries=templates: none
     common = dict(render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr))
-    if cfg.input:  # your own HTML and PDF documents, listed in a document index
-        bench = build_from_html(
+    if cfg.input:  # your own HTML and PDF documents: a folder of them or a document index
+        bench = build_from_html(  # (runs the query stage's preflight once the documents are known)
             cfg.input,
             cfg.out_dir,
             cfg.paths.cache_dir,
@@ -32,16 +36,24 @@ def main(cfg: DictConfig) -> None:
             queries,
             near_max_gap=cfg.spec.near_max_gap,
             pdf=instantiate(cfg.pdf),
+            source=cfg.folder.source,
+            domain=cfg.folder.domain,
             **common,
         )
     else:  # generated HTML (the mini benchmark and its kind)
+        preflight = getattr(queries, "preflight", None)
+        if preflight is not None:  # before the rendering: the documents' ids are not known yet
+            preflight(None)
         bench = build_rendered_benchmark(
             instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir, queries=queries, **common
         )
     if queries is not None:
-        from vldocir.construction.query_stage import summary
+        from vldocir.construction.user_queries import query_summary
 
-        print(summary(bench.info["built_by"]["queries"]))
+        print(query_summary(queries, bench.info["built_by"]["queries"]))
+    from vldocir.construction.build_report import summary as build_report
+
+    print(build_report(bench.info["built_by"]))  # per-document warnings, left-out documents, sampling shortfall
     print(f"built {bench.name} in {bench.root}: {bench.info['counts']} (fingerprint {bench.fingerprint})")
 
 

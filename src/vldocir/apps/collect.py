@@ -9,7 +9,8 @@
         collect.out_dir=/data/raw/sec
 
 The sources' APIs, politeness and resume rules: src/vldocir/construction/collect/ (conf/collect.yaml,
-conf/collect/<source>.yaml).
+conf/collect/<source>.yaml). Exit status 2 with one line when an endpoint's host does not resolve
+(before any request) or a run fetched nothing because every candidate failed or none was found.
 """
 
 from omegaconf import DictConfig
@@ -28,6 +29,8 @@ def main(cfg: DictConfig) -> None:
             f"{error}; what was collected so far is kept: run the same command again to resume", error.reason
         ) from error
     print(summary.report())
+    if (reason := summary.nothing_fetched()) is not None:  # every candidate failed, or there were none
+        raise CollectError(reason)
 
 
 if __name__ == "__main__":

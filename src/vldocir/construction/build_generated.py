@@ -20,6 +20,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from vldocir.cache import content_key
+from vldocir.construction.build_report import document_warnings, sampling_shortfall
 from vldocir.construction.grounding import NEAR_MAX_GAP, page_id, resolve_element_pages
 from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
 from vldocir.construction.ocr import OcrConfig, ocr_pages
@@ -232,7 +233,7 @@ def build_rendered_benchmark(
     facts: dict[str, list[PlacedFact]] = {}
     n_pages = dict(zip(document_frame["doc_id"], document_frame["n_pages"]))
     infos = [DocumentInfo(d.doc_id, d.source, d.domain, d.entity, int(n_pages[d.doc_id])) for d in kept]
-    unplaced = 0
+    unplaced: dict[str, int] = {}
     by_doc = dict(tuple(element_frame.groupby("doc_id", sort=False)))
     for doc in kept:
         doc_elements = by_doc.get(doc.doc_id, element_frame.head(0))
@@ -240,7 +241,7 @@ def build_rendered_benchmark(
         placed = []
         for fact in doc.facts:
             if fact.fact_id not in by_fact.index:
-                unplaced += 1  # its element was removed or not recorded: the fact cannot be evidence
+                unplaced[doc.doc_id] = unplaced.get(doc.doc_id, 0) + 1  # removed or not recorded: not evidence
                 continue
             element = by_fact.loc[fact.fact_id]
             page = resolve_element_pages(doc_elements, doc.doc_id, [element["element_id"]])[element["element_id"]]
@@ -249,7 +250,7 @@ def build_rendered_benchmark(
             )
         facts[doc.doc_id] = placed
     if unplaced:
-        log.warning("%d fact(s) have no recorded element and are not used as evidence", unplaced)
+        log.warning("%d fact(s) have no recorded element and are not used as evidence", sum(unplaced.values()))
 
     page_frame["ocr_text"] = (
         ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig()) if spec.ocr else None
@@ -292,8 +293,15 @@ def build_rendered_benchmark(
             "render": render_params,
             "failed_documents": report.errors,
             "render_report": rendering,
-            "unplaced_facts": unplaced,
+            "document_warnings": document_warnings(
+                [work_dir / "rendered" / d.doc_id for d in kept],
+                render_errors=report.errors,
+                unplaced_facts=unplaced,
+                order=[d.doc_id for d in corpus],
+            ),
+            "unplaced_facts": sum(unplaced.values()),
             "queries": query_report,
+            "sampling_shortfall": sampling_shortfall(query_report, document_frame["source"].unique()),
             "rebuild": "make mini",
         },
     }

@@ -8,11 +8,14 @@ facts are planted. Inputs are the benchmark's ``documents``, ``pages`` (``dom_te
   ``type weight x (box area clipped to the page) / (page area)``, plus ``diversity_weight x (distinct
   weighted element types on the page) / (weighted types known)``. Images, figures, charts (3.0),
   tables and formulas (2.5) weigh more than text, lists and captions (1.0) and headlines (0.5);
-  ``table_row`` weighs 0 because its box lies inside its table's box. A full page of prose scores
-  about 0.8, a page half covered by a table about 1.6.
+  ``table_row`` weighs 0 because its box lies inside its table's box; ``media`` and ``embed`` (a
+  player showing no picture, a frame whose document is not read: :data:`CONTENTLESS_TYPES`) weigh 0
+  because they carry no text, nothing a query could be written from and grounded in. A full page
+  of prose scores about 0.8, a page half covered by a table about 1.6.
 - **Page-Single / Page-Multi**: a page drawn uniformly from its document's ``top_pages`` (5) pages
   by that score. Page-Multi means several evidence elements on one page (paper §3.1), so its
-  candidates are those top pages holding at least ``min_multi_elements`` non-headline elements.
+  candidates are those top pages holding at least ``min_multi_elements`` elements other than
+  headlines and :data:`CONTENTLESS_TYPES`.
 - **Doc-Adjacent / Doc-Near / Doc-Far**: every page pair of a document, scored by the TF-IDF cosine
   similarity of the two pages' text (one vectorizer per source) plus ``richness_weight x`` the mean
   of the two pages' visual scores scaled to [0, 1] within the source (to avoid low-content pages);
@@ -25,7 +28,9 @@ facts are planted. Inputs are the benchmark's ``documents``, ``pages`` (``dom_te
 
 Budgets: ``configs_per_structure`` per source x structure, filled round-robin over the source's
 documents (or document pairs) in a seeded order, so one long document cannot take the budget. A
-cell with fewer candidates than its budget gets all of them, with a warning. Output: one row per
+cell with fewer candidates than its budget gets all of them, with a warning
+(:func:`config_shortfall`: a source with one short document has no Doc-Far pair, one without words
+in its pages' text no page pairs at all, only its single-page configurations). Output: one row per
 configuration (:data:`CONFIG_COLUMNS`), deterministic for a seed.
 """
 
@@ -75,7 +80,13 @@ DEFAULT_TYPE_WEIGHTS = {
     "text": 1.0,
     "headline": 0.5,
     "table_row": 0.0,
+    "media": 0.0,
+    "embed": 0.0,
 }
+CONTENTLESS_TYPES = ("media", "embed")
+"""Element types of the renderer (``render/layout.py``) that carry no text (a player showing no
+picture, a frame whose document is not read): weight 0 by default, and never counted as elements of
+a Page-Multi page."""
 
 
 class EvidenceSamplingError(VldocirError, ValueError):
@@ -118,8 +129,8 @@ def benchmark_near_max_gap(info: Mapping[str, Any]) -> int:
 # -- scores -----------------------------------------------------------------------------------------
 def visual_scores(pages: pd.DataFrame, elements: pd.DataFrame, spec: EvidenceSamplingSpec) -> pd.DataFrame:
     """``pages`` (``doc_id, page_index, width, height``) with ``visual_score`` (float) and
-    ``n_elements``, ``n_multi_elements`` (non-headline) added; ``elements`` needs ``doc_id,
-    page_index, bbox ([x0, y0, x1, y1] page pixels), element_type``."""
+    ``n_elements``, ``n_multi_elements`` (neither headlines nor :data:`CONTENTLESS_TYPES`) added;
+    ``elements`` needs ``doc_id, page_index, bbox ([x0, y0, x1, y1] page pixels), element_type``."""
     out = pages[["doc_id", "page_index", "width", "height"]].copy()
     if elements.empty:
         return out.assign(visual_score=0.0, n_elements=0, n_multi_elements=0)
@@ -132,7 +143,7 @@ def visual_scores(pages: pd.DataFrame, elements: pd.DataFrame, spec: EvidenceSam
     el = el.assign(
         weighted=weights * dx * dy / (w * h),
         weighted_type=np.where(weights > 0, el["element_type"], None),
-        multi=el["element_type"] != "headline",
+        multi=~el["element_type"].isin(("headline", *CONTENTLESS_TYPES)),
     )
     per_page = el.groupby(["doc_id", "page_index"]).agg(
         area=("weighted", "sum"),
@@ -161,10 +172,15 @@ def top_pages(scored: pd.DataFrame, k: int) -> pd.DataFrame:
 
 
 def tfidf_matrix(texts: list[str]):
-    """L2-normalised TF-IDF rows ``(n_pages, vocab)`` (sparse) of one source's page texts."""
+    """L2-normalised TF-IDF rows ``(n_pages, vocab)`` (sparse) of one source's page texts; ``None``
+    when they hold no word (empty, or stop words only): there is nothing to compare pages by."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    return TfidfVectorizer(sublinear_tf=True, stop_words="english").fit_transform(texts)
+    vectorizer = TfidfVectorizer(sublinear_tf=True, stop_words="english")
+    try:
+        return vectorizer.fit_transform(texts)
+    except ValueError:  # "empty vocabulary": sklearn's only ValueError for a list of strings
+        return None
 
 
 def pair_scores(tfidf, rows_a: np.ndarray, rows_b: np.ndarray, richness: np.ndarray, weight: float):
@@ -208,9 +224,10 @@ class _Source:
 
     def ranked_pairs(self, doc_a: str, doc_b: str, spec: EvidenceSamplingSpec, near_max_gap: int) -> dict[str, list]:
         """``{structure: [(score, cosine, (doc_a, page), (doc_b, page)), ...]}`` best first, at most
-        ``pairs_per_document`` each; within one document (``doc_a == doc_b``) classed by distance."""
+        ``pairs_per_document`` each; within one document (``doc_a == doc_b``) classed by distance.
+        Nothing for a source whose pages hold no word (:func:`tfidf_matrix`)."""
         pa_, pb_ = self.pages_of(doc_a), self.pages_of(doc_b)
-        if not pa_ or not pb_:
+        if not pa_ or not pb_ or self.tfidf is None:
             return {}
         rows_a = np.array([self.row[(doc_a, p)] for p in pa_])
         rows_b = np.array([self.row[(doc_b, p)] for p in pb_])
@@ -311,10 +328,13 @@ def sample_evidence_configs(
     top = top_pages(scored, spec.top_pages)
     rows: list[dict] = []
     for source, group in scored.groupby("source", sort=True):
-        texts = list(group[spec.text_column])
-        if not any(t.strip() for t in texts):
-            raise EvidenceSamplingError(f"no {source} page has text in {spec.text_column!r}")
-        src = _Source(group, texts, element_ids)
+        src = _Source(group, list(group[spec.text_column]), element_ids)
+        if src.tfidf is None:
+            log.warning(
+                "no %s page has words in %r: its documents get single-page configurations only",
+                source,
+                spec.text_column,
+            )
         doc_ids = sorted(group["doc_id"].unique())
         source_top = top[top["source"] == source]
         for structure in ("page_single", "page_multi"):
@@ -350,13 +370,12 @@ def sample_evidence_configs(
     configs = configs.sort_values(["source", "structure"], kind="mergesort").reset_index(drop=True)
     configs["structure"] = configs["structure"].astype(str)
     configs.insert(0, "config_id", [f"ec{i:06d}" for i in range(len(configs))])
-    short = [
-        f"{s}/{e}: {n} of {spec.budget(e)}"
-        for (s, e), n in config_counts(configs).stack().items()
-        if n < spec.budget(e) and (e != "cross_doc" or encoder is not None)
-    ]
+    short = config_shortfall(config_counts(configs), spec, documents["source"].unique(), encoder is not None)
     if short:
-        log.warning("fewer candidates than the budget (documents too short or too few): %s", "; ".join(short))
+        log.warning(
+            "fewer candidates than the budget (documents too short or too few): %s",
+            "; ".join(f"{cell}: {n} of {budget}" for cell, (n, budget) in short.items()),
+        )
     return configs
 
 
@@ -364,6 +383,24 @@ def config_counts(configs: pd.DataFrame) -> pd.DataFrame:
     """Configurations per source (rows) x structure (columns, paper order), zeros included."""
     table = pd.crosstab(configs["source"], configs["structure"]) if len(configs) else pd.DataFrame()
     return table.reindex(columns=list(EVIDENCE_STRUCTURES), fill_value=0).fillna(0).astype(int)
+
+
+def config_shortfall(
+    counts: pd.DataFrame, spec: EvidenceSamplingSpec, sources=(), cross_doc: bool = True
+) -> dict[str, tuple[int, int]]:
+    """``{"source/structure": (configurations, budget)}`` for every cell below its budget.
+
+    ``counts``: :func:`config_counts`'s table (sources x structures); ``sources``: sources that may
+    have no row in it (documents that gave no configuration at all); ``cross_doc``: whether Cross-Doc
+    was sampled (an encoder was given), else its cells are not counted short."""
+    counts = counts.reindex(
+        index=sorted(set(counts.index) | set(sources)), columns=list(EVIDENCE_STRUCTURES), fill_value=0
+    ).fillna(0)
+    return {
+        f"{source}/{structure}": (int(n), spec.budget(structure))
+        for (source, structure), n in counts.stack().items()
+        if n < spec.budget(structure) and (structure != "cross_doc" or cross_doc)
+    }
 
 
 # -- the stage --------------------------------------------------------------------------------------

@@ -16,6 +16,12 @@ model name of every client: recorded answers never pass for a served model's. It
 ``clean`` (question -> ``{"rating": ..., "classifier": ...}``); a request without a recording gets
 HTTP 404, fails, and is counted like any failed request. The mini benchmark is built this way from
 ``data/generation/vl-docir-mini.recorded-by-hand.json`` (answers written by hand, not by a model).
+
+**Pre-flight** (:meth:`GeneratedQueries.preflight`, called before any rendering): with a server,
+every distinct server and model is asked once whether it serves the model
+(:meth:`vldocir.llm.ChatClient.check_server`); with a recording, the file is read, its generator
+checked, and a recording that names none of the input documents is refused. Either way a stage
+that cannot work fails in seconds with one line saying what to do.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from collections import Counter
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -74,7 +80,20 @@ class Replay:
             )
         self.answers: dict[str, str] = {}
         self.missing: Counter = Counter()
-        self.server = replay_server(self.answers)
+        self.server = replay_server(self.answers, models=[generator])
+
+    def documents(self) -> set[str]:
+        """The document ids the recording's ``describe`` and ``generate`` keys name: page ids
+        (``grounding.page_id``: ``<doc_id>-p<NNN>``) and configuration signatures
+        (``vlm_generation.config_signature``: ``<structure>|<doc_id>:<page>+...``)."""
+        described = {str(key).rsplit("-p", 1)[0] for key in self.recorded.get("describe") or {}}
+        generated = {
+            part.rsplit(":", 1)[0]
+            for key in self.recorded.get("generate") or {}
+            for part in str(key).partition("|")[2].split("+")
+            if part
+        }
+        return described | generated
 
     def expect(self, step: str, keys: list[Any], requests: list) -> None:
         """Make the recorded answer of each ``(key, request)`` the server's answer to that request."""
@@ -108,6 +127,8 @@ class GeneratedQueries:
             (``None`` with ``cleaning.method=none``).
         encoder: embeds document start texts for Cross-Doc pairs (``None``: no Cross-Doc queries).
         recorded: a recorded-answers file to replay (module doc), or ``None`` to ask the servers.
+        check_server: with ``recorded=None``, :meth:`preflight` asks each server whether it serves
+            the model; ``False`` skips that (a rerun answered from the LLM cache with the server down).
         llm: the client settings the config's three client nodes share by interpolation (model,
             server, cache); recorded in the report, not used otherwise.
     """
@@ -124,12 +145,60 @@ class GeneratedQueries:
         recorded: str | Path | None = None,
         progress: bool = True,
         llm: Mapping[str, Any] | None = None,
+        check_server: bool = True,
     ):
         self.sampling, self.generation, self.cleaning = sampling, generation, cleaning
         self.describer, self.generator, self.judge = describer, generator, judge
         self.encoder, self.recorded, self.progress = encoder, recorded, progress
+        self.check_server = bool(check_server)
         if cleaning.method != "none" and judge is None:
             raise ConfigError(f"queries.cleaning.method={cleaning.method} needs queries.judge (an LLM client)")
+
+    def clients(self) -> list[ChatClient]:
+        """The clients the stage will call: describer, generator, and the judge when it cleans."""
+        judge = self.judge if self.cleaning.method != "none" else None
+        return [c for c in (self.describer, self.generator, judge) if c is not None]
+
+    def preflight(self, doc_ids: Sequence[str] | None = None) -> None:
+        """Raise :class:`ConfigError` (one line, with what to do) before any work if the stage
+        cannot run (module doc). ``doc_ids``: the documents the build will hold, when known before
+        rendering (a folder of the user's files); ``None`` checks a recording only for its form."""
+        if not self.recorded:
+            seen = set()
+            for client in self.clients() if self.check_server else ():
+                if (client.base_url, client.model) in seen:
+                    continue
+                seen.add((client.base_url, client.model))
+                try:
+                    client.check_server()
+                except ConfigError as error:
+                    raise ConfigError(
+                        f"queries.llm: {error}; start the server or fix queries.llm.base_url / queries.llm.model, "
+                        "or build without a model: queries=file queries.path=<your queries> or queries=none "
+                        "(a rerun that the LLM cache answers: queries.check_server=false)"
+                    ) from None
+            return
+        replay = Replay(self.recorded, [c for c in (self.describer, self.generator, self.judge) if c is not None])
+        if doc_ids is None:
+            return
+        doc_ids = set(map(str, doc_ids))
+        covered = doc_ids & replay.documents()
+        if not covered:
+            example = f" (e.g. {sorted(doc_ids)[0]})" if doc_ids else ""
+            raise ConfigError(
+                f"queries.recorded: {replay.path.name} holds recorded answers for none of the {len(doc_ids)} "
+                f"input document(s){example}: it replays the answers recorded for the documents it was written "
+                "for. Give your own queries (queries=file queries.path=<jsonl|csv|parquet>), build without "
+                "queries (queries=none), or ask a model (queries.recorded=null queries.llm.model=<model> "
+                "queries.llm.base_url=<server>/v1)"
+            )
+        if len(covered) < len(doc_ids):
+            log.warning(
+                "%s holds recorded answers for %d of %d input documents; requests about the others get none",
+                replay.path.name,
+                len(covered),
+                len(doc_ids),
+            )
 
     def __call__(
         self,

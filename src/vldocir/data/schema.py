@@ -36,6 +36,10 @@ DECLARED_SOURCES_KEY = "sources"
 declare their own, e.g. ``["vidore_v3_hr"]``); documents and queries must name one of them. A
 benchmark that declares none is held to :data:`SOURCES`."""
 
+CORPUS_ONLY_METHOD = "none"
+"""``built_by.queries.method`` of a benchmark built without queries (``queries=none``): a corpus,
+whose ``queries`` and ``qrels`` tables may then have no rows."""
+
 SINGLE_PAGE_STRUCTURES = frozenset({"page_single", "page_multi"})
 """Evidence on exactly one page (Page-Multi means several elements of that one page)."""
 

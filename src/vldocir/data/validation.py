@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vldocir.data.schema import (
+    CORPUS_ONLY_METHOD,
     DECLARED_SOURCES_KEY,
     EVIDENCE_STRUCTURES,
     MULTI_PAGE_STRUCTURES,
@@ -101,8 +102,11 @@ def validate_tables(bench: "Benchmark", error: Error) -> None:
             text = rule(position) if callable(rule) else rule
             raise error(table, _row_name(frame, TABLES[table].key, frame.index[position]), text + more)
 
+    built = bench.info.get("built_by")
+    built_queries = built.get("queries") if isinstance(built, dict) else None
+    corpus_only = isinstance(built_queries, dict) and built_queries.get("method") == CORPUS_ONLY_METHOD
     for name, frame in frames.items():
-        if not len(frame) and not TABLES[name].may_be_empty:
+        if not len(frame) and not TABLES[name].may_be_empty and not (corpus_only and name in ("queries", "qrels")):
             raise error(name, None, "the table has no rows; a benchmark needs at least one")
     for name, frame in frames.items():
         for column in TABLES[name].key:
@@ -156,6 +160,8 @@ def validate_tables(bench: "Benchmark", error: Error) -> None:
     blank = queries["text"].isna() | (queries["text"].astype("string").str.strip() == "")
     check("queries", blank, "query text is null, empty or whitespace only")
     _check_sources(bench.info, docs, queries, check, error)
+    if not len(queries) and not len(qrels):
+        return  # a corpus without queries (allowed above only when built so): no query rule applies
     check("qrels", ~_isin(qrels["query_id"], queries["query_id"]), "qrel refers to a query missing from 'queries'")
     check("qrels", ~_isin(qrels["page_id"], pages["page_id"]), "qrel refers to a page missing from 'pages'")
     page_doc = pages.set_index("page_id")["doc_id"]

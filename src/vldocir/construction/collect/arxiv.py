@@ -119,6 +119,9 @@ class ArxivCollector(Collector):
         self.html_url, self.abs_url = str(html_url), str(abs_url)
         self.max_references, self.page_size = int(max_references), max(1, int(page_size))
 
+    def endpoints(self) -> dict[str, str]:
+        return {"api_url": self.api_url, "oai_url": self.oai_url, "html_url": self.html_url}
+
     def candidates(self, run: CollectRun) -> Iterator[Item]:
         seen: set[str] = set()
 

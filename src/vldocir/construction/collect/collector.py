@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from vldocir.construction.collect.assets import AssetSpec, decode_html, localize
-from vldocir.construction.collect.http import CollectError, HttpSpec, PoliteClient, ResponseStore
+from vldocir.construction.collect.http import CollectError, HttpSpec, PoliteClient, ResponseStore, check_hosts
 from vldocir.construction.collect.index import INDEX_FILE, DocumentIndex, IndexRow
 from vldocir.errors import ConfigError
 from vldocir.io import atomic_write_json
@@ -98,6 +98,11 @@ class Collector:
         """Raise :class:`ConfigError` if the source cannot be fetched with ``http`` (SEC EDGAR: a
         User-Agent with a contact address). Called before any request."""
 
+    def endpoints(self) -> dict[str, str]:
+        """The source's URLs (templates allowed), by parameter name: their hosts are looked up
+        before any request (:func:`.http.check_hosts`)."""
+        return {}
+
     def candidates(self, run: "CollectRun") -> Iterator[Item]:
         raise NotImplementedError
 
@@ -161,6 +166,26 @@ class Summary:
             "failures": self.failures[:MAX_LISTED_FAILURES],
         }
 
+    def nothing_fetched(self) -> str | None:
+        """Why a run that added no document failed, in one line, or ``None`` when it did not fail:
+        it fetched some, stopped at ``max_documents=0``, or found every candidate already collected."""
+        if self.fetched or (self.stopped_at_limit and not self.failed):
+            return None
+        where = f"see {self.out_dir}/{SUMMARY_FILE}"
+        if self.failed:
+            reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.failed.items()))
+            first = self.failures[0]["error"] if self.failures else ""
+            return (
+                f"{self.source}: nothing fetched, {sum(self.failed.values())} candidate(s) failed ({reasons}), "
+                f"the first: {first}; {where}, a rerun retries them"
+            )
+        if self.documents:
+            return None  # a rerun after a complete run: nothing left to fetch
+        if self.skipped:
+            reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.skipped.items()))
+            return f"{self.source}: nothing fetched, every candidate was skipped ({reasons}); {where}"
+        return f"{self.source}: nothing fetched, the source listed no candidates (see collect.collector's parameters)"
+
     def report(self) -> str:
         """A few lines for the console."""
         lines = [
@@ -198,6 +223,7 @@ def collect(
     if max_documents is not None and (isinstance(max_documents, bool) or int(max_documents) < 0):
         raise ConfigError(f"collect.max_documents must be null or >= 0, got {max_documents!r}")
     collector.check(http)
+    check_hosts(collector.endpoints(), http)
     assets = assets or AssetSpec()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,13 @@ What it guarantees:
   turns out malformed is dropped from the store before the error is raised, so a rerun fetches it
   again.
 - **Errors** are :class:`FetchError` (with ``reason``: ``timeout``, ``connection``, ``http_<status>``,
-  ``too_large``) and :class:`MalformedResponse` (``malformed_response``); both name the URL.
+  ``too_large``) and :class:`MalformedResponse` (``malformed_response``); both name the URL. A host
+  name that does not resolve is a ``connection`` failure that is not retried (the same lookup
+  would fail again), so an asset on such a host costs one lookup, not the retries' backoff.
+- **Hosts first.** :func:`check_hosts` resolves the hosts of a collector's endpoints before any
+  request: a name that does not resolve (a typo, no network) is one line naming it, in
+  milliseconds. A host reached through a proxy (``trust_env`` and ``HTTPS_PROXY``/``HTTP_PROXY``
+  not bypassed by ``NO_PROXY``) is left to the proxy to resolve.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ import hashlib
 import json
 import logging
 import re
+import socket
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -344,6 +352,8 @@ class PoliteClient:
         except httpx.TimeoutException:
             raise Retryable("timeout", f"no answer within {self.spec.timeout_s:g} s") from None
         except httpx.TransportError as error:  # connection refused or reset, DNS, protocol errors
+            if (lookup := _name_error(error)) is not None and lookup.errno == socket.EAI_NONAME:
+                raise FetchError(url, "connection", f"host {httpx.URL(url).host} does not resolve ({lookup})") from None
             raise Retryable("connection", f"{type(error).__name__}: {error}") from None
 
     def _read_body(self, url: str, answer: httpx.Response) -> bytes:
@@ -358,6 +368,43 @@ class PoliteClient:
                 raise FetchError(url, "too_large", f"body exceeds max_body_bytes={limit}")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _name_error(error: BaseException) -> socket.gaierror | None:
+    """The failed name lookup behind an HTTP library's connection error, if that is what it was."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, socket.gaierror):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def check_hosts(endpoints: Mapping[str, str], spec: HttpSpec) -> None:
+    """Raise :class:`ConfigError` naming the first host of ``endpoints`` (``{parameter: url}``, a
+    collector's :meth:`~vldocir.construction.collect.collector.Collector.endpoints`) that does not
+    resolve; hosts behind a proxy are not looked up (module doc)."""
+    proxies = urllib.request.getproxies_environment() if spec.trust_env else {}
+    seen: set[str] = set()
+    for name, url in endpoints.items():
+        parts = httpx.URL(str(url).split("{", 1)[0])  # a template's placeholders are not part of the host
+        host = parts.host
+        if not host or host in seen:
+            continue
+        seen.add(host)
+        if proxies.get(parts.scheme) and not urllib.request.proxy_bypass_environment(host, proxies):
+            continue
+        try:
+            socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
+        except socket.gaierror as error:
+            raise ConfigError(
+                f"collect.collector.{name}: host {host} does not resolve ({error}): check the URL, or the "
+                "network (a proxy is taken from HTTPS_PROXY with collect.http.trust_env=true)"
+            ) from None
+        except UnicodeError as error:
+            raise ConfigError(f"collect.collector.{name}: {host!r} is not a host name ({error})") from None
 
 
 _CHARSET = re.compile(r"charset\s*=\s*[\"']?([A-Za-z0-9._:-]+)", re.I)

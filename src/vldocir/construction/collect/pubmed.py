@@ -65,6 +65,9 @@ class PubmedCollector(Collector):
         self.default_domain = default_domain
         self.oa_url, self.article_url = str(oa_url), str(article_url)
 
+    def endpoints(self) -> dict[str, str]:
+        return {"oa_url": self.oa_url, "article_url": self.article_url}
+
     def candidates(self, run: CollectRun) -> Iterator[Item]:
         params: dict[str, str] = {"from": self.date_from, "until": self.date_until}
         while True:

@@ -77,6 +77,13 @@ class SecCollector(Collector):
         self.submissions_file_url, self.document_url = str(submissions_file_url), str(document_url)
         self.max_requests_per_s = float(max_requests_per_s)
 
+    def endpoints(self) -> dict[str, str]:
+        return {
+            "tickers_url": self.tickers_url,
+            "submissions_url": self.submissions_url,
+            "document_url": self.document_url,
+        }
+
     def check(self, http: HttpSpec) -> None:
         agent = str(http.user_agent or "")
         if not _CONTACT.search(agent) or len(agent.split()) < 2:

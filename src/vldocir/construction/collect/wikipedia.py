@@ -117,6 +117,9 @@ class WikipediaCollector(Collector):
         self.exclude_categories = {_norm(c) for c in exclude_categories}
         self._template = relevance_prompt()
 
+    def endpoints(self) -> dict[str, str]:
+        return {"api_url": self.api_url, "article_url": self.article_url}
+
     @staticmethod
     def _seed(number: int, seed: Mapping[str, Any], max_depth: int, max_documents: int) -> Seed:
         key = f"collect.collector.seeds[{number}]"

@@ -1,5 +1,7 @@
 """Many documents: :func:`render_batch` (resumable, failures recorded and survived, several
-documents at once in worker processes) and its :class:`BatchReport`."""
+documents at once in worker processes) and its :class:`BatchReport`. A document that renders to
+nothing visible (:func:`is_blank`: an empty file, or one with no visible text and no image) is a
+failed document (:data:`EMPTY_DOCUMENT`), never a blank page; its rendering stays cached."""
 
 from __future__ import annotations
 
@@ -16,16 +18,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from vldocir.cache import remove_stale_staging
+from vldocir.cache import CorruptArtifactError, remove_stale_staging
 from vldocir.construction.render.browser import kill_process_tree
 from vldocir.construction.render.config import RenderConfig, RenderError
-from vldocir.construction.render.layout import check_rendered
+from vldocir.construction.render.layout import RenderedDocument, check_rendered, load_layout
 from vldocir.construction.render.renderer import Renderer
 from vldocir.io import file_digest
 
 log = logging.getLogger(__name__)
 
 FAILURES_FILE = "failures.jsonl"
+
+EMPTY_DOCUMENT = "EmptyDocument"
+"""The error type of a document that rendered to nothing visible (:func:`is_blank`)."""
+EMPTY_REASON = "no visible text and no image: the document would be a blank page"
+
+VISIBLE_WITHOUT_TEXT = ("image", "formula")
+"""Element types that show something without text (a recorded formula has text or a drawing)."""
+
+
+def is_blank(doc: RenderedDocument) -> bool:
+    """Whether a rendering shows nothing: no element with text and no image or formula other than
+    images that failed to load (``doc.images["failed"]``)."""
+    failed = {f.get("element_id") for f in doc.images.get("failed", [])}
+    return not any(
+        e.text.strip() or (e.element_type in VISIBLE_WITHOUT_TEXT and e.element_id not in failed) for e in doc.elements
+    )
 
 
 @dataclass
@@ -104,6 +122,10 @@ def render_batch(
     documents one at a time, longest HTML file first; with one worker, or when ``renderer`` (an
     open :class:`Renderer`, whose config is then used) is given, they are rendered in this process.
 
+    A document whose rendering :func:`is_blank` is failed (error type :data:`EMPTY_DOCUMENT`, in
+    ``errors`` and ``failures.jsonl`` when it is rendered) and its rendering is kept: a rerun finds it
+    rendered and fails it again without rendering it.
+
     Resumable: a document already rendered in ``out_dir/<doc_id>/`` is skipped when its rendering
     verifies (:func:`~vldocir.construction.render.layout.check_rendered`: its ``layout.json``'s
     checksum and version, its doc id, the digest of its HTML file and the key of the settings, and
@@ -132,6 +154,10 @@ def render_batch(
         html_sha256 = file_digest(html_path) if html_path.is_file() else None
         rendered, problem = check_rendered(doc_dir, doc_id, html_sha256, render_key, full=verify == "full")
         if rendered is not None:
+            if is_blank(rendered):
+                report.failed.append(doc_id)
+                report.errors[doc_id] = f"{EMPTY_DOCUMENT}: {EMPTY_REASON}"
+                continue
             report.pages[doc_id] = len(rendered.pages)
             report.skipped.append(doc_id)
             continue
@@ -146,12 +172,22 @@ def render_batch(
     page_bar = tqdm(desc="pages", unit="page", disable=not progress, position=1)
     failures: list[dict] = []
     done: dict[str, int] = {}
+    sources = {doc_id: (source, html_path) for doc_id, source, html_path in todo}
 
     def finished(doc_id: str, n_pages: int | None, failure: dict | None) -> None:
         if failure is None:
             done[doc_id] = n_pages
             page_bar.update(n_pages)
-        else:
+            source, html_path = sources[doc_id]
+            try:
+                layout = load_layout(out_dir / doc_id)
+            except CorruptArtifactError as error:  # what a renderer wrote cannot be read back: a failure
+                failure = _failure_entry(doc_id, source, html_path, *_describe(error), 0.0)
+            else:
+                if is_blank(layout):
+                    elapsed = layout.timings.get("total", 0.0)
+                    failure = _failure_entry(doc_id, source, html_path, EMPTY_DOCUMENT, EMPTY_REASON, elapsed)
+        if failure is not None:
             log.warning(
                 "%s failed after %.1f s: %s: %s", doc_id, failure["elapsed_s"], failure["error_type"], failure["error"]
             )
@@ -172,13 +208,13 @@ def render_batch(
         page_bar.close()
     failed = {f["doc_id"]: f for f in failures}
     for doc_id, _, _ in todo:
-        if doc_id in done:
-            report.rendered.append(doc_id)
-            report.pages[doc_id] = done[doc_id]
-            report.pages_rendered += done[doc_id]
-        elif doc_id in failed:
+        report.pages_rendered += done.get(doc_id, 0)  # work done, a blank document's page too
+        if doc_id in failed:
             report.failed.append(doc_id)
             report.errors[doc_id] = f"{failed[doc_id]['error_type']}: {failed[doc_id]['error']}"
+        elif doc_id in done:
+            report.rendered.append(doc_id)
+            report.pages[doc_id] = done[doc_id]
     report.wall_s = round(time.monotonic() - t0, 3)
     return report
 
