@@ -21,6 +21,7 @@ perf/README.md.
     .venv/bin/python perf/bench_evaluate.py                  # paper scale, 3-4 minutes, ~16 GB RAM
     .venv/bin/python perf/bench_evaluate.py --scale 0.1      # a tenth, for quick iterations
     .venv/bin/python perf/bench_evaluate.py --skip-peers     # ours only
+    .venv/bin/python perf/bench_evaluate.py --smoke          # 542 queries, pytrec_eval only: seconds (CI)
 
 This is a script, not a timed test: the figures depend on the machine.
 """
@@ -60,6 +61,7 @@ EVIDENCE_TYPES = (["text"], ["table_row"], ["table_row", "text"], ["image", "tex
 EVIDENCE_TYPE_P = (0.45, 0.30, 0.15, 0.10)
 ELEMENT_TYPES = ("text", "table_row", "image")
 P_EVIDENCE_RETRIEVED = 0.8  # chance that an evidence page is somewhere in a query's top 100
+SMOKE_SCALE = 0.002  # 542 queries, 788 pages
 
 
 def log(message: str) -> None:
@@ -547,6 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("cache/bench_evaluate"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-peers", action="store_true", help="time ours only")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"--scale {SMOKE_SCALE} and pytrec_eval as the only peer (ranx compiles for half a minute): seconds",
+    )
     parser.add_argument("--skip-subprocess", action="store_true", help="no fresh-process run (no peak memory)")
     parser.add_argument("--repeat", type=int, default=1, help="in-process repetitions of ours (the best is reported)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -556,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child_ours:
         child_ours(Path(args.child_ours[0]), Path(args.child_ours[1]))
         return 0
+    if args.smoke:
+        args.scale = SMOKE_SCALE
 
     bench_dir, run_path = prepare(args.workdir, args.scale, args.seed)
 
@@ -626,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         figures["pytrec_eval_max_abs_diff"] = {m: d for m, (d, _) in checks.items()}
 
+    if not args.skip_peers and not args.smoke:
         times, ranx_scores = evaluate_ranx(run_path, qrels)
         peers["ranx"] = times
         log(

@@ -13,6 +13,7 @@ Usage::
 
     .venv/bin/python perf/bench_fingerprint.py                 # 388,548 pages (the paper's count)
     .venv/bin/python perf/bench_fingerprint.py --pages 50000
+    .venv/bin/python perf/bench_fingerprint.py --smoke          # 300 pages, one repeat: seconds (CI)
 """
 
 from __future__ import annotations
@@ -156,7 +157,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--clean", action="store_true", help="delete the generated benchmark at the end")
+    parser.add_argument("--smoke", action="store_true", help="--pages 300 --repeat 1: seconds, the code path only")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.pages, args.repeat = 300, 1
 
     root = (args.workdir / f"pages-{args.pages}").resolve()
     if not (root / "benchmark.json").is_file():

@@ -2,7 +2,7 @@
 
 Layers, lowest first; a module may import from its own layer or a lower one, never a higher one:
 
-    0  data, io, cache, leases, manifest, errors, retry, llm, llm_server (and the ``vldocir`` package itself)
+    0  data, io, cache, leases, manifest, errors, retry, llm, llm_server, threads (and ``vldocir`` itself)
     1  construction, retrieval          (which do not import each other)
     2  evaluation
     3  pipeline, store, config_checks, launch
@@ -31,7 +31,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "vldocir"
 
 LAYERS = (
-    ("vldocir", "data", "io", "cache", "leases", "manifest", "errors", "retry", "llm", "llm_server"),
+    ("vldocir", "data", "io", "cache", "leases", "manifest", "errors", "retry", "llm", "llm_server", "threads"),
     ("construction", "retrieval"),
     ("evaluation", "importers"),  # importers: foreign data -> tables, through data + construction (grounding, PDF)
     ("pipeline", "store", "config_checks", "launch"),

@@ -51,6 +51,7 @@ from vldocir.manifest import (
 )
 from vldocir.retrieval.base import Retriever
 from vldocir.retrieval.settings import RunJob, Setting, check_id_names_inputs
+from vldocir.threads import set_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ def run_stage(cfg: DictConfig, tracker) -> dict[str, Any]:
     """
     check_config(cfg, _overrides())
     _check_directory_names(cfg)
+    set_torch_threads(cfg.threads)  # here, not in run.py: a submitit job calls this too
     stages = {"evaluate": evaluate, "encode": encode}
     try:
         return stages[cfg.stage](cfg, tracker)
@@ -517,6 +519,12 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     bench = open_benchmark(cfg.dataset, cfg.paths.cache_dir)
     timings["load_benchmark_s"] = time.perf_counter() - tick
     timings.update(bench.load_timings)  # validate_s, fingerprint_s and whether each came from the memo
+    if not bench.arrow("queries", ["query_id"]).num_rows:  # a corpus built with queries=none
+        raise ConfigError(
+            f"benchmark {bench.name} ({bench.root}) has no queries, so there is nothing to evaluate (stage=encode "
+            "encodes its pages); add queries with python -m vldocir.apps.generate_queries "
+            f"benchmark={bench.root} queries=file queries.path=<file>"
+        )
     language = OmegaConf.select(cfg, "eval.language")
     if language is not None:  # before any search: a mistyped language costs a second
         language = str(language)

@@ -160,3 +160,55 @@ def test_gpu_search_equals_cpu_search():
     gpu = exact_search(queries, shard(pages, 128), depth=30, device="cuda", progress=False)
     np.testing.assert_array_equal(cpu.indices, gpu.indices)
     np.testing.assert_allclose(cpu.scores, gpu.scores, rtol=1e-4, atol=1e-3)
+
+
+def test_tiles_and_threads_do_not_change_rankings(monkeypatch):
+    """Tiny tiles (several per block, split over queries and over pages) and two scoring threads
+    give the rankings of whole-block products on one thread; the caller's thread count is kept."""
+    from vldocir.retrieval import search
+
+    rng = np.random.default_rng(7)
+    queries = RaggedVectors.from_list(random_items(rng, 40, (3, 15)))
+    pages = random_items(rng, 150, (5, 40))
+    kwargs = dict(depth=30, query_batch_size=9, page_block_tokens=200, device="cpu", progress=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        monkeypatch.setattr(search, "CPU_TILE_SCORES", 10**9)
+        whole = exact_search(queries, shard(pages, 64), **kwargs)
+        monkeypatch.setattr(search, "CPU_TILE_SCORES", 300)
+        tiled = exact_search(queries, shard(pages, 64), **kwargs)
+        torch.set_num_threads(2)
+        threaded = exact_search(queries, shard(pages, 64), **kwargs)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for other in (tiled, threaded):
+        np.testing.assert_array_equal(other.indices, whole.indices)
+        np.testing.assert_allclose(other.scores, whole.scores, rtol=1e-6, atol=1e-5)
+
+
+def test_tile_steps_by_hand():
+    from vldocir.retrieval.search import _tile_steps
+
+    assert _tile_steps(32, 32, 5, 768, None) == (32, 5)  # no budget (CUDA): the whole block
+    assert _tile_steps(32, 32, 5, 768, 1 << 20) == (32, 1)  # 786,432 scores a page: one page a tile
+    assert _tile_steps(32, 32, 5, 768, 1 << 19) == (16, 1)  # two tiles of 16 queries, not 21 + 11
+    assert _tile_steps(4, 8, 10, 10, 1000) == (4, 3)  # 320 scores a page: 3 pages a tile
+    assert _tile_steps(4, 8, 8, 10, 1600) == (4, 4)  # 5 would fit: two tiles of 4, not 5 + 3
+    assert _tile_steps(3, 10, 7, 1000, 5) == (1, 1)  # never less than one query by one page
+
+
+def test_huge_finite_vectors_are_not_taken_for_non_finite_ones():
+    """The finiteness check sums each shard; an overflowing sum is settled elementwise (no error),
+    while one NaN anywhere still raises."""
+    from vldocir.retrieval.search import NonFiniteVectorsError
+
+    pages = [np.full((4, 8), 1e37, np.float32) for _ in range(10)]  # the shard's sum overflows to inf
+    queries = RaggedVectors.from_list([np.full((2, 8), 1e-30, np.float32)])
+    top = exact_search(queries, [RaggedVectors.from_list(pages)], depth=3, device="cpu", progress=False)
+    np.testing.assert_array_equal(top.indices[0], [0, 1, 2])
+    pages[6] = pages[6].copy()
+    pages[6][2, 3] = np.nan
+    with pytest.raises(NonFiniteVectorsError):
+        exact_search(queries, [RaggedVectors.from_list(pages)], depth=3, device="cpu", progress=False)

@@ -18,16 +18,31 @@ Exactness notes:
 - Ties are broken by page index (the benchmark's page order, i.e. page_id), so the top-N does not
   depend on the query or page batch sizes.
 
+Speed on CPU (perf/bench_maxsim.py; the aim is the rate of a plain fp32 matrix product):
+- A shard is upcast to fp32 once, into a buffer reused for every shard, and serves every query
+  batch. Fresh multi-megabyte tensors cost page faults on every allocation, so the products write
+  into per-thread buffers too.
+- Each product is one tile of at most :data:`CPU_TILE_SCORES` scores, small enough to stay in
+  cache for the max over page tokens that reads it again.
+- ``torch.get_num_threads()`` worker threads (set once per job, :mod:`vldocir.threads`) each score
+  whole query batches with single-threaded products, pulling the next batch when done. No product
+  waits at a barrier for a thread the OS has descheduled, so the rate degrades with the machine's
+  load instead of collapsing; each tile stays in its own core's cache.
+
 Integrity: a NaN or Inf among the vectors would make every score of its page NaN, and such a
-page would silently fall out of the ranking. Every block of vectors is checked finite as it is
-upcast (one elementwise pass, small next to the matrix products that follow), and a failure
-raises :class:`NonFiniteVectorsError` naming the vectors' ``source`` (the shard's directory).
+page would silently fall out of the ranking. Every shard is checked finite as it is upcast (one
+sum: a sum is finite only if every term is; only a non-finite sum, which overflow can also cause,
+pays the elementwise check), and a failure raises :class:`NonFiniteVectorsError` naming the
+vectors' ``source`` (the shard's directory).
 """
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -47,9 +62,37 @@ class NonFiniteVectorsError(VldocirError, ValueError):
 
 
 def _check_finite(blocks: Sequence[torch.Tensor], vectors: RaggedVectors) -> None:
-    """Raise :class:`NonFiniteVectorsError` unless every block is finite (one device sync in all)."""
-    if blocks and not bool(torch.stack([torch.isfinite(b).all() for b in blocks]).all()):
+    """Raise :class:`NonFiniteVectorsError` unless every block is finite (one device sync in all).
+
+    A sum is finite only if every term is (NaN and Inf propagate; Inf - Inf is NaN), so a finite
+    sum per block proves it; a non-finite one (also reached by overflow) is settled elementwise.
+    """
+    if not blocks:
+        return
+    if bool(torch.isfinite(torch.stack([b.sum() for b in blocks])).all()):
+        return
+    if not bool(torch.stack([torch.isfinite(b).all() for b in blocks]).all()):
         raise NonFiniteVectorsError(vectors.source, vectors.first_index)
+
+
+CPU_TILE_SCORES = 1 << 20
+"""On CPU, the most (query token x page token) scores one matrix product writes: 4 MB of fp32,
+read again from cache by the max over page tokens (one page of 768 tokens by 32 queries of 32
+tokens). Of 2^18 to 2^21, 2^20 was the fastest on the development machine (perf/README.md). On
+CUDA a block is one product."""
+
+
+class _Buffers:
+    """Flat fp32 scratch tensors reused from call to call, one set per thread."""
+
+    def __init__(self, device: torch.device):
+        self.device, self._tensors = device, {}
+
+    def get(self, name: str, numel: int) -> torch.Tensor:
+        tensor = self._tensors.get(name)
+        if tensor is None or tensor.numel() < numel:
+            tensor = self._tensors[name] = torch.empty(numel, device=self.device)
+        return tensor[:numel]
 
 
 @dataclass
@@ -77,39 +120,137 @@ def _merge(best_scores, best_indices, new_scores, new_indices, depth):
 
 
 def _page_blocks(
-    shard: RaggedVectors, page_block_tokens: int, device: torch.device
+    shard: RaggedVectors, page_block_tokens: int, device: torch.device, buffers: _Buffers | None = None
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A shard's pages as fp32 blocks of about ``page_block_tokens`` tokens, upcast once per shard.
 
     Pages are grouped by length (sorted), so padding to a block's longest page wastes little when
     token counts vary (pages of other aspect ratios, image-splitting processors). Returns
-    (positions within the shard, (n_block, width, dim) tensor) pairs. Raises
-    :class:`NonFiniteVectorsError` if the shard holds NaN or Inf.
+    (positions within the shard, (n_block, width, dim) tensor) pairs. With ``buffers`` the blocks
+    are views of its ``"pages"`` tensor, valid until the next call with the same buffers.
+    Raises :class:`NonFiniteVectorsError` if the shard holds NaN or Inf.
     """
     lengths = shard.lengths
     order = np.argsort(lengths, kind="stable")
-    blocks, start = [], 0
+    groups, start = [], 0
     while start < len(order):
         stop = start + 1
         while stop < len(order) and (stop + 1 - start) * max(int(lengths[order[stop]]), 1) <= page_block_tokens:
             stop += 1
-        members = order[start:stop]
-        blocks.append((torch.from_numpy(members).to(device), shard.padded_fp32(members, device)))
+        groups.append(order[start:stop])
         start = stop
-    _check_finite([block for _, block in blocks], shard)
+    layout = [shard.padded_rows(members) if len(shard.vectors) else (None, 1) for members in groups]
+    n_rows = sum(len(members) * width for members, (_, width) in zip(groups, layout))
+    flat = buffers.get("pages", n_rows * shard.dim) if buffers else torch.empty(n_rows * shard.dim, device=device)
+    flat = flat.view(n_rows, shard.dim)
+    if len(shard.vectors):
+        shard.fp32_into(np.concatenate([rows for rows, _ in layout]), flat)
+    else:
+        flat.zero_()
+    blocks, row = [], 0
+    for members, (_, width) in zip(groups, layout):
+        block = flat[row : row + len(members) * width].view(len(members), width, shard.dim)
+        row += len(members) * width
+        empty = lengths[members] == 0
+        if empty.any():
+            block[torch.from_numpy(empty).to(device)] = 0
+        blocks.append((torch.from_numpy(members).to(device), block))
+    _check_finite([flat], shard)
     return blocks
 
 
-def _maxsim(flat_queries: torch.Tensor, n_batch: int, blocks, n_items: int) -> torch.Tensor:
+def _maxsim(
+    flat_queries: torch.Tensor,
+    n_batch: int,
+    blocks,
+    n_items: int,
+    buffers: _Buffers | None = None,
+    tile_scores: int | None = None,
+) -> torch.Tensor:
     """(n_batch, n_items) MaxSim of a zero-padded query batch, flattened to (n_batch * Lq, dim),
-    against items given as :func:`_page_blocks`."""
-    query_tokens = flat_queries.shape[0] // n_batch
-    scores = torch.empty((n_batch, n_items), device=flat_queries.device)
-    for positions, block in blocks:
-        n_block, width, dim = block.shape
-        sims = flat_queries @ block.view(-1, dim).T  # (B*Lq, nb*Lp)
-        scores[:, positions] = sims.view(n_batch, query_tokens, n_block, width).amax(dim=3).sum(dim=1)
+    against items given as :func:`_page_blocks`.
+
+    ``tile_scores`` (CPU): split each block's product into tiles of whole pages and whole queries
+    of about that many scores at most (never less than one page by one query), each maxed over
+    page tokens while it is in cache. ``buffers`` hold the outputs from call to call.
+    """
+    device = flat_queries.device
+    n_rows, dim = flat_queries.shape
+    query_tokens = n_rows // n_batch
+    n_columns = sum(len(positions) for positions, _ in blocks)
+    token_max = (
+        buffers.get("token_max", n_rows * n_columns) if buffers else torch.empty(n_rows * n_columns, device=device)
+    ).view(n_rows, n_columns)
+    column = 0
+    for _, block in blocks:
+        n_block, width, _ = block.shape
+        pages = block.view(-1, dim)
+        query_step, page_step = _tile_steps(n_batch, query_tokens, n_block, width, tile_scores)
+        for q0 in range(0, n_batch, query_step):
+            rows = slice(q0 * query_tokens, min(n_batch, q0 + query_step) * query_tokens)
+            queries = flat_queries[rows]
+            for p0 in range(0, n_block, page_step):
+                p1 = min(n_block, p0 + page_step)
+                n_scores = len(queries) * (p1 - p0) * width
+                out = buffers.get("sims", n_scores) if buffers else torch.empty(n_scores, device=device)
+                sims = torch.mm(queries, pages[p0 * width : p1 * width].T, out=out.view(len(queries), -1))
+                torch.amax(
+                    sims.view(len(queries), p1 - p0, width), dim=2, out=token_max[rows, column + p0 : column + p1]
+                )
+        column += n_block
+    scores = torch.empty((n_batch, n_items), device=device)
+    if blocks:
+        positions = torch.cat([positions for positions, _ in blocks])
+        scores[:, positions] = token_max.view(n_batch, query_tokens, n_columns).sum(dim=1)
     return scores
+
+
+def _tile_steps(
+    n_queries: int, query_tokens: int, n_pages: int, width: int, tile_scores: int | None
+) -> tuple[int, int]:
+    """(queries, pages) per tile of a (queries x pages) product: the whole block without a
+    budget; else as many pages as fit with every query, or one page with as many queries as fit,
+    split evenly (two tiles of 16 queries rather than 21 and 11)."""
+    if not tile_scores:
+        return n_queries, n_pages
+    page_scores = n_queries * query_tokens * width
+    if page_scores <= tile_scores:
+        per_tile = tile_scores // page_scores
+        return n_queries, -(-n_pages // -(-n_pages // per_tile))
+    tiles = -(-page_scores // tile_scores)
+    return -(-n_queries // tiles), 1
+
+
+@contextmanager
+def _scoring_threads(n_threads: int, device: torch.device) -> Iterator[Callable]:
+    """``run(task, items)``: ``task(item, buffers)`` for every item, on ``n_threads`` threads of one
+    torch thread each (inline when 1), each thread with its own :class:`_Buffers`; returns when all
+    are done and raises the first failure.
+
+    ``torch.set_num_threads`` is per thread for OpenMP and MKL, but it also sets the default of
+    threads started later; the caller's own count is put back on exit.
+    """
+    if n_threads <= 1:
+        buffers = _Buffers(device)
+        yield lambda task, items: [task(item, buffers) for item in items]
+        return
+    local = threading.local()
+
+    def start() -> None:
+        torch.set_num_threads(1)
+        local.buffers = _Buffers(device)
+
+    def run_one(task, item) -> None:
+        with torch.inference_mode():  # grad mode is per thread
+            task(item, local.buffers)
+
+    saved = torch.get_num_threads()
+    pool = ThreadPoolExecutor(n_threads, thread_name_prefix="maxsim", initializer=start)
+    try:
+        yield lambda task, items: list(pool.map(lambda item: run_one(task, item), items))
+    finally:
+        pool.shutdown()
+        torch.set_num_threads(saved)
 
 
 Context = Callable[[RaggedVectors], tuple[RaggedVectors, np.ndarray]]
@@ -135,13 +276,17 @@ def exact_search(
     group's context vectors (document-context scoring, paper Eq. 8), still exact: the group term
     is computed for every item, shard by shard.
 
+    On CPU, query batches are scored on ``torch.get_num_threads()`` threads (see the module notes).
+
     Args:
         queries: the query token vectors (any float dtype; upcast to fp32).
         shards: the corpus in order, each a :class:`RaggedVectors` whose ``first_index`` places it;
             items with no tokens (pages skipped as undecodable) are never returned.
         depth: N, the number of items kept per query.
-        query_batch_size: queries scored together (memory and speed only; results do not change).
-        page_block_tokens: page tokens per matrix product (memory and speed only).
+        query_batch_size: queries scored together, the unit of work of a scoring thread (memory
+            and speed only; results do not change).
+        page_block_tokens: page tokens per block (memory and speed only); on CPU a block's product
+            is computed in tiles of at most :data:`CPU_TILE_SCORES` scores.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``.
         total_items: corpus size, for the progress bar.
 
@@ -163,27 +308,35 @@ def exact_search(
         )
         for b in batches
     ]
+    on_cpu = target.type == "cpu"
+    tile_scores = CPU_TILE_SCORES if on_cpu else None
+    shard_buffers, context_buffers = _Buffers(target), _Buffers(target)
 
     bar = tqdm(total=total_items, desc="exact search", unit="page", disable=not progress)
-    with torch.inference_mode():
+    with torch.inference_mode(), _scoring_threads(torch.get_num_threads() if on_cpu else 1, target) as pool:
         for shard in shards:
             n_items = len(shard)
             if n_items == 0:
                 continue
-            blocks = _page_blocks(shard, page_block_tokens, target)
+            blocks = _page_blocks(shard, page_block_tokens, target, shard_buffers)
             empty = torch.from_numpy(shard.lengths == 0).to(target)
             shard_indices = torch.arange(n_items, device=target, dtype=torch.int64) + shard.first_index
             if context is not None:
                 groups, group_of_item = context(shard)
-                group_blocks = _page_blocks(groups, page_block_tokens, target)
+                group_blocks = _page_blocks(groups, page_block_tokens, target, context_buffers)
                 group_of_item = torch.from_numpy(np.asarray(group_of_item, dtype=np.int64)).to(target)
-            for b, flat_queries in enumerate(query_tensors):
+
+            def score_batch(b: int, buffers: _Buffers) -> None:
                 n_batch = len(batches[b])
-                scores = _maxsim(flat_queries, n_batch, blocks, n_items)
+                scores = _maxsim(query_tensors[b], n_batch, blocks, n_items, buffers, tile_scores)
                 if context is not None:
-                    scores += _maxsim(flat_queries, n_batch, group_blocks, len(groups))[:, group_of_item]
+                    scores += _maxsim(query_tensors[b], n_batch, group_blocks, len(groups), buffers, tile_scores)[
+                        :, group_of_item
+                    ]
                 scores[:, empty] = float("-inf")
                 best[b] = _merge(best[b][0], best[b][1], scores, shard_indices[None, :], depth)
+
+            pool(score_batch, range(len(batches)))
             bar.update(n_items)
     bar.close()
 

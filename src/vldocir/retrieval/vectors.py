@@ -77,6 +77,33 @@ class RaggedVectors:
             block = block.view(torch.bfloat16)
         return block.to(device=device, non_blocking=True).float()
 
+    def fp32_into(self, rows: np.ndarray, out: torch.Tensor) -> torch.Tensor:
+        """Rows of ``vectors`` upcast into ``out`` ((len(rows), dim) float32, on any device); returns ``out``.
+
+        For buffers reused across shards: filling an existing tensor costs a third of allocating
+        a new one of a few hundred MB (no page faults). The rows travel in 16 bits and are upcast
+        on ``out``'s device.
+        """
+        block = torch.from_numpy(np.take(self.vectors, rows, axis=0))
+        if self.bfloat16:
+            block = block.view(torch.bfloat16)
+        return out.copy_(block.to(out.device, non_blocking=True))
+
+    def padded_rows(self, items: np.ndarray) -> tuple[np.ndarray, int]:
+        """Where the given items' tokens lie when laid out padded to their longest item.
+
+        Returns (``rows``, ``width``): ``rows`` (len(items) * width,) int64 indices into
+        ``vectors``, item by item, each item's row list filled up to ``width`` with its own last
+        token (a MaxSim no-op on the page side). An item with no tokens gets arbitrary rows, which
+        the caller zeroes. Needs at least one vector in ``vectors``.
+        """
+        items = np.asarray(items, dtype=np.int64)
+        lengths = self.lengths[items]
+        width = max(int(lengths.max(initial=0)), 1)
+        steps = np.minimum(np.arange(width)[None, :], np.maximum(lengths, 1)[:, None] - 1)
+        rows = np.clip(self.offsets[items][:, None] + steps, 0, len(self.vectors) - 1)
+        return rows.reshape(-1), width
+
     def padded_fp32(self, items: np.ndarray, device: torch.device, pad: str = "repeat") -> torch.Tensor:
         """The given items as one fp32 tensor of shape (len(items), max_len, dim) on ``device``.
 
@@ -90,10 +117,8 @@ class RaggedVectors:
         width = max(int(lengths.max(initial=0)), 1)
         if len(self.vectors) == 0 or len(items) == 0:
             return torch.zeros((len(items), width, self.dim), device=device)
-        steps = np.minimum(np.arange(width)[None, :], np.maximum(lengths, 1)[:, None] - 1)
-        index = self.offsets[items][:, None] + steps
-        index = np.clip(index, 0, len(self.vectors) - 1)
-        block = self.fp32(index.reshape(-1), device).view(len(items), width, self.dim)
+        rows, width = self.padded_rows(items)
+        block = self.fp32(rows, device).view(len(items), width, self.dim)
         if pad == "zero":
             block *= torch.from_numpy(np.arange(width)[None, :, None] < lengths[:, None, None]).to(device)
         elif (lengths == 0).any():
