@@ -1,8 +1,23 @@
-"""OCR text of page images with Tesseract (pytesseract): the input of the OCR baselines.
+"""OCR text of page images with Tesseract: the input of the OCR baselines.
 
 Results are cached per image content (and Tesseract version, language and options), so a rerun,
-or a second benchmark sharing pages, never OCRs a page twice. Pages are processed in parallel
-threads: each call runs a separate ``tesseract`` process, so threads use every core.
+or a second benchmark sharing pages, never OCRs a page twice.
+
+How a page is read, and what that costs (``perf/bench_build.py`` measures it; figures in
+``perf/README.md``): the page is decoded, resized by ``scale`` with Lanczos in RGB, and handed to
+``tesseract`` on its standard input as an uncompressed image, several pages to one process
+(:data:`PAGES_PER_PROCESS`, a multi-page TIFF whose texts come back separated by form feeds). Each
+process runs one Tesseract thread (``OMP_THREAD_LIMIT=1``: more threads cost more CPU for no gain),
+and one process runs per core the job holds (:func:`vldocir.threads.job_cpus`: the affinity mask,
+capped by ``SLURM_CPUS_PER_TASK``). Tesseract sees exactly the pixels it saw when this module went
+through pytesseract (a PNG written to a temporary file), so the text is unchanged and so is the
+cache key; what is saved is the PNG encoding and decoding, a model load per page and Tesseract's
+paragraph pass on the text (:data:`SPEED_OPTIONS`). A page of one colour (blank padding) has no text
+and is not OCR'd. Tesseract's own time is about 90% of a page's cost, and two thirds of that is its
+LSTM recognizing the lines, which no option tried lowers without changing the text: cropping to the
+content and collapsing white bands cost Tesseract the same time (and move its layout analysis);
+grey input, ``tessedit_do_invert=0``, table finding off, page segmentation modes 4 and 6 change the
+text for a few percent or less of time; a smaller scale loses words (see ``perf/README.md``).
 
 A cache entry, ``ocr/<key[:2]>/<key>.json``, is ``{"key", "text", "sha256"}``: the key it was made
 for and the SHA-256 of its text. Every read checks both (an entry is a few hundred bytes), so an
@@ -13,12 +28,15 @@ logged, naming the file, and the page is OCR'd again (the entry rewritten).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
 import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -26,6 +44,7 @@ from tqdm.auto import tqdm
 
 from vldocir.errors import MissingDependencyError, VldocirError
 from vldocir.io import atomic_write_text
+from vldocir.threads import job_cpus
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +55,18 @@ class OcrError(VldocirError, RuntimeError):
 
 INSTALL_HINT = "install Tesseract: apt-get install tesseract-ocr (or set ocr.tesseract_cmd to its binary)"
 
+PAGES_PER_PROCESS = 8
+"""Pages one ``tesseract`` process reads (fewer when that would leave a core idle): each start
+loads the language model again, about 0.1 CPU-s."""
+
+SPEED_OPTIONS = ("-c", "paragraph_text_based=0")
+"""Tesseract options that save time and leave the text as it was, so they are not part of the cache
+key: paragraphs are found before recognition rather than after it (about 5% of Tesseract's time).
+Paragraphs decide only where the text breaks lines, and :func:`ocr_pages` folds every run of
+whitespace into one space. Measured identical on every real page of ``perf/bench_build.py``."""
+
+PAGE_SEPARATOR = "\f"  # Tesseract's default ``page_separator``, written between the pages of one input
+
 
 @dataclass
 class OcrConfig:
@@ -44,22 +75,37 @@ class OcrConfig:
     scale: float = 0.5
     """Resize pages by this factor before OCR. Pages are rendered at device scale 2, so half size
     still gives Tesseract text of its preferred height and reads the same words faster."""
-    workers: int | None = None  # default: one per core
+    workers: int | None = None  # Tesseract processes at once; default: one per core the job holds
     tesseract_cmd: str | None = None
 
 
-def _tesseract(config: OcrConfig):
+@lru_cache(maxsize=8)
+def _tesseract_version(command: str) -> str:
+    """The version ``command --version`` prints (``5.3.0``), part of every cache key."""
     try:
-        import pytesseract
-    except ImportError as error:
-        raise MissingDependencyError(
-            f"OCR needs pytesseract: uv sync (or pip install pytesseract); and {INSTALL_HINT}"
-        ) from error
+        done = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as error:
+        raise MissingDependencyError(f"Tesseract ({command}) cannot be run ({error}): {INSTALL_HINT}") from error
+    words = (done.stdout or done.stderr).split()
+    if done.returncode != 0 or len(words) < 2 or words[0].lower() != "tesseract":
+        raise MissingDependencyError(f"{command} --version does not print a Tesseract version: {INSTALL_HINT}")
+    return words[1]
+
+
+def _tesseract(config: OcrConfig) -> tuple[str, str]:
+    """The Tesseract binary to run and its version."""
     command = config.tesseract_cmd or shutil.which("tesseract")
     if not command:
         raise MissingDependencyError(f"Tesseract was not found on PATH: {INSTALL_HINT}")
-    pytesseract.pytesseract.tesseract_cmd = command
-    return pytesseract
+    return command, _tesseract_version(command)
+
+
+def cache_key(image_bytes: bytes, version: str, config: OcrConfig) -> str:
+    """The cache key of the OCR of an image file's bytes: everything that decides its text."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{version}|{config.lang}|--psm {config.psm} scale={config.scale}|".encode())
+    digest.update(image_bytes)
+    return digest.hexdigest()
 
 
 def entry_path(cache_dir: Path, key: str) -> Path:
@@ -96,51 +142,114 @@ def read_entry(path: Path, key: str) -> str | None:
     return None
 
 
+def prepare_page(path: Path, scale: float):
+    """The image Tesseract reads for the page at ``path`` (RGB, resized by ``scale`` with Lanczos),
+    or ``None`` when the page is of one colour and so has no text."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image = image.convert("RGB")
+    if all(low == high for low, high in image.getextrema()):
+        return None
+    if scale != 1.0:
+        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        image = image.resize(size, Image.Resampling.LANCZOS)
+    return image
+
+
+def _run_tesseract(command: str, images: list, config: OcrConfig) -> list[str]:
+    """One ``tesseract`` process over ``images`` (PIL RGB images): their texts, whitespace folded."""
+    buffer = io.BytesIO()
+    if len(images) == 1:
+        images[0].save(buffer, format="PPM")
+    else:  # uncompressed: encoding costs nothing and Tesseract reads the very same pixels
+        images[0].save(buffer, format="TIFF", save_all=True, append_images=images[1:])
+    done = subprocess.run(
+        [command, "stdin", "stdout", "-l", config.lang, "--psm", str(config.psm), *SPEED_OPTIONS],
+        input=buffer.getvalue(),
+        capture_output=True,
+        env={**os.environ, "OMP_THREAD_LIMIT": "1"},  # parallelism comes from running several processes
+    )
+    if done.returncode != 0:
+        reason = done.stderr.decode(errors="replace").strip().splitlines()
+        raise OcrError(f"tesseract exited with status {done.returncode}: {reason[-1] if reason else 'no message'}")
+    texts = done.stdout.decode(errors="replace").split(PAGE_SEPARATOR)
+    if len(texts) != len(images):
+        raise OcrError(f"tesseract returned {len(texts)} page texts for {len(images)} pages")
+    return [" ".join(text.split()) for text in texts]
+
+
 def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig = OcrConfig()) -> list[str]:
     """OCR text for each image, in order; cached under ``cache_dir/ocr/``.
 
     An image that cannot be read raises an error naming its path, after every other page's text
     has been cached (a rerun then only redoes the failures).
     """
-    pytesseract = _tesseract(config)
-    version = str(pytesseract.get_tesseract_version())
-    options = f"--psm {config.psm} scale={config.scale}"
+    command, version = _tesseract(config)
+    paths = [Path(p) for p in images]
+    results: list[str | None] = [None] * len(paths)
+    failures: dict[int, Exception] = {}
+    todo: list[tuple[int, str]] = []  # (index, key) of the pages not cached
+    for i, path in enumerate(paths):
+        try:
+            key = cache_key(path.read_bytes(), version, config)
+        except OSError as error:
+            failures[i] = error
+            continue
+        results[i] = read_entry(entry_path(cache_dir, key), key)
+        if results[i] is None:
+            todo.append((i, key))
 
-    def one(path: Path) -> str:
-        digest = hashlib.blake2b(digest_size=16)
-        digest.update(f"{version}|{config.lang}|{options}|".encode())
-        digest.update(Path(path).read_bytes())
-        key = digest.hexdigest()
-        cached = entry_path(cache_dir, key)
-        text = read_entry(cached, key)
-        if text is not None:
-            return text
-        from PIL import Image
+    def store(i: int, key: str, text: str) -> None:
+        write_entry(entry_path(cache_dir, key), key, text)
+        results[i] = text
 
-        with Image.open(path) as image:
-            if config.scale != 1.0:
-                size = (max(1, round(image.width * config.scale)), max(1, round(image.height * config.scale)))
-                image = image.convert("RGB").resize(size, Image.Resampling.LANCZOS)
-            text = pytesseract.image_to_string(image, lang=config.lang, config=f"--psm {config.psm}")
-        text = " ".join(text.split())
-        write_entry(cached, key, text)
-        return text
-
-    # One Tesseract thread per process: parallelism comes from running several processes at once.
-    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
-    workers = config.workers or os.cpu_count() or 1
-    results: list[str | None] = [None] * len(images)
-    failures: list[tuple[Path, Exception]] = []
-    with ThreadPoolExecutor(max_workers=workers) as pool, tqdm(total=len(images), desc="OCR pages", unit="page") as bar:
-        futures = {pool.submit(one, Path(p)): i for i, p in enumerate(images)}
-        for future, i in futures.items():
+    def ocr_batch(batch: list[tuple[int, str]]) -> None:
+        prepared = []
+        for i, key in batch:
             try:
-                results[i] = future.result()
+                image = prepare_page(paths[i], config.scale)
+            except Exception as error:  # an unreadable image fails alone; its batch goes on
+                failures[i] = error
+                continue
+            if image is None:
+                store(i, key, "")
+            else:
+                prepared.append((i, key, image))
+        if not prepared:
+            return
+        try:
+            texts = _run_tesseract(command, [image for _, _, image in prepared], config)
+        except OcrError:
+            if len(prepared) == 1:
+                raise
+            texts = []  # one page broke the process: each page alone, so the failure is named
+            for i, key, image in prepared:
+                try:
+                    texts.append(_run_tesseract(command, [image], config)[0])
+                except OcrError as error:
+                    failures[i] = error
+                    texts.append(None)
+        for (i, key, _), text in zip(prepared, texts):
+            if text is not None:
+                store(i, key, text)
+
+    workers = config.workers or job_cpus()
+    # Batches of at most PAGES_PER_PROCESS pages, as many as a whole number of rounds of the workers
+    # needs: each worker gets pages and the last round is not one worker alone.
+    n_batches = workers * -(-len(todo) // (workers * PAGES_PER_PROCESS))
+    per_process = max(1, -(-len(todo) // max(1, n_batches)))
+    batches = [todo[start : start + per_process] for start in range(0, len(todo), per_process)]
+    with ThreadPoolExecutor(max_workers=workers) as pool, tqdm(total=len(todo), desc="OCR pages", unit="page") as bar:
+        futures = {pool.submit(ocr_batch, batch): batch for batch in batches}
+        for future, batch in futures.items():
+            try:
+                future.result()
             except Exception as error:  # keep going: every other page is still OCRed and cached
-                failures.append((Path(images[i]), error))
-            bar.update()
+                failures.update({i: error for i, _ in batch if results[i] is None and i not in failures})
+            bar.update(len(batch))
     if failures:
-        listed = "; ".join(f"{p}: {e}" for p, e in failures[:5])
+        listed = "; ".join(f"{paths[i]}: {failures[i]}" for i in sorted(failures)[:5])
         raise OcrError(
             f"OCR failed for {len(failures)} page image(s) (the others are cached; a rerun retries these): {listed}"
         )
