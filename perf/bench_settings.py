@@ -34,7 +34,7 @@ and the top-10 overlap below means something. It times:
 "arith." is the ratio of multiply-adds to base's (page tokens vs context or pooled vectors scored),
 at the measured page length and projected to 768 tokens a page: the part of the cost that scales.
 
-Part B, the shipped mini (data/vl-docir-mini: 311 pages, 24 documents, 142 queries) through the real
+Part B, the shipped mini (data/vl-docir-mini: 312 pages, 24 documents, 142 queries) through the real
 pipeline (compose + ``run_stage``, as tests/helpers.py ``evaluate`` does) with the tiny random
 ColQwen2.5 checkpoint of tests/tiny_models.py built offline in a temporary directory: base, then
 ``setting=hierarchical`` for each ``--mini-top-docs`` and both doc_vectors; the manifest's
