@@ -152,3 +152,29 @@ def file_digest(path: str | Path, algorithm: str = "sha256", chunk_bytes: int = 
         while block := handle.read(chunk_bytes):
             digest.update(block)
     return digest.hexdigest()
+
+
+class JsonlLineError(ValueError):
+    """A line of a JSON Lines file that is not a JSON object: ``line`` (from 1) and ``reason``."""
+
+    def __init__(self, line: int, reason: str):
+        super().__init__(f"line {line}: {reason}")
+        self.line, self.reason = line, reason
+
+
+def jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` of each non-blank line of a JSON Lines file (numbered from 1).
+
+    A line that is not JSON, or not a JSON object, raises :class:`JsonlLineError`; callers add the
+    file and their own error type."""
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                raise JsonlLineError(number, f"not JSON ({error})") from error
+            if not isinstance(record, dict):
+                raise JsonlLineError(number, "not a JSON object")
+            yield number, record

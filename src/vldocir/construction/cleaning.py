@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from vldocir.errors import ConfigError, VldocirError
-from vldocir.io import atomic_write_json, file_digest
+from vldocir.io import JsonlLineError, atomic_write_json, file_digest, jsonl_objects
 from vldocir.llm import UNUSABLE_KINDS, ChatClient, ChatResult, Validator
 
 log = logging.getLogger(__name__)
@@ -106,18 +106,11 @@ def load_labelled(path: str | Path) -> pd.DataFrame:
         frame = pd.read_csv(io.StringIO("".join(text[skipped:])), dtype=str, keep_default_na=False)
         lines = [skipped + 2 + i for i in range(len(frame))]  # exact unless a quoted field spans lines
     elif suffix == ".jsonl":
-        records, lines = [], []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                raise LabelledSetError(f"{path}: line {number} is not JSON ({error})") from error
-            if not isinstance(record, dict):
-                raise LabelledSetError(f"{path}: line {number} is not a JSON object")
-            records.append(record)
-            lines.append(number)
+        try:
+            numbered = list(jsonl_objects(path))
+        except JsonlLineError as error:
+            raise LabelledSetError(f"{path}: line {error.line} is {error.reason}") from error
+        lines, records = [n for n, _ in numbered], [r for _, r in numbered]
         frame = pd.DataFrame.from_records(records)
     elif suffix == ".parquet":
         frame = pd.read_parquet(path)

@@ -38,7 +38,6 @@ without queries (it can be encoded, and gets queries later through ``generate_qu
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +49,7 @@ import pandas as pd
 from vldocir.construction.grounding import evidence_structures, evidence_types
 from vldocir.data.schema import CORPUS_ONLY_METHOD, EVIDENCE_STRUCTURES, TABLES
 from vldocir.errors import ConfigError
-from vldocir.io import file_digest
+from vldocir.io import JsonlLineError, file_digest, jsonl_objects
 
 FORMATS = (".jsonl", ".csv", ".parquet")
 COLUMNS = ("question", "answer", "evidence", "query_id")
@@ -88,18 +87,10 @@ def _records(path: Path) -> list[tuple[int, Mapping[str, Any]]]:
     if not path.is_file():
         raise ConfigError(f"queries.path={path}: no such file")
     if path.suffix.lower() == ".jsonl":
-        records = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                raise ConfigError(f"{path} row {number}: not JSON ({error})") from error
-            if not isinstance(record, dict):
-                raise ConfigError(f"{path} row {number}: not a JSON object")
-            records.append((number, record))
-        return records
+        try:
+            return list(jsonl_objects(path))
+        except JsonlLineError as error:  # a JSONL file's row is its line
+            raise ConfigError(f"{path} row {error.line}: {error.reason}") from error
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False) if path.suffix == ".csv" else pd.read_parquet(path)
     except (OSError, ValueError) as error:
