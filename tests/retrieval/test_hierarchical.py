@@ -11,7 +11,12 @@ import pytest
 
 from helpers import SUBSET_PAGES, SUBSET_QUERIES, evaluate, tiny_overrides
 from test_search import random_items, shard, stored_fp32
-from vldocir.retrieval.hierarchical import HierarchicalSearch, hierarchical_search, pooled_page_vectors
+from vldocir.retrieval.hierarchical import (
+    HierarchicalSearch,
+    document_shards,
+    hierarchical_search,
+    pooled_page_vectors,
+)
 from vldocir.retrieval.search import exact_search
 from vldocir.retrieval.vectors import RaggedVectors
 
@@ -97,6 +102,41 @@ def test_every_document_kept_is_exhaustive_search():
     np.testing.assert_array_equal(hier.indices, exact.indices)
     np.testing.assert_allclose(hier.scores, exact.scores, rtol=1e-6)
     assert stats["page_score_fraction"] == 1.0
+
+
+def test_tiny_document_shards_and_candidate_folds_change_nothing():
+    """Stage 1 on shards of 1 to 7 document vectors and stage 2 folding its candidates every few
+    rows rank exactly as one shard and one final sort do, and as the brute force; the documents'
+    pages interleave across page shards, so folds see page indices out of order."""
+    queries, docs, pages, _ = corpus(seed=2)
+    page_doc = np.random.default_rng(5).permutation(np.arange(len(pages)) % len(docs))
+    q, d = RaggedVectors.from_list(queries), RaggedVectors.from_list(docs)
+    args = dict(depth=4, top_docs=3, n_items=len(pages), device="cpu", query_batch_size=4, progress=False)
+    whole = hierarchical_search(q, d, page_doc, shard(pages, 16), **args, doc_shard_tokens=10**9)
+    for doc_tokens, rows in [(1, 1), (7, 1), (7, 30)]:
+        streamed = hierarchical_search(
+            q, d, page_doc, shard(pages, 16), **args, doc_shard_tokens=doc_tokens, candidate_rows=rows
+        )
+        np.testing.assert_array_equal(streamed.indices, whole.indices)
+        np.testing.assert_array_equal(streamed.scores, whole.scores)
+    pages_16 = [p.numpy() for p in stored_fp32(pages, "float16")]
+    expected = brute_force(queries, docs, pages_16, page_doc, 3, 4)
+    assert [[int(i) for i in row if i >= 0] for row in whole.indices] == expected
+
+
+def test_document_shards_are_whole_documents_within_the_bound():
+    rng = np.random.default_rng(4)
+    docs = RaggedVectors.from_list(random_items(rng, 9, (1, 6), dim=4))
+    assert docs.lengths.max() > 3 and (docs.lengths < 3).sum() >= 2  # both cases occur
+    parts = list(document_shards(docs, 3))
+    assert [p.first_index for p in parts] == list(np.cumsum([0] + [len(p) for p in parts[:-1]]))
+    assert sum(len(p) for p in parts) == len(docs)
+    for part in parts:  # at most 3 vectors, or one document longer than that
+        assert len(part.vectors) <= 3 or (len(part) == 1 and len(part.vectors) > 3)
+        for k in range(len(part)):
+            np.testing.assert_array_equal(part.item(k), docs.item(part.first_index + k))
+    with pytest.raises(ValueError, match="doc_shard_tokens must be >= 1"):
+        list(document_shards(docs, 0))
 
 
 def test_pooled_page_vectors_are_unit_means_per_document():

@@ -8,12 +8,19 @@ exact page MaxSim, only the pages of the ``top_docs`` best documents of each que
 document, the queries that selected it against its pages, as one matrix product. A query's run
 holds pages of its top documents only, ordered by page score (ties by page index, as in exact
 search). ``stats`` records the fraction of the exhaustive (query, page) scores computed.
+
+Memory stays flat in the corpus size: stage 1 streams the document vectors to exact search in
+shards of at most ``doc_shard_tokens`` vectors (it upcasts one shard to fp32 at a time, never all
+of them), and stage 2 keeps a running top ``depth`` per query, folding in the candidate (query,
+page, score) rows whenever more than ``candidate_rows`` (at least ``n_queries * depth``) are
+waiting. Both are exact: the order (score descending, then page index) is a total order, so the
+best ``depth`` of a union is the best ``depth`` of the parts' best ``depth``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -29,6 +36,14 @@ from vldocir.retrieval.vectors import RaggedVectors, resolve_device
 log = logging.getLogger(__name__)
 
 DOC_VECTORS = ("context", "pooled")
+
+
+DOC_SHARD_TOKENS = 1 << 18
+"""Stage 1's most document vectors per shard: 128 MB of fp32 at dim 128, whatever the corpus."""
+
+CANDIDATE_ROWS = 1 << 22
+"""Stage 2's candidate (query, page, score) rows waiting before they are folded into the running
+top-N (at least ``n_queries * depth``, so folding costs at most twice one final sort)."""
 
 
 class HierarchicalSearch:
@@ -139,6 +154,8 @@ def hierarchical_search(
     page_block_tokens: int = 4096,
     progress: bool = True,
     stats: dict | None = None,
+    doc_shard_tokens: int = DOC_SHARD_TOKENS,
+    candidate_rows: int = CANDIDATE_ROWS,
 ) -> TopN:
     """Top ``depth`` items per query among the items of its ``top_docs`` best groups (documents).
 
@@ -147,6 +164,8 @@ def hierarchical_search(
         doc_vectors: one item per group; group ``g`` is item ``g``.
         doc_of_item: (n_items,) int64, each corpus item's group.
         shards: the corpus in order (as for :func:`~vldocir.retrieval.search.exact_search`).
+        doc_shard_tokens, candidate_rows: memory bounds of stage 1 and 2 (the module notes);
+            results do not depend on them.
     Returns:
         :class:`TopN` as exact search returns it; ``stats`` gets ``page_scores`` (computed),
         ``exhaustive_page_scores`` and ``page_score_fraction``.
@@ -155,7 +174,7 @@ def hierarchical_search(
     n_queries = len(queries)
     top = exact_search(
         queries,
-        [doc_vectors],
+        document_shards(doc_vectors, doc_shard_tokens),
         min(top_docs, len(doc_vectors)),
         device=device,
         query_batch_size=query_batch_size,
@@ -171,7 +190,10 @@ def hierarchical_search(
     starts = np.searchsorted(doc_sorted, np.arange(len(doc_vectors)), side="left")
     stops = np.searchsorted(doc_sorted, np.arange(len(doc_vectors)), side="right")
 
+    indices = np.full((n_queries, depth), -1, dtype=np.int64)
+    values = np.full((n_queries, depth), -np.inf, dtype=np.float32)
     cand_q, cand_i, cand_s = [], [], []
+    waiting, fold_at = 0, max(candidate_rows, n_queries * depth)
     computed = 0
     bar = tqdm(total=n_items, desc=f"hierarchical search (top {top_docs} docs)", unit="page", disable=not progress)
     with torch.inference_mode():
@@ -197,22 +219,13 @@ def hierarchical_search(
                 cand_q.append(np.repeat(selecting, len(members)))
                 cand_i.append(np.tile(members + shard.first_index, len(selecting)))
                 cand_s.append(block_scores.reshape(-1))
+                waiting += block_scores.size
+                if waiting >= fold_at:
+                    _fold_candidates(indices, values, cand_q, cand_i, cand_s)
+                    waiting = 0
             bar.update(len(shard))
     bar.close()
-
-    indices = np.full((n_queries, depth), -1, dtype=np.int64)
-    values = np.full((n_queries, depth), -np.inf, dtype=np.float32)
-    if cand_q:
-        q = np.concatenate(cand_q)
-        i = np.concatenate(cand_i)
-        s = np.concatenate(cand_s).astype(np.float32)
-        ordered = np.lexsort((i, -s, q))  # per query: score descending, then item index
-        q, i, s = q[ordered], i[ordered], s[ordered]
-        first = np.searchsorted(q, q, side="left")
-        rank = np.arange(len(q)) - first
-        keep = rank < depth
-        indices[q[keep], rank[keep]] = i[keep]
-        values[q[keep], rank[keep]] = s[keep]
+    _fold_candidates(indices, values, cand_q, cand_i, cand_s)
     if stats is not None:
         exhaustive = n_queries * n_items
         stats.update(
@@ -223,3 +236,49 @@ def hierarchical_search(
             top_docs=top_docs,
         )
     return TopN(indices, values)
+
+
+def document_shards(doc_vectors: RaggedVectors, max_tokens: int) -> Iterator[RaggedVectors]:
+    """``doc_vectors`` as consecutive shards of whole documents, each of at most ``max_tokens``
+    vectors (or one document, if longer), views of its arrays with ``first_index`` set."""
+    if max_tokens < 1:
+        raise ValueError(f"doc_shard_tokens must be >= 1, got {max_tokens!r}")
+    offsets, start = doc_vectors.offsets, 0
+    while start < len(doc_vectors):
+        stop = int(np.searchsorted(offsets, offsets[start] + max_tokens, side="right")) - 1
+        stop = min(max(stop, start + 1), len(doc_vectors))
+        yield RaggedVectors(
+            doc_vectors.vectors[offsets[start] : offsets[stop]],
+            offsets[start : stop + 1] - offsets[start],
+            doc_vectors.bfloat16,
+            doc_vectors.first_index + start,
+            doc_vectors.source,
+        )
+        start = stop
+
+
+def _fold_candidates(indices: np.ndarray, values: np.ndarray, cand_q: list, cand_i: list, cand_s: list) -> None:
+    """Fold the waiting candidate rows (lists of arrays, emptied here) into the running top-N
+    ``indices`` / ``values`` ((n_queries, depth), best first, -1 / -inf where empty), in place.
+
+    Only the queries with candidates are touched: their held entries and their candidates are
+    sorted together, per query by score descending, then item index.
+    """
+    if not cand_q:
+        return
+    q, i = np.concatenate(cand_q), np.concatenate(cand_i)
+    s = np.concatenate(cand_s).astype(np.float32)
+    cand_q.clear(), cand_i.clear(), cand_s.clear()
+    depth = indices.shape[1]
+    touched = np.unique(q)
+    held = indices[touched] >= 0
+    q = np.concatenate([np.repeat(touched, held.sum(axis=1)), q])
+    i = np.concatenate([indices[touched][held], i])
+    s = np.concatenate([values[touched][held], s])
+    ordered = np.lexsort((i, -s, q))  # per query: score descending, then item index
+    q, i, s = q[ordered], i[ordered], s[ordered]
+    rank = np.arange(len(q)) - np.searchsorted(q, q, side="left")
+    keep = rank < depth
+    indices[touched], values[touched] = -1, -np.inf
+    indices[q[keep], rank[keep]] = i[keep]
+    values[q[keep], rank[keep]] = s[keep]
