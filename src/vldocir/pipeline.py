@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,12 +187,36 @@ def instantiate_retriever(cfg: DictConfig):
     return _instantiate(cfg, "retriever.model", cfg.retriever.id)
 
 
+def job_rank() -> tuple[int, int]:
+    """This process's rank among its job's tasks and their number: ``(0, 1)`` unless it is one of
+    several tasks of a submitit job (``hydra.launcher.tasks_per_node``, e.g. the ``slurm_node``
+    launcher: one task per GPU), which is then pinned to its node-local GPU."""
+    if "SUBMITIT_EXECUTOR" not in os.environ:  # set by submitit in its jobs only
+        return 0, 1
+    import submitit
+    import torch
+
+    env = submitit.JobEnvironment()
+    if env.num_tasks > 1 and torch.cuda.device_count() > 1:  # each task sees the node's GPUs: take one
+        torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
+    return env.global_rank, env.num_tasks
+
+
+def global_encode_task(task: int, num_tasks: int, rank: int, ranks: int) -> tuple[int, int]:
+    """Job-array task ``task`` of ``num_tasks``, process ``rank`` of its ``ranks``, as one task of
+    ``num_tasks * ranks``: shard ``s`` goes to ``s % (num_tasks * ranks) == task * ranks + rank``, so
+    the processes of all the array's jobs share the shards without overlap."""
+    return task * ranks + rank, num_tasks * ranks
+
+
 def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
     """Encode task ``encode.task`` of ``encode.num_tasks``' page shards into the embedding store.
 
     A Hydra multirun over ``encode.task`` is a SLURM job array (hydra-submitit-launcher); the
-    evaluation run afterwards finds every shard present and goes straight to search.
+    evaluation run afterwards finds every shard present and goes straight to search. A job of
+    several tasks (one per GPU of a node) splits its share further by rank (:func:`job_rank`).
     """
+    rank, ranks = job_rank()  # first: before anything touches CUDA (the manifest's hardware)
     cache = ArtifactCache(
         Path(cfg.paths.cache_dir), cfg.cache_policy, integrity=cfg.cache_integrity, leases=_leases(cfg)
     )
@@ -205,7 +230,7 @@ def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
         raise ValueError(
             f"retriever {cfg.retriever.id} keeps no page embeddings: stage=encode applies to embedding retrievers"
         )
-    task, num_tasks = int(cfg.encode.task), int(cfg.encode.num_tasks)
+    task, num_tasks = global_encode_task(int(cfg.encode.task), int(cfg.encode.num_tasks), rank, ranks)
     store = retriever.encode_pages(bench, cache, task=task, num_tasks=num_tasks)
     # A complete store is a cache hit and encodes nothing: all of this task's shards are reused.
     stats = retriever.stats.get("encode_pages") or {
@@ -214,7 +239,7 @@ def encode(cfg: DictConfig, tracker) -> dict[str, Any]:
     }
     manifest.update(
         benchmark=bench.summary(),
-        encode={"task": task, "num_tasks": num_tasks, **stats},
+        encode={"task": task, "num_tasks": num_tasks, "job_task": int(cfg.encode.task), "rank": rank, **stats},
         encoder=retriever.encoder.describe(),
         cache=cache.events,
     )
