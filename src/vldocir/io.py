@@ -154,7 +154,7 @@ def file_digest(path: str | Path, algorithm: str = "sha256", chunk_bytes: int = 
     return digest.hexdigest()
 
 
-class JsonlLineError(ValueError):
+class JsonlLineError(VldocirError, ValueError):
     """A line of a JSON Lines file that is not a JSON object: ``line`` (from 1) and ``reason``."""
 
     def __init__(self, line: int, reason: str):
