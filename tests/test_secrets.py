@@ -67,6 +67,7 @@ def _hex(n: int = 32) -> str:
 
 # Fake tokens of the real shapes, each unique to its test (made at run time: the file holds no token shape).
 FAKE_HF, FAKE_OPENAI = "hf" + "_0123456789", "sk" + "-0123456789"
+FAKE_PASSWORD, FAKE_BEARER = "pw" + "0123456789", "Bearer " + "opaque" + "0123456789"
 
 
 def _shaped() -> dict[str, str]:
@@ -183,15 +184,15 @@ def test_value_rule_finds_known_token_shapes(kind):
     assert redact_text(f"note: {token}.", []) == f"note: {REDACTED}."
 
 
-@pytest.mark.parametrize(
+@pytest.mark.parametrize(  # credentials assembled at run time: the tracked file holds no credential shape
     ("text", "kept"),
     [
-        ("http://llmuser:pw-0123456789@10.0.0.5:8000/v1/chat/completions", ["http://", "@10.0.0.5:8000/v1"]),
-        ("https://ghtoken0123456789@github.com/org/repo", ["https://", "@github.com/org/repo"]),
-        ("Bearer abcdefgh01234567", ["Bearer "]),
-        ("{'Authorization': 'Basic dXNlcjpwYXNzd29yZA=='}", ["{'Authorization': 'Basic ", "'}"]),
-        ('"x-api-key": "0123456789abcdef"', ['"x-api-key": "', '"']),
-        ("GET /v1/models?api_key=abcdef0123&n=2", ["?api_key=", "&n=2"]),
+        ("http://llmuser:" + "pw-0123456789" + "@10.0.0.5:8000/v1/chat/completions", ["http://", "@10.0.0.5:8000/v1"]),
+        ("https://" + "ghtoken0123456789" + "@github.com/org/repo", ["https://", "@github.com/org/repo"]),
+        ("Bearer " + "abcdefgh" + "01234567", ["Bearer "]),
+        ("{'Authorization': 'Basic " + "dXNlcjpw" + "YXNzd29yZA==" + "'}", ["{'Authorization': 'Basic ", "'}"]),
+        ('"x-api-key": "' + "01234567" + "89abcdef" + '"', ['"x-api-key": "', '"']),
+        ("GET /v1/models?api_key=" + "abcdef" + "0123&n=2", ["?api_key=", "&n=2"]),
     ],
 )
 def test_value_rule_finds_headers_credential_pairs_and_url_userinfo(text, kept):
@@ -211,7 +212,7 @@ def test_value_rule_finds_headers_credential_pairs_and_url_userinfo(text, kept):
         "hf://vidore/docvqa_test_subsampled",
         "Qwen/Qwen3-VL-32B-Instruct",
         "max_tokens=512",
-        "ta" + "sk-0123456789abcdef0123",  # a word holding a token prefix
+        "ta" + "sk" + "-0123456789abcdef0123",  # a word holding a token prefix
         "password: ${oc.env:DB_PASSWORD}",  # a reference names where the secret is
         "the bearer of the results",
         REDACTED,
@@ -227,8 +228,8 @@ def test_redaction_of_a_config_tree_by_key_and_by_value():
         "store": {"run_key": "3f93543a981a65f9", "eval_key": "ec134c682972dd84"},
         "run": {"key": "3f93543a981a65f9"},
         "llm": {
-            "base_url": "http://llmuser:pw0123456789@127.0.0.1:8000/v1",
-            "params": {"extra_headers": {"Authorization": "Bearer opaque0123456789", "x-api-key": "opaque"}},
+            "base_url": f"http://llmuser:{FAKE_PASSWORD}@127.0.0.1:8000/v1",
+            "params": {"extra_headers": {"Authorization": FAKE_BEARER, "x-api-key": "opaque"}},
         },
         "retriever": {"note": shaped["hf"], "tags": ["a", shaped["github"]]},
     }
@@ -303,7 +304,7 @@ def test_http_client_log_lines_lose_url_credentials():
     logger.setLevel(logging.INFO)
     try:
         install_log_redaction()
-        logger.info('HTTP Request: POST %s "HTTP/1.1 200 OK"', "http://llmuser:pw0123456789@127.0.0.1:9/v1/chat")
+        logger.info('HTTP Request: POST %s "HTTP/1.1 200 OK"', f"http://llmuser:{FAKE_PASSWORD}@127.0.0.1:9/v1/chat")
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -341,11 +342,11 @@ def _by_value() -> list[tuple[str, str]]:
         (f"+x.y={shaped['openai']}", "x.y"),
         (f"retriever.id={shaped['aws']}", "retriever.id"),
         (f"+jwt={shaped['jwt']}", "jwt"),
-        ("setting.method.llm.base_url=http://llmuser:pw0123456789@host:8000/v1", "setting.method.llm.base_url"),
-        (f"+{HEADERS}={{Authorization:'Bearer opaque01234'}}", HEADERS),
+        (f"setting.method.llm.base_url=http://llmuser:{FAKE_PASSWORD}@host:8000/v1", "setting.method.llm.base_url"),
+        (f"+{HEADERS}={{Authorization:'{FAKE_BEARER}'}}", HEADERS),
         (f"+{HEADERS}={{x-api-key:opaque}}", HEADERS),
         ("setting.method.llm.params={api_key:opaque}", "setting.method.llm.params"),
-        ("+note=Bearer opaque0123456789", "note"),
+        (f"+note={FAKE_BEARER}", "note"),
     ]
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vldocir.cache import content_key
 from vldocir.errors import ConfigError, VldocirError
+from vldocir.io import atomic_path, atomic_write_text
 from vldocir.store import PER_QUERY_FILE, Entry, resolve_entry
 
 log = logging.getLogger(__name__)
@@ -233,13 +233,6 @@ def _plain(value: Any) -> Any:
     return float(value)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staging.write_text(text)
-    os.replace(staging, path)
-
-
 def cached_compute(
     baseline: StoredRun, runs: Sequence[StoredRun], params: Params, cache_dir: Path
 ) -> tuple[dict, str, Path, bool]:
@@ -260,7 +253,7 @@ def cached_compute(
     result = json.loads(json.dumps(compute(baseline, runs, params), default=_plain))
     description = {"baseline": baseline.keys, "runs": [run.keys for run in runs], "params": params.describe()}
     record = {"key": key, "description": description, "result": result, "sha256": _digest(result)}
-    _write_atomically(path, json.dumps(record))
+    atomic_write_text(json.dumps(record), path)
     return result, key, path, False
 
 
@@ -352,7 +345,8 @@ def run_compare(cfg: DictConfig) -> int:
     out = Path(cfg.out_dir) / "compare"
     csv, md = out / f"comparison_{key}.csv", out / f"comparison_{key}.md"
     out.mkdir(parents=True, exist_ok=True)
-    to_frame(result).to_csv(csv, index=False)
-    md.write_text(markdown)
+    with atomic_path(csv) as staging:
+        to_frame(result).to_csv(staging, index=False)
+    atomic_write_text(markdown, md)
     print(f"Written: {csv}, {md}")
     return 0
