@@ -639,7 +639,7 @@ def test_a_worker_that_dies_fails_its_document_and_is_replaced(tmp_path, monkeyp
 
     fake = tmp_path / "fake_worker.py"
     fake.write_text(
-        "import json, os, sys\n"
+        "import json, os, sys, time\n"
         "from vldocir.construction.render import RenderConfig, RenderedDocument, RenderedElement\n"
         "from vldocir.io import file_digest\n"
         "out = sys.argv[1]\n"
@@ -651,6 +651,7 @@ def test_a_worker_that_dies_fails_its_document_and_is_replaced(tmp_path, monkeyp
         "    doc_id = task[0]\n"
         "    if doc_id == 'crash':\n"
         "        os._exit(3)\n"
+        "    time.sleep(0.2)  # the crash is seen while documents remain, so a replacement starts\n"
         "    if doc_id != 'bad':\n"
         "        os.makedirs(os.path.join(out, doc_id))\n"
         "        text = RenderedElement('e0', 'text', 0, [0, 0, 9, 9], False, 'x', None, True, False, [0, 0, 9, 9])\n"
@@ -666,8 +667,8 @@ def test_a_worker_that_dies_fails_its_document_and_is_replaced(tmp_path, monkeyp
     docs = [(f"d{i}", "generic", tmp_path / f"d{i}.html") for i in range(5)]
     docs.insert(2, ("crash", "generic", tmp_path / "crash.html"))
     docs.insert(4, ("bad", "generic", tmp_path / "bad.html"))
-    for _, _, path in docs:
-        path.write_text("<p>x</p>")
+    for doc_id, _, path in docs:  # the crash is the longest HTML: the first document a worker gets
+        path.write_text("<p>x</p>" * (10 if doc_id == "crash" else 1))
     report = render_batch(docs, tmp_path / "out", RenderConfig(workers=2), progress=False)
     assert report.workers == 2
     assert report.rendered == ["d0", "d1", "d2", "d3", "d4"]  # in the order given
