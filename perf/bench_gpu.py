@@ -28,9 +28,11 @@ What it measures, in one process:
 3. **Exact MaxSim search** (``exact_search``, the retriever's configured search settings) over a
    synthetic store of random unit fp16 vectors held in host memory (as a warm page cache would hold
    the memory-mapped shards), against a plain fp32 ``torch.matmul`` of the shape one search block
-   multiplies, measured in the same run. ``exact_search`` takes host-memory shards only, so the
-   comparison with a store kept on the GPU is done here with its own block and merge functions
-   (``_page_blocks``, ``_maxsim``, ``_merge``): same arithmetic, blocks uploaded once. A
+   multiplies, measured in the same run. One shard is also searched at each ``precision`` (fp32,
+   tf32, bf16): rate, and top-10 overlap and largest score change against fp32. ``exact_search``
+   takes host-memory shards only, so the comparison with a store kept on the GPU is done here with
+   its own block, operand and merge functions (``_page_blocks``, ``_maxsim``, ``_merge``) at the
+   configured precision: same arithmetic, blocks uploaded once. A
    ``--search-budget-s`` caps the main search: if one shard says the full store would take longer,
    the search runs on fewer pages (said in the output).
 4. **Document-context k-means** at n_ctx 256: the project builds it with faiss on CPU
@@ -237,7 +239,7 @@ SIZES = {
 # -- FLOPs ---------------------------------------------------------------------------------------
 def encode_flops_parts(config, n_visual_tokens: int, n_text_tokens: int) -> dict[str, float]:
     """:func:`encode_flops` split into ``vision_dense``, ``vision_attention``, ``lm_dense``,
-    ``lm_attention`` and ``head`` (custom_text_proj, plus PaliGemma's LM head)."""
+    ``lm_attention`` and ``head`` (custom_text_proj)."""
     if config.model_type == "qwen2_5_vl":
         v, t = config.vision_config, config.text_config
         merge = v.spatial_merge_size**2
@@ -261,7 +263,7 @@ def encode_flops_parts(config, n_visual_tokens: int, n_text_tokens: int) -> dict
             + 2 * patches * d * config.projection_dim
         )  # multi-modal projector
         vision_attention = v.num_hidden_layers * 4 * patches * patches * d
-        head = 2.0 * (n_visual_tokens + n_text_tokens) * t.hidden_size * t.vocab_size  # logits, computed and dropped
+        head = 0.0  # no LM head: the encoder runs ColPali without it (encoders.colpali_embeddings)
     else:
         raise ValueError(f"no FLOP count for model_type {config.model_type!r} (qwen2_5_vl and paligemma are counted)")
     n, h = n_visual_tokens + n_text_tokens, t.hidden_size
@@ -297,9 +299,10 @@ def encode_flops(config, n_visual_tokens: int, n_text_tokens: int) -> float:
     - language model: per token 2 x the parameters of the layers' linear maps (q, k, v with grouped
       KV heads, o, gated MLP), plus 4 x n^2 x heads x head_dim per layer for the attention scores
       (full n^2 as the PaLM MFU convention counts it, although Qwen's is causal);
-    - heads: the 128-d ``custom_text_proj`` on every token, and for ColPali the LM head's logits over
-      the vocabulary, which ``PaliGemmaForConditionalGeneration`` computes on every token and
-      ColPali's forward discards (executed, so counted).
+    - heads: the 128-d ``custom_text_proj`` on every token. ColPali's own forward also computes the
+      LM head's logits over the vocabulary and drops them (2 x tokens x hidden x vocab, 1.09 TFLOP
+      of a 1,030-token page); the encoder does not run it (``ColEngineEncoder.embed``), so it is not
+      counted.
     """
     return sum(encode_flops_parts(config, n_visual_tokens, n_text_tokens).values())
 
@@ -737,7 +740,7 @@ def flop_check(encoder, images, config) -> dict:
 
     batch = encoder.processor.process_images(images).to(encoder.model.device)
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
-        encoder.model(**batch)
+        encoder.embed(batch)  # what encode_pages runs
     counts = {str(op): v for op, v in counter.get_flop_counts().get("Global", {}).items()}
     dense = sum(
         v
@@ -822,22 +825,26 @@ def synthetic_store(n_pages: int, tokens: int, dim: int, shard_size: int, device
 
 
 def synthetic_queries(n: int, tokens: int, dim: int, seed: int = 1):
+    """Random unit query vectors in fp16, as the retriever's query store holds them (TF32 holds them exactly)."""
     from vldocir.retrieval.vectors import RaggedVectors
 
     vectors = np.random.default_rng(seed).standard_normal((n * tokens, dim), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return RaggedVectors(vectors, np.arange(n + 1, dtype=np.int64) * tokens)
+    return RaggedVectors(vectors.astype(np.float16), np.arange(n + 1, dtype=np.int64) * tokens)
 
 
-def resident_search(queries, resident, depth: int, query_batch_size: int, device):
-    """``exact_search``'s loop (its own block and merge functions) over page blocks already on the GPU."""
+def resident_search(queries, resident, depth: int, query_batch_size: int, device, precision: str):
+    """``exact_search``'s loop (its own block, operand and merge functions, at a resolved
+    ``precision``) over page blocks already on the GPU."""
     import torch
 
-    from vldocir.retrieval.search import _maxsim, _merge
+    from vldocir.retrieval.search import _as_operand, _matmul_precision, _maxsim, _merge
 
     order = np.argsort(queries.lengths, kind="stable")
     batches = [order[i : i + query_batch_size] for i in range(0, len(queries), query_batch_size)]
-    flat = [queries.padded_fp32(b, device, pad="zero").reshape(-1, queries.dim) for b in batches]
+    flat = [
+        _as_operand(queries.padded_fp32(b, device, pad="zero").reshape(-1, queries.dim), precision) for b in batches
+    ]
     best = [
         (
             torch.full((len(b), 0), float("-inf"), device=device),
@@ -845,7 +852,7 @@ def resident_search(queries, resident, depth: int, query_batch_size: int, device
         )
         for b in batches
     ]
-    with torch.inference_mode():
+    with torch.inference_mode(), _matmul_precision(precision):
         for blocks, indices, n_items in resident:
             for b, queries_flat in enumerate(flat):
                 scores = _maxsim(queries_flat, len(batches[b]), blocks, n_items)
@@ -861,13 +868,16 @@ def measure_search(args, search_cfg: dict, device) -> tuple[dict, list, object, 
     the shards searched, the queries (for :func:`measure_residency`) and the store's vectors."""
     import torch
 
+    from vldocir.retrieval.search import resolve_precision
+
     qbs, pbt = int(search_cfg["query_batch_size"]), int(search_cfg["page_block_tokens"])
+    precision = resolve_precision(search_cfg.get("precision", "auto"), device)
     tokens, dim = args.page_tokens, EMBED_DIM
     tick = time.perf_counter()
     host, shards = synthetic_store(args.search_pages, tokens, dim, args.shard_size, device)
     queries = synthetic_queries(args.search_queries, QUERY_TOKENS, dim)
     store_s = time.perf_counter() - tick
-    search = _searcher(device, qbs, pbt)
+    search = _searcher(device, qbs, pbt, precision)
     search(queries.subset(np.arange(min(qbs, len(queries)))), shards[:1])  # warm-up
     one_shard = []  # all queries against the first shard, at the configured and at larger batch sizes
     for q_bs, p_bt in dict.fromkeys([(qbs, pbt), (8 * qbs, pbt), (8 * qbs, 8 * pbt)]):
@@ -876,6 +886,7 @@ def measure_search(args, search_cfg: dict, device) -> tuple[dict, list, object, 
         one_shard.append(
             {"query_batch_size": q_bs, "page_block_tokens": p_bt, "seconds": seconds, "tflops": flops / seconds / 1e12}
         )
+    precisions = measure_precisions(search, queries, shards[0], tokens, dim, device)
     used = shards[: max(1, min(len(shards), int(args.search_budget_s / one_shard[0]["seconds"])))]
     n_pages = sum(len(s) for s in used)
     _reset_peak(device)
@@ -899,6 +910,8 @@ def measure_search(args, search_cfg: dict, device) -> tuple[dict, list, object, 
         "tflops": tflops,
         "peak_gb": _peak_gb(device),
         "one_shard": one_shard,
+        "precision": precision,
+        "precisions": precisions,
         "matmul_shape": list(shape),
         "matmul_tflops": matmul,
         "matmul_ratio": tflops / matmul,
@@ -907,15 +920,40 @@ def measure_search(args, search_cfg: dict, device) -> tuple[dict, list, object, 
         "bf16_square_matmul_tflops": gemm_tflops(4096, 4096, 4096, torch.bfloat16, device)
         if device.type == "cuda"
         else None,
-        "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "fp32_precision": torch.backends.cuda.matmul.fp32_precision,  # the process's setting (a search sets its own)
     }
     return result, used, queries, host
 
 
-def _searcher(device, qbs: int, pbt: int):
+def measure_precisions(search, queries, shard, tokens: int, dim: int, device) -> list[dict]:
+    """All queries against one shard at each of exact_search's precisions: seconds, TFLOP/s, and
+    against fp32 the top-10 overlap (mean over queries) and the largest change of a ranked score."""
+    flops = maxsim_flops(len(queries), QUERY_TOKENS, len(shard), tokens, dim)
+    rows, reference = [], None
+    for precision in ("fp32", "tf32", "bf16"):
+        search(queries.subset(np.arange(min(32, len(queries)))), [shard], precision=precision)  # warm-up
+        seconds, top = _timed(device, search, queries, [shard], precision=precision)
+        if reference is None:
+            reference = top
+        finite = np.isfinite(reference.scores)
+        rows.append(
+            {
+                "precision": precision,
+                "seconds": seconds,
+                "tflops": flops / seconds / 1e12,
+                "top10_overlap_with_fp32": float(
+                    np.mean([len(set(a[:10]) & set(b[:10])) / 10 for a, b in zip(top.indices, reference.indices)])
+                ),
+                "max_score_change": float(np.abs(top.scores[finite] - reference.scores[finite]).max()),
+            }
+        )
+    return rows
+
+
+def _searcher(device, qbs: int, pbt: int, precision: str = "auto"):
     from vldocir.retrieval.search import exact_search
 
-    def search(queries, shards, qbs=qbs, pbt=pbt):
+    def search(queries, shards, qbs=qbs, pbt=pbt, precision=precision):
         return exact_search(
             queries,
             iter(shards),
@@ -923,6 +961,7 @@ def _searcher(device, qbs: int, pbt: int):
             query_batch_size=qbs,
             page_block_tokens=pbt,
             device=str(device),
+            precision=precision,
             progress=False,
         )
 
@@ -934,9 +973,10 @@ def measure_residency(args, search_cfg: dict, shards: list, queries, device) -> 
     call), against the same arithmetic over page blocks uploaded once and kept on the device."""
     import torch
 
-    from vldocir.retrieval.search import _page_blocks
+    from vldocir.retrieval.search import _page_blocks, resolve_precision
 
     qbs, pbt = int(search_cfg["query_batch_size"]), int(search_cfg["page_block_tokens"])
+    precision = resolve_precision(search_cfg.get("precision", "auto"), device)
     if device.type == "cuda":  # fp32 blocks take twice the fp16 store: keep to half the free memory
         free = torch.cuda.mem_get_info(device)[0]
         shards = shards[: max(1, min(len(shards), int(free / 2 / (len(shards[0].vectors) * EMBED_DIM * 4))))]
@@ -945,16 +985,21 @@ def measure_residency(args, search_cfg: dict, shards: list, queries, device) -> 
         queries.subset(np.arange(i * args.stream_queries, (i + 1) * args.stream_queries) % len(queries))
         for i in range(args.stream_calls)
     ]
-    search = _searcher(device, qbs, pbt)
+    search = _searcher(device, qbs, pbt, precision)
     streamed = [_timed(device, search, q, shards) for q in calls]
     upload_s, resident = _timed(
         device,
         lambda: [
-            (_page_blocks(s, pbt, device), torch.arange(len(s), device=device) + s.first_index, len(s)) for s in shards
+            (
+                _page_blocks(s, pbt, device, precision=precision),
+                torch.arange(len(s), device=device) + s.first_index,
+                len(s),
+            )
+            for s in shards
         ],
     )
-    kept = [_timed(device, resident_search, q, resident, DEPTH, qbs, device) for q in calls]
-    resident_gb = sum(block.numel() * 4 for blocks, _, _ in resident for _, block in blocks) / 2**30
+    kept = [_timed(device, resident_search, q, resident, DEPTH, qbs, device, precision) for q in calls]
+    resident_gb = sum(block.numel() * block.element_size() for blocks, _, _ in resident for _, block in blocks) / 2**30
     del resident
     flops = maxsim_flops(args.stream_queries, QUERY_TOKENS, n_pages, args.page_tokens, EMBED_DIM)
     streamed_s, resident_s = [s for s, _ in streamed], [s for s, _ in kept]
@@ -965,7 +1010,8 @@ def measure_residency(args, search_cfg: dict, shards: list, queries, device) -> 
         "streamed_s": streamed_s,
         "resident_s": resident_s,
         "upload_s": upload_s,
-        "resident_fp32_gb": resident_gb,
+        "precision": precision,
+        "resident_gb": resident_gb,
         "streamed_tflops": flops / np.median(streamed_s) / 1e12,
         "resident_tflops": flops / np.median(resident_s) / 1e12,
         "speedup": float(np.median(streamed_s) / np.median(resident_s)),
@@ -1118,8 +1164,19 @@ def print_summary(out: dict) -> None:
             "exact_search",
             f"{s['tflops']:.2f} TFLOP/s",
             f"{s['queries']:,} queries x {s['pages_searched']:,} pages, "
-            f"{s['seconds']:.1f} s; fp32 matmul of one block's shape {s['matmul_tflops']:.2f} TFLOP/s, "
+            f"{s['seconds']:.1f} s at precision {s['precision']}; "
+            f"fp32 matmul of one block's shape {s['matmul_tflops']:.2f} TFLOP/s, "
             f"ratio {s['matmul_ratio']:.2f}",
+        ),
+        (
+            "  one shard by precision",
+            " / ".join(f"{row['tflops']:.1f}" for row in s["precisions"]),
+            "TFLOP/s at "
+            + " / ".join(row["precision"] for row in s["precisions"])
+            + "; against fp32: top-10 overlap "
+            + " / ".join(f"{row['top10_overlap_with_fp32']:.3f}" for row in s["precisions"])
+            + ", largest score change "
+            + " / ".join(f"{row['max_score_change']:.1e}" for row in s["precisions"]),
         ),
         (
             "  store resident vs streamed",
@@ -1139,7 +1196,7 @@ def print_summary(out: dict) -> None:
                 if s["bf16_square_matmul_tflops"]
                 else ""
             )
-            + f"; TF32 allowed: {s['allow_tf32']}",
+            + f"; process fp32_precision: {s['fp32_precision']}",
         ),
         (
             "context k-means (torch)",

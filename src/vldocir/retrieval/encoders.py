@@ -161,6 +161,12 @@ def _split_by_mask(embeddings, mask) -> list[np.ndarray]:
 class ColEngineEncoder(TorchEncoder):
     """Any colpali-engine late-interaction model (ColPali, ColQwen2.5, ColIdefics3, ColModernVBert, ...).
 
+    Each model's own forward, except ColPali's, which computes vocabulary logits it discards:
+    :func:`colpali_embeddings` gives its output without them. The others run a base model with no
+    LM head (ColQwen2.5 a ``Qwen2_5_VLModel``, ColIdefics3 an ``Idefics3Model``, ColModernVBert a
+    ``ModernVBertModel``). Tomoro's ColQwen3 is hub code, not checked here (a public copy of it
+    calls ``vlm.model``, the base model, too).
+
     Args:
         model_class, processor_class: dotted class paths, e.g. ``colpali_engine.models.ColQwen2_5``.
         checkpoint: see :class:`Checkpoint`.
@@ -196,13 +202,20 @@ class ColEngineEncoder(TorchEncoder):
             _import(self.processor_class).from_pretrained, "processor", **self.processor_kwargs
         )
 
+    def embed(self, batch):
+        """(B, L, dim) token embeddings of a processed batch on the model's device, zero where
+        ``attention_mask`` is 0: the model's own forward, or :func:`colpali_embeddings` for ColPali."""
+        if _is_colpali(self.model):
+            return colpali_embeddings(self.model, batch)
+        output = self.model(**batch)
+        return output if not hasattr(output, "embeddings") else output.embeddings
+
     def _forward(self, batch) -> list[np.ndarray]:
         import torch
 
         with torch.inference_mode():
             batch = batch.to(self.model.device)
-            output = self.model(**batch)
-        embeddings = output if not hasattr(output, "embeddings") else output.embeddings
+            embeddings = self.embed(batch)
         return _split_by_mask(embeddings, batch["attention_mask"])
 
     def encode_pages(self, pages):
@@ -236,6 +249,38 @@ class ColEngineEncoder(TorchEncoder):
                 "mean": float(np.mean(self.visual_tokens)),
             }
         return facts
+
+
+def _is_colpali(model) -> bool:
+    """``model`` is colpali-engine's ColPali with ColPali's own forward (a subclass that overrides it keeps its own)."""
+    if not type(model).__module__.startswith("colpali_engine."):
+        return False  # imports colpali-engine only for its own models
+    from colpali_engine.models import ColPali
+
+    return isinstance(model, ColPali) and type(model).forward is ColPali.forward
+
+
+def colpali_embeddings(model, batch):
+    """``ColPali.forward`` (colpali-engine 0.3.18) without the language-model head: same (B, L, 128) output.
+
+    ColPali runs the whole ``PaliGemmaForConditionalGeneration`` for ``hidden_states[-1]``, so the LM
+    head's logits over the 257,216-token vocabulary are computed on every token and dropped (1.09
+    of a 1,030-token page's 6.30 TFLOP, and a (B, L, 257,216) tensor), and for pages, whose
+    processor adds ``labels``, a cross-entropy loss over them too. The base ``PaliGemmaModel``
+    (``model.model.model``) gives the same last hidden state, which the projection, L2
+    normalisation and masks below then treat exactly as ``ColPali.forward`` does;
+    tests/retrieval/test_gpu_paths.py holds the two equal on the installed version.
+    """
+    inputs = {key: value for key, value in batch.items() if key != "labels"}  # they only feed the loss
+    if "pixel_values" in inputs:
+        inputs["pixel_values"] = inputs["pixel_values"].to(dtype=model.dtype)
+    hidden = model.model.model(**inputs, use_cache=False).last_hidden_state  # (B, L, hidden)
+    proj = model.custom_text_proj(hidden)  # (B, L, 128)
+    proj = proj / proj.norm(dim=-1, keepdim=True)
+    proj = proj * inputs["attention_mask"].unsqueeze(-1)
+    if "pixel_values" in inputs and model.mask_non_image_embeddings:
+        proj = proj * (inputs["input_ids"] == model.config.image_token_index).unsqueeze(-1)
+    return proj
 
 
 class LastTokenEncoder(TorchEncoder):

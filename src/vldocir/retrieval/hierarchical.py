@@ -30,7 +30,15 @@ from vldocir.cache import ArtifactCache
 from vldocir.data.benchmark import Benchmark
 from vldocir.retrieval.context import DocumentContext, doc_of_page
 from vldocir.retrieval.embeddings import PageEmbeddingStore
-from vldocir.retrieval.search import TopN, _maxsim, _page_blocks, exact_search
+from vldocir.retrieval.search import (
+    TopN,
+    _as_operand,
+    _matmul_precision,
+    _maxsim,
+    _page_blocks,
+    exact_search,
+    resolve_precision,
+)
 from vldocir.retrieval.vectors import RaggedVectors, resolve_device
 
 log = logging.getLogger(__name__)
@@ -92,6 +100,7 @@ class HierarchicalSearch:
         device: str = "auto",
         query_batch_size: int = 32,
         page_block_tokens: int = 4096,
+        precision: str = "auto",
         progress: bool = True,
         stats: dict | None = None,
     ) -> TopN:
@@ -106,6 +115,7 @@ class HierarchicalSearch:
             device=device,
             query_batch_size=query_batch_size,
             page_block_tokens=page_block_tokens,
+            precision=precision,
             progress=progress,
             stats=stats,
         )
@@ -152,6 +162,7 @@ def hierarchical_search(
     device: str = "auto",
     query_batch_size: int = 32,
     page_block_tokens: int = 4096,
+    precision: str = "auto",
     progress: bool = True,
     stats: dict | None = None,
     doc_shard_tokens: int = DOC_SHARD_TOKENS,
@@ -164,6 +175,7 @@ def hierarchical_search(
         doc_vectors: one item per group; group ``g`` is item ``g``.
         doc_of_item: (n_items,) int64, each corpus item's group.
         shards: the corpus in order (as for :func:`~vldocir.retrieval.search.exact_search`).
+        precision: the products' operands in both stages (as for exact search).
         doc_shard_tokens, candidate_rows: memory bounds of stage 1 and 2 (the module notes);
             results do not depend on them.
     Returns:
@@ -171,6 +183,7 @@ def hierarchical_search(
         ``exhaustive_page_scores`` and ``page_score_fraction``.
     """
     target = resolve_device(device)
+    precision = resolve_precision(precision, target)
     n_queries = len(queries)
     top = exact_search(
         queries,
@@ -179,6 +192,7 @@ def hierarchical_search(
         device=device,
         query_batch_size=query_batch_size,
         page_block_tokens=page_block_tokens,
+        precision=precision,
         progress=False,
     )
     pairs_q, pairs_d = np.nonzero(top.indices >= 0)
@@ -196,7 +210,7 @@ def hierarchical_search(
     waiting, fold_at = 0, max(candidate_rows, n_queries * depth)
     computed = 0
     bar = tqdm(total=n_items, desc=f"hierarchical search (top {top_docs} docs)", unit="page", disable=not progress)
-    with torch.inference_mode():
+    with torch.inference_mode(), _matmul_precision(precision):
         for shard in shards:
             docs_here = doc_of_item[shard.first_index : shard.first_index + len(shard)]
             nonempty = shard.lengths > 0
@@ -205,14 +219,13 @@ def hierarchical_search(
                 members = np.flatnonzero((docs_here == doc) & nonempty)
                 if not len(selecting) or not len(members):
                     continue
-                blocks = [
-                    (torch.from_numpy(members[pos.cpu().numpy()]).to(target), block)
-                    for pos, block in _page_blocks(shard.subset(members), page_block_tokens, target)
-                ]
+                member_blocks = _page_blocks(shard.subset(members), page_block_tokens, target, precision=precision)
+                blocks = [(torch.from_numpy(members[pos.cpu().numpy()]).to(target), b) for pos, b in member_blocks]
                 scores = torch.full((len(selecting), len(shard)), float("-inf"), device=target)
                 for start in range(0, len(selecting), query_batch_size):
                     batch = selecting[start : start + query_batch_size]
                     flat = queries.padded_fp32(batch, target, pad="zero").reshape(-1, queries.dim)
+                    flat = _as_operand(flat, precision)
                     scores[start : start + len(batch)] = _maxsim(flat, len(batch), blocks, len(shard))
                 block_scores = scores[:, torch.from_numpy(members).to(target)].cpu().numpy()
                 computed += block_scores.size

@@ -29,6 +29,27 @@ Speed on CPU (perf/bench_maxsim.py; the aim is the rate of a plain fp32 matrix p
   waits at a barrier for a thread the OS has descheduled, so the rate degrades with the machine's
   load instead of collapsing; each tile stays in its own core's cache.
 
+Precision (``precision``) is that of the products' operands, never of the accumulation: scores
+are accumulated, maxed and summed in fp32 whatever it is.
+- ``fp32``: the arithmetic above, bit for bit, also on CUDA where the process allowed TF32. There
+  it leaves the tensor cores idle (H200, dense: 67 fp32 TFLOP/s against 495 TF32 and 989 bf16).
+- ``tf32`` (``auto`` on CUDA): the tensor cores read the operands rounded to 11 significant bits
+  and accumulate in fp32. The store holds page, query and context vectors in fp16 or bf16 (11 and 8
+  significant bits), which TF32 represents exactly, so the products are those of fp32 but for the
+  order of the fp32 additions: the same rankings up to ties within rounding. Vectors held in fp32
+  (hierarchical search's pooled document vectors) are rounded to 11 bits.
+- ``bf16``: both operands rounded to 8 significant bits (fp16 pages lose 3), multiplied into fp32
+  (``torch.mm(..., out_dtype=torch.float32)``); scores move by at most about 2^-7 of
+  sum_t |q_t| max_p |p| (the test's bound). Twice TF32's peak, but every product also writes its
+  (query tokens x page tokens) fp32 scores for the max to read back, 8 bytes per 2 x dim FLOPs
+  whatever the operands, which can bound both before their peaks (perf/bench_gpu.py measures the
+  three); bf16 blocks take half the memory of fp32 ones.
+On CPU ``auto`` is ``fp32`` and ``tf32`` computes fp32 (the TF32 switch is CUDA's); ``bf16``
+computes what CUDA's does, for testing: the same bf16-rounded operands held in fp32 (a product of two
+bf16 values is exact in fp32), no faster than fp32. The fp32/TF32 choice is torch's process-wide
+switch (``torch.backends.cuda.matmul.fp32_precision``), set for the search and put back after it,
+also on error; a CUDA product another thread ran meanwhile would follow it too.
+
 Integrity: a NaN or Inf among the vectors would make every score of its page NaN, and such a
 page would silently fall out of the ranking. Every shard is checked finite as it is upcast (one
 sum: a sum is finite only if every term is; only a non-finite sum, which overflow can also cause,
@@ -75,6 +96,62 @@ def _check_finite(blocks: Sequence[torch.Tensor], vectors: RaggedVectors) -> Non
         raise NonFiniteVectorsError(vectors.source, vectors.first_index)
 
 
+PRECISIONS = ("auto", "fp32", "tf32", "bf16")
+"""``precision`` values of :func:`exact_search` (module notes)."""
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``auto`` -> ``tf32`` on CUDA, ``fp32`` elsewhere; other names are returned as they are."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "auto":
+        return "tf32" if device.type == "cuda" else "fp32"
+    return precision
+
+
+def _operand_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """The dtype products read: bf16 for ``bf16`` on CUDA; fp32 otherwise (on CPU, bf16 values in fp32)."""
+    return torch.bfloat16 if precision == "bf16" and device.type == "cuda" else torch.float32
+
+
+def _as_operand(tensor: torch.Tensor, precision: str) -> torch.Tensor:
+    """An fp32 tensor as a product operand of ``precision`` (see :func:`_operand_dtype`)."""
+    if precision != "bf16":
+        return tensor
+    return tensor.to(torch.bfloat16).to(_operand_dtype(precision, tensor.device))
+
+
+def _product(queries: torch.Tensor, pages: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """(n, dim) x (m, dim) -> ``queries @ pages.T`` written into the (n, m) fp32 ``out``.
+
+    bf16 operands (CUDA) are multiplied on the tensor cores with fp32 accumulation and fp32 results
+    (``out_dtype``): only the operands are rounded, never the scores the max and sums read.
+    """
+    if queries.dtype == torch.float32:
+        return torch.mm(queries, pages.T, out=out)
+    return torch.mm(queries, pages.T, out_dtype=torch.float32, out=out)
+
+
+@contextmanager
+def _matmul_precision(precision: str) -> Iterator[None]:
+    """CUDA's fp32 products inside the block in TF32 (``tf32``) or in full fp32 (``fp32``, whatever
+    the process set), torch's setting restored after; ``bf16`` products do not read it.
+
+    Read and written through ``fp32_precision`` (torch's current API): torch refuses to read a mix
+    of its legacy and current APIs in some orders, and this one reads back whatever either set.
+    """
+    if precision == "bf16":
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision
+    matmul.fp32_precision = "tf32" if precision == "tf32" else "ieee"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = saved
+
+
 CPU_TILE_SCORES = 1 << 20
 """On CPU, the most (query token x page token) scores one matrix product writes: 4 MB of fp32,
 read again from cache by the max over page tokens (one page of 768 tokens by 32 queries of 32
@@ -83,15 +160,15 @@ CUDA a block is one product."""
 
 
 class _Buffers:
-    """Flat fp32 scratch tensors reused from call to call, one set per thread."""
+    """Flat scratch tensors (fp32 unless asked) reused from call to call, one set per thread."""
 
     def __init__(self, device: torch.device):
         self.device, self._tensors = device, {}
 
-    def get(self, name: str, numel: int) -> torch.Tensor:
+    def get(self, name: str, numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         tensor = self._tensors.get(name)
-        if tensor is None or tensor.numel() < numel:
-            tensor = self._tensors[name] = torch.empty(numel, device=self.device)
+        if tensor is None or tensor.numel() < numel or tensor.dtype != dtype:
+            tensor = self._tensors[name] = torch.empty(numel, device=self.device, dtype=dtype)
         return tensor[:numel]
 
 
@@ -120,9 +197,14 @@ def _merge(best_scores, best_indices, new_scores, new_indices, depth):
 
 
 def _page_blocks(
-    shard: RaggedVectors, page_block_tokens: int, device: torch.device, buffers: _Buffers | None = None
+    shard: RaggedVectors,
+    page_block_tokens: int,
+    device: torch.device,
+    buffers: _Buffers | None = None,
+    precision: str = "fp32",
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """A shard's pages as fp32 blocks of about ``page_block_tokens`` tokens, upcast once per shard.
+    """A shard's pages as blocks of about ``page_block_tokens`` tokens, converted once per shard to
+    the operands of ``precision`` (fp32, or bf16 on CUDA for ``bf16``; see :func:`_operand_dtype`).
 
     Pages are grouped by length (sorted), so padding to a block's longest page wastes little when
     token counts vary (pages of other aspect ratios, image-splitting processors). Returns
@@ -141,10 +223,17 @@ def _page_blocks(
         start = stop
     layout = [shard.padded_rows(members) if len(shard.vectors) else (None, 1) for members in groups]
     n_rows = sum(len(members) * width for members, (_, width) in zip(groups, layout))
-    flat = buffers.get("pages", n_rows * shard.dim) if buffers else torch.empty(n_rows * shard.dim, device=device)
+    dtype = _operand_dtype(precision, device)
+    flat = (
+        buffers.get("pages", n_rows * shard.dim, dtype)
+        if buffers
+        else torch.empty(n_rows * shard.dim, device=device, dtype=dtype)
+    )
     flat = flat.view(n_rows, shard.dim)
     if len(shard.vectors):
-        shard.fp32_into(np.concatenate([rows for rows, _ in layout]), flat)
+        shard.fp32_into(np.concatenate([rows for rows, _ in layout]), flat)  # copy_ converts to flat's dtype
+        if precision == "bf16" and dtype == torch.float32:
+            flat.copy_(flat.to(torch.bfloat16))  # bf16 values held in fp32 (CPU)
     else:
         flat.zero_()
     blocks, row = [], 0
@@ -167,8 +256,8 @@ def _maxsim(
     buffers: _Buffers | None = None,
     tile_scores: int | None = None,
 ) -> torch.Tensor:
-    """(n_batch, n_items) MaxSim of a zero-padded query batch, flattened to (n_batch * Lq, dim),
-    against items given as :func:`_page_blocks`.
+    """(n_batch, n_items) fp32 MaxSim of a zero-padded query batch, flattened to (n_batch * Lq, dim),
+    against items given as :func:`_page_blocks` (queries and blocks of one precision's operands).
 
     ``tile_scores`` (CPU): split each block's product into tiles of whole pages and whole queries
     of about that many scores at most (never less than one page by one query), each maxed over
@@ -193,7 +282,7 @@ def _maxsim(
                 p1 = min(n_block, p0 + page_step)
                 n_scores = len(queries) * (p1 - p0) * width
                 out = buffers.get("sims", n_scores) if buffers else torch.empty(n_scores, device=device)
-                sims = torch.mm(queries, pages[p0 * width : p1 * width].T, out=out.view(len(queries), -1))
+                sims = _product(queries, pages[p0 * width : p1 * width], out.view(len(queries), -1))
                 torch.amax(
                     sims.view(len(queries), p1 - p0, width), dim=2, out=token_max[rows, column + p0 : column + p1]
                 )
@@ -267,6 +356,7 @@ def exact_search(
     query_batch_size: int = 32,
     page_block_tokens: int = 4096,
     device: str = "auto",
+    precision: str = "auto",
     total_items: int | None = None,
     progress: bool = True,
 ) -> TopN:
@@ -288,6 +378,9 @@ def exact_search(
         page_block_tokens: page tokens per block (memory and speed only); on CPU a block's product
             is computed in tiles of at most :data:`CPU_TILE_SCORES` scores.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``.
+        precision: the products' operands, one of :data:`PRECISIONS`: ``auto`` (``tf32`` on CUDA,
+            ``fp32`` elsewhere), ``fp32``, ``tf32`` or ``bf16`` (module notes). Scores are always
+            accumulated, maxed and summed in fp32.
         total_items: corpus size, for the progress bar.
 
     Raises:
@@ -295,11 +388,15 @@ def exact_search(
             the vectors' ``source``. Such a page is never silently left out of the ranking.
     """
     target = resolve_device(device)
+    precision = resolve_precision(precision, target)
     n_queries = len(queries)
     # Queries of similar length share a batch, so zero padding wastes little arithmetic.
     order = np.argsort(queries.lengths, kind="stable")
     batches = [order[i : i + query_batch_size] for i in range(0, n_queries, query_batch_size)]
-    query_tensors = [queries.padded_fp32(batch, target, pad="zero").reshape(-1, queries.dim) for batch in batches]
+    query_tensors = [
+        _as_operand(queries.padded_fp32(batch, target, pad="zero").reshape(-1, queries.dim), precision)
+        for batch in batches
+    ]
     _check_finite(query_tensors, queries)
     best = [
         (
@@ -313,17 +410,21 @@ def exact_search(
     shard_buffers, context_buffers = _Buffers(target), _Buffers(target)
 
     bar = tqdm(total=total_items, desc="exact search", unit="page", disable=not progress)
-    with torch.inference_mode(), _scoring_threads(torch.get_num_threads() if on_cpu else 1, target) as pool:
+    with (
+        torch.inference_mode(),
+        _matmul_precision(precision),
+        _scoring_threads(torch.get_num_threads() if on_cpu else 1, target) as pool,
+    ):
         for shard in shards:
             n_items = len(shard)
             if n_items == 0:
                 continue
-            blocks = _page_blocks(shard, page_block_tokens, target, shard_buffers)
+            blocks = _page_blocks(shard, page_block_tokens, target, shard_buffers, precision)
             empty = torch.from_numpy(shard.lengths == 0).to(target)
             shard_indices = torch.arange(n_items, device=target, dtype=torch.int64) + shard.first_index
             if context is not None:
                 groups, group_of_item = context(shard)
-                group_blocks = _page_blocks(groups, page_block_tokens, target, context_buffers)
+                group_blocks = _page_blocks(groups, page_block_tokens, target, context_buffers, precision)
                 group_of_item = torch.from_numpy(np.asarray(group_of_item, dtype=np.int64)).to(target)
 
             def score_batch(b: int, buffers: _Buffers) -> None:
