@@ -31,6 +31,7 @@ from vldocir.data.benchmark import Benchmark
 from vldocir.data.runs import run_from_indices
 from vldocir.errors import VldocirError
 from vldocir.retrieval.base import Retriever
+from vldocir.retrieval.compressed import CompressedSearch
 from vldocir.retrieval.context import DocumentContext
 from vldocir.retrieval.embeddings import (
     RAGGED_FILES,
@@ -47,7 +48,7 @@ from vldocir.retrieval.embeddings import (
 )
 from vldocir.retrieval.encoders import Encoder
 from vldocir.retrieval.hierarchical import HierarchicalSearch
-from vldocir.retrieval.search import NonFiniteVectorsError, exact_search
+from vldocir.retrieval.search import NonFiniteVectorsError, exact_search, resolve_precision
 from vldocir.retrieval.vectors import RaggedVectors, resolve_device
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,9 @@ class EmbeddingRetriever(Retriever):
         hierarchical: hierarchical retrieval (documents first, then their pages), a
             :class:`~vldocir.retrieval.hierarchical.HierarchicalSearch`; ``setting=hierarchical``
             sets it. ``None``: exhaustive search.
+        compressed: compressed and indexed search (token pooling, coded vectors, a centroid index
+            with MaxSim rescoring), a :class:`~vldocir.retrieval.compressed.CompressedSearch`;
+            ``setting=compressed`` sets it. ``None``: exact search over the stored vectors.
     """
 
     def __init__(
@@ -103,17 +107,19 @@ class EmbeddingRetriever(Retriever):
         verify: str = "full",
         context: DocumentContext | None = None,
         hierarchical: HierarchicalSearch | None = None,
+        compressed: CompressedSearch | None = None,
     ):
-        if context is not None and hierarchical is not None:
+        if sum(x is not None for x in (context, hierarchical, compressed)) > 1:
             raise ValueError(
-                "document-context scoring and hierarchical retrieval are separate settings; set one of them"
+                "document-context scoring, hierarchical retrieval and compressed search are separate settings; "
+                "set one of them"
             )
         if on_bad_page not in BAD_PAGE_POLICIES:
             raise ValueError(f"on_bad_page must be one of {BAD_PAGE_POLICIES}, got {on_bad_page!r}")
         if verify not in VERIFY_LEVELS:
             raise ValueError(f"verify must be one of {VERIFY_LEVELS}, got {verify!r}")
         self.verify = verify
-        self.context, self.hierarchical = context, hierarchical
+        self.context, self.hierarchical, self.compressed = context, hierarchical, compressed
         self.encoder, self.shard_size, self.storage_dtype = encoder, shard_size, storage_dtype
         self.on_bad_page = on_bad_page
         self.search = dict(search or {})  # exact_search's keyword arguments; its defaults otherwise
@@ -132,6 +138,10 @@ class EmbeddingRetriever(Retriever):
             params["context"] = self.context.cache_params()
         if self.hierarchical is not None:
             params["hierarchical"] = self.hierarchical.cache_params()
+        if self.compressed is not None:
+            params["compressed"] = self.compressed.cache_params()
+        if self.search.get("precision") == "bf16":  # rounds the stored fp16 vectors: other scores
+            params["search_precision"] = "bf16"
         return params
 
     # -- pages ---------------------------------------------------------------------------------
@@ -263,7 +273,13 @@ class EmbeddingRetriever(Retriever):
         context_vectors = None
         tick = time.perf_counter()
         try:
-            if self.hierarchical is not None:
+            if self.compressed is not None:
+                self.stats["compressed"] = {}
+                pages = self.compressed.pages(store, cache, self.progress, self.stats["compressed"])
+                tick = time.perf_counter()
+                top = self.compressed.search(query_vectors, pages, depth, self.progress, self.stats["compressed"])
+                self.stats["compressed"].update(bytes=pages.meta["bytes"], vectors=pages.meta["n_vectors"])
+            elif self.hierarchical is not None:
                 doc_vectors, doc_of_item = self.hierarchical.document_vectors(
                     store, bench, cache, self.progress, self.stats
                 )
@@ -301,6 +317,7 @@ class EmbeddingRetriever(Retriever):
             "search_s": round(elapsed, 3),
             "gpu_s": _gpu_seconds(device, elapsed),
             "device": str(resolve_device(device)),
+            "precision": resolve_precision(self.search.get("precision", "auto"), resolve_device(device)),
             "queries": len(queries),
             "pages": store.n_pages,
         }

@@ -1,0 +1,189 @@
+"""Compressed and indexed late-interaction search (vldocir.retrieval.compressed) against exact search
+and hand-computed centroid interaction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import SUBSET_PAGES, evaluate, tiny_overrides
+from vldocir.retrieval.compressed import (
+    CompressedPages,
+    CompressedSearch,
+    _candidates,
+    build_compressed,
+    compressed_search,
+    pool_pages,
+)
+from vldocir.retrieval.search import exact_search
+from vldocir.retrieval.vectors import RaggedVectors
+
+DIM = 16
+
+
+def clustered_pages(rng, n_pages, tokens=(2, 12), n_topics=12):
+    """Unit token vectors around a few shared topics (so centroids mean something), with an empty
+    page and a page of one token."""
+    topics = rng.standard_normal((n_topics, DIM)).astype(np.float32)
+    pages = []
+    for _ in range(n_pages):
+        n = int(rng.integers(*tokens))
+        x = topics[rng.integers(n_topics, size=n)] + 0.3 * rng.standard_normal((n, DIM)).astype(np.float32)
+        pages.append((x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32))
+    pages[3] = np.zeros((0, DIM), np.float32)
+    pages[5] = pages[5][:1]
+    return pages
+
+
+def shards_of(pages, size=16):
+    from vldocir.retrieval.embeddings import to_storage
+
+    out = []
+    for start in range(0, len(pages), size):
+        packed = RaggedVectors.from_list(pages[start : start + size], first_index=start)
+        packed.vectors = to_storage(packed.vectors, "float16")
+        out.append(packed)
+    return out
+
+
+def queries_of(rng, pages, n=9):
+    items = []
+    for page in rng.choice([i for i, p in enumerate(pages) if len(p)], size=n):
+        picked = pages[page][rng.integers(len(pages[page]), size=4)]
+        items.append(picked + 0.1 * rng.standard_normal(picked.shape).astype(np.float32))
+    return RaggedVectors.from_list(items)
+
+
+def built(tmp_path, pages, **settings) -> tuple[CompressedPages, CompressedSearch]:
+    search = CompressedSearch(train_tokens=4096, **settings)
+    out = tmp_path / "compressed"
+    out.mkdir()
+    build_compressed(shards_of(pages), len(pages), out, search, progress=False)
+    return CompressedPages.open(out), search
+
+
+def test_float16_without_index_is_exact_search(tmp_path):
+    rng = np.random.default_rng(0)
+    pages = clustered_pages(rng, 40)
+    queries = queries_of(rng, pages)
+    compressed, search = built(tmp_path, pages)
+    top = search.search(queries, compressed, 12, progress=False)
+    want = exact_search(queries, shards_of(pages), 12, device="cpu", progress=False)
+    np.testing.assert_array_equal(top.indices, want.indices)
+    np.testing.assert_allclose(top.scores, want.scores, rtol=1e-6)
+
+
+def test_index_with_every_page_a_candidate_is_exact_and_never_returns_an_empty_page(tmp_path):
+    """Candidates covering the corpus: the rescoring alone decides, and must equal exact MaxSim
+    (ties by page index); the empty page is never returned."""
+    rng = np.random.default_rng(1)
+    pages = clustered_pages(rng, 40)
+    pages[7] = pages[8].copy()  # a tie: the lower page index comes first in both
+    queries = queries_of(rng, pages)
+    compressed, search = built(tmp_path, pages, n_centroids=8, candidates=40)
+    assert compressed.meta["n_centroids"] == 8
+    top = search.search(queries, compressed, 39, progress=False)
+    want = exact_search(queries, shards_of(pages), 39, device="cpu", progress=False)
+    np.testing.assert_array_equal(top.indices, want.indices)
+    np.testing.assert_allclose(top.scores, want.scores, rtol=1e-5)
+    assert not (top.indices == 3).any()
+
+
+def test_candidates_are_the_best_pages_by_centroid_interaction(tmp_path):
+    """The candidate pool equals a direct computation: a page's score is the sum over query tokens
+    of the best score of a centroid among its tokens' nearest centroids; with nprobe, only pages
+    holding one of a query token's nprobe best centroids are scored."""
+    rng = np.random.default_rng(2)
+    pages = clustered_pages(rng, 60)
+    compressed, _ = built(tmp_path, pages, n_centroids=10)
+    centroids = compressed.centroids
+    stored = [p.astype(np.float16).astype(np.float32) for p in pages]
+    bags = [set(np.argmax(p @ centroids.T, axis=1)) if len(p) else set() for p in stored]
+    for p, bag in enumerate(bags):  # the stored bags are the nearest centroids of the page's tokens
+        assert set(compressed.bag_centroids[compressed.bag_offsets[p] : compressed.bag_offsets[p + 1]]) == bag
+    query = queries_of(rng, pages, 1).fp32()
+    scores = query.numpy() @ centroids.T
+    direct = {p: sum(max(row[c] for c in bag) for row in scores) for p, bag in enumerate(bags) if bag}
+    starts, has_bag = compressed.bag_offsets[:-1], np.diff(compressed.bag_offsets) > 0
+    pool = _candidates(query, compressed, 0, 7, starts, has_bag)
+    assert list(pool) == sorted(sorted(direct, key=lambda p: -direct[p])[:7])
+    probed = {int(c) for row in scores for c in np.argsort(-row)[:2]}
+    reachable = {p for p, bag in enumerate(bags) if bag & probed}
+    pool = _candidates(query, compressed, 2, 1000, starts, has_bag)
+    assert set(pool) == reachable and len(reachable) < len(direct)
+
+
+def test_codecs_store_fewer_bytes_and_decode_close(tmp_path):
+    rng = np.random.default_rng(3)
+    pages = clustered_pages(rng, 40, tokens=(8, 16))
+    sq8, search = built(tmp_path, pages, codec="SQ8")
+    n_vectors = sum(len(p) for p in pages)
+    assert sq8.codes.dtype == np.uint8 and sq8.codes.shape == (n_vectors, DIM)
+    original = np.concatenate(pages)
+    np.testing.assert_allclose(sq8.decode(np.arange(n_vectors)).numpy(), original, atol=0.01)
+    queries = queries_of(rng, pages)
+    top = search.search(queries, sq8, 10, progress=False)
+    want = exact_search(queries, shards_of(pages), 10, device="cpu", progress=False)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top.indices, want.indices)]) >= 0.9
+
+
+def test_token_pooling_keeps_at_most_a_factor_of_the_tokens():
+    rng = np.random.default_rng(4)
+    pages = clustered_pages(rng, 8, tokens=(6, 14))
+    pooled = pool_pages(pages, 3)
+    for page, out in zip(pages, pooled):
+        if len(page) <= 1:
+            np.testing.assert_array_equal(out, page)  # one token (or none) is kept as it is
+        else:
+            assert 1 <= len(out) <= max(len(page) // 3, 1)
+            np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1, rtol=1e-5)
+    assert pool_pages(pages, 1) is pages
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError, match="codec 'SQ9' is not a faiss index_factory codec"):
+        CompressedSearch(codec="SQ9")
+    with pytest.raises(ValueError, match="pool_factor must be an integer >= 1"):
+        CompressedSearch(pool_factor=0)
+    with pytest.raises(ValueError, match="nprobe must be an integer >= 0"):
+        CompressedSearch(nprobe=-1)
+    # the search knobs key the run, not the artifact
+    a, b = CompressedSearch(n_centroids=8, candidates=10), CompressedSearch(n_centroids=8, candidates=20)
+    assert a.build_params() == b.build_params() and a.cache_params() != b.cache_params()
+
+
+def test_queries_without_tokens_get_no_pages(tmp_path):
+    rng = np.random.default_rng(5)
+    pages = clustered_pages(rng, 20)
+    compressed, _ = built(tmp_path, pages, n_centroids=4)
+    queries = RaggedVectors.from_list([np.zeros((0, DIM), np.float32), pages[0]])
+    with torch.inference_mode():
+        top = compressed_search(queries, compressed, 5, candidates=10, threads=2, progress=False)
+    assert (top.indices[0] == -1).all() and top.indices[1, 0] == 0
+
+
+@pytest.mark.slow
+def test_setting_compressed_end_to_end(subset_dir, tiny, isolated_paths):
+    """setting=compressed through the pipeline: its own run directory, the artifact built once and
+    reused by another search knob, and with every page a candidate (fp16) exact search's ranking."""
+    import pyarrow.parquet as pq
+
+    common = [*tiny_overrides("colqwen25", tiny), f"dataset.source={subset_dir}"]
+    exhaustive = evaluate(*common)
+    knobs = [
+        "setting=compressed",
+        "retriever.model.compressed.codec=float16",
+        "retriever.model.compressed.n_centroids=4",
+        "retriever.model.compressed.train_tokens=4096",
+    ]
+    full = evaluate(*common, *knobs, f"retriever.model.compressed.candidates={SUBSET_PAGES}")
+    assert full.entry.parent.name == f"cmp-float16-pool1-K4-np0-c{SUBSET_PAGES}"
+    assert ("compressed-pages", "miss") in [(e["kind"], e["status"]) for e in full.manifest["cache"]]
+    ranked = lambda result: pq.read_table(result.entry / "run.parquet").to_pandas()  # noqa: E731
+    a, b = ranked(exhaustive), ranked(full)
+    assert (a["page_id"].tolist(), a["query_id"].tolist()) == (b["page_id"].tolist(), b["query_id"].tolist())
+    probed = evaluate(*common, *knobs, "retriever.model.compressed.nprobe=1")  # another search knob, same artifact
+    assert probed.entry.parent.name == "cmp-float16-pool1-K4-np1-c2000"
+    assert ("compressed-pages", "hit") in [(e["kind"], e["status"]) for e in probed.manifest["cache"]]
+    assert probed.metrics["n_queries"] == exhaustive.metrics["n_queries"]
