@@ -3,7 +3,7 @@ PYTHON := .venv/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run lint format test test-fast bench-eval bench-maxsim bench-settings bench-context bench-scale bench-gpu bench-render mini mini-ship clean cleaning-ablations evidence generate build collect audit
+.PHONY: setup run lint format test test-fast bench-eval bench-maxsim bench-settings bench-compressed bench-context bench-scale bench-gpu bench-render mini mini-ship clean cleaning-ablations evidence generate build collect audit
 
 setup:
 	@bash scripts/setup.sh
@@ -51,6 +51,9 @@ bench-maxsim: setup  ## exact MaxSim search on CPU vs colpali-engine score_multi
 
 bench-settings: setup  ## cost of setting=ctx and setting=hierarchical vs exact search, 100,000 random pages + the mini (ARGS="--quick")
 	$(PYTHON) perf/bench_settings.py $(ARGS)
+
+bench-compressed: setup  ## setting=compressed (pooling, codecs, centroid index) vs exact search on 100,000 clustered pages, PASS/FAIL (~40 min; ARGS="--pages 20000")
+	$(PYTHON) perf/bench_compressed.py $(ARGS)
 
 bench-context: setup  ## document-context vectors: peak RSS flat in the corpus size, s/doc, worker speed-up (ARGS="--docs 200")
 	$(PYTHON) perf/bench_context.py $(ARGS)
