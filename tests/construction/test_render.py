@@ -667,8 +667,11 @@ def test_a_worker_that_dies_fails_its_document_and_is_replaced(tmp_path, monkeyp
     docs = [(f"d{i}", "generic", tmp_path / f"d{i}.html") for i in range(5)]
     docs.insert(2, ("crash", "generic", tmp_path / "crash.html"))
     docs.insert(4, ("bad", "generic", tmp_path / "bad.html"))
-    for doc_id, _, path in docs:  # the crash is the longest HTML: the first document a worker gets
-        path.write_text("<p>x</p>" * (10 if doc_id == "crash" else 1))
+    # Longest HTML first: d0 and d1 go to the two workers, then the crash to the first of them that
+    # answers (after it reported its browser launch), while four documents remain for a replacement.
+    repeats = {"d0": 10, "d1": 9, "crash": 8}
+    for doc_id, _, path in docs:
+        path.write_text("<p>x</p>" * repeats.get(doc_id, 1))
     report = render_batch(docs, tmp_path / "out", RenderConfig(workers=2), progress=False)
     assert report.workers == 2
     assert report.rendered == ["d0", "d1", "d2", "d3", "d4"]  # in the order given
