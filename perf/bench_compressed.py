@@ -5,6 +5,7 @@ RecallAll@k change, with PASS/FAIL against the goal.
     .venv/bin/python perf/bench_compressed.py                  # 100,000 pages, 100 queries: ~30 minutes here
     .venv/bin/python perf/bench_compressed.py --pages 20000    # a few minutes
     .venv/bin/python perf/bench_compressed.py --smoke          # 2,000 pages of 24 tokens, 20 queries: seconds (CI)
+    .venv/bin/python perf/bench_compressed.py --suite residuals   # coded=residuals, SQ4, 16,384 centroids: ~25 minutes
 
 Data: synthetic, clustered and document-structured multi-vector pages written as fp16 shards of
 1,024 pages (as the page-embedding store holds them) and memory-mapped back. A vocabulary of
@@ -24,6 +25,8 @@ Contenders, each built once (build time printed, not part of the search time) an
 - token pooling (colpali-engine's HierarchicalTokenPooler) with pool factor 2, fp16;
 - the centroid index (``--n-centroids``) with MaxSim rescoring of the candidates over SQ8, SQ6 and
   fp16 vectors at several (nprobe, candidates).
+- ``--suite residuals``: the index at setting=compressed's size with SQ4-coded residuals (each
+  token's offset from its page's bag mean), at several (nprobe, candidates).
 
 Figures: storage (bytes on disk of what the search reads) and search compute as ratios to exact's
 ("x less"); compute is measured as the CPU seconds of the search (all threads) and shown with the
@@ -134,6 +137,15 @@ def contenders(args) -> list[dict]:
             {"codec": "SQ8"},
             {"pool_factor": 2},
             {"codec": "SQ8", "n_centroids": K, "candidates": 300},
+            {"codec": "SQ4", "n_centroids": K, "coded": "residuals", "candidates": 300},
+        ]
+    if args.suite == "residuals":  # setting=compressed's defaults: 16,384 centroids trained on 2^20 tokens
+        index = {"codec": "SQ4", "coded": "residuals", "n_centroids": 16384, "train_tokens": 1 << 20}
+        return [
+            {**index, "candidates": 2000},
+            {**index, "candidates": 1000},
+            {**index, "candidates": 4000},
+            {**index, "nprobe": 32, "candidates": 2000},
         ]
     return [
         {"codec": "SQ8"},
@@ -151,7 +163,7 @@ def contenders(args) -> list[dict]:
 
 
 def _label(config: dict) -> str:
-    parts = [config.get("codec", "float16")]
+    parts = [config.get("codec", "float16") + (" residuals" if config.get("coded") == "residuals" else "")]
     if config.get("pool_factor", 1) > 1:
         parts.append(f"pool{config['pool_factor']}")
     if config.get("n_centroids"):
@@ -308,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads for every search (1: see perf/README.md)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--configs", help="the contenders as a JSON list of CompressedSearch arguments")
+    parser.add_argument(
+        "--suite",
+        choices=("codecs", "residuals"),
+        default="codecs",
+        help="codecs: the codecs, pooling and the index (--n-centroids); residuals: coded=residuals with SQ4 "
+        "at setting=compressed's index size (16,384 centroids, 2^20 training tokens), four search knobs",
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="2,000 pages of 24 tokens, 20 queries, 4 contenders: seconds"
     )

@@ -58,7 +58,7 @@ def queries_of(rng, pages, n=9):
 def built(tmp_path, pages, **settings) -> tuple[CompressedPages, CompressedSearch]:
     search = CompressedSearch(train_tokens=4096, **settings)
     out = tmp_path / "compressed"
-    out.mkdir()
+    out.mkdir(parents=True)
     build_compressed(shards_of(pages), len(pages), out, search, progress=False)
     return CompressedPages.open(out), search
 
@@ -128,6 +128,46 @@ def test_codecs_store_fewer_bytes_and_decode_close(tmp_path):
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top.indices, want.indices)]) >= 0.9
 
 
+def test_residuals_code_offsets_from_bag_means_and_decode_closer_than_the_codec_alone(tmp_path):
+    """With residuals, a stored token is its bag mean (the mean of its page's tokens that share
+    its nearest centroid, coded SQ8) plus its coded offset from that mean, the page's tokens in
+    bag order: the decoded vectors equal that computation by hand (with the artifact's codecs),
+    the entries' token counts are the hand-counted ones, the tokens come back closer than the
+    same 4-bit codec coding the tokens themselves, and the search rescores the decoded vectors."""
+    rng = np.random.default_rng(6)
+    pages = clustered_pages(rng, 96, tokens=(8, 16))
+    residual, search = built(tmp_path / "r", pages, codec="SQ4", n_centroids=24, coded="residuals", candidates=96)
+    plain, _ = built(tmp_path / "p", pages, codec="SQ4")
+    assert residual.meta["coded"] == "residuals" and residual.meta["mean_code_bytes"] == DIM
+    stored = [p.astype(np.float16).astype(np.float32) for p in pages]
+    decoded = residual.decode(np.arange(residual.meta["n_vectors"])).numpy()
+    codec, mean_codec = residual.codec, residual.mean_codec
+    errors = []
+    for page, tokens in enumerate(stored):
+        first, last = residual.offsets[page], residual.offsets[page + 1]
+        entries = slice(residual.bag_offsets[page], residual.bag_offsets[page + 1])
+        nearest = np.argmax(tokens @ residual.centroids.T, axis=1) if len(tokens) else np.zeros(0, int)
+        bag = residual.bag_centroids[entries]
+        counts = np.diff(residual.bag_token_offsets[entries.start : entries.stop + 1])
+        assert list(counts) == [int((nearest == c).sum()) for c in bag]
+        if not len(tokens):
+            continue
+        means = np.stack([tokens[nearest == c].mean(axis=0) for c in bag]).astype(np.float32)
+        means = mean_codec.sa_decode(mean_codec.sa_encode(means))
+        in_bag_order = tokens[np.argsort(nearest, kind="stable")]
+        mean_of_token = np.repeat(means, counts, axis=0)
+        by_hand = mean_of_token + codec.sa_decode(codec.sa_encode(in_bag_order - mean_of_token))
+        np.testing.assert_allclose(decoded[first:last], by_hand, atol=1e-5)
+        errors.append(((decoded[first:last] - in_bag_order) ** 2).reshape(-1))
+    plain_error = (plain.decode(np.arange(plain.meta["n_vectors"])).numpy() - np.concatenate(stored)) ** 2
+    assert np.concatenate(errors).mean() < 0.8 * plain_error.mean()
+    queries = queries_of(rng, pages)
+    top = search.search(queries, residual, 20, progress=False)
+    want = exact_search(queries, residual.decoded_shards(), 20, device="cpu", progress=False)
+    np.testing.assert_array_equal(top.indices, want.indices)  # every page a candidate: the rescoring decides
+    np.testing.assert_allclose(top.scores, want.scores, rtol=1e-5)
+
+
 def test_token_pooling_keeps_at_most_a_factor_of_the_tokens():
     rng = np.random.default_rng(4)
     pages = clustered_pages(rng, 8, tokens=(6, 14))
@@ -148,6 +188,15 @@ def test_parameters_are_checked():
         CompressedSearch(pool_factor=0)
     with pytest.raises(ValueError, match="nprobe must be an integer >= 0"):
         CompressedSearch(nprobe=-1)
+    with pytest.raises(ValueError, match="coded=residuals .* needs an index"):
+        CompressedSearch(codec="SQ4", coded="residuals")
+    with pytest.raises(ValueError, match="and a faiss codec"):
+        CompressedSearch(n_centroids=8, coded="residuals")
+    # coded=tokens leaves the artifact's key as it was before the knob; on, it is another artifact
+    assert "coded" not in CompressedSearch(codec="SQ4", n_centroids=8).build_params()
+    assert CompressedSearch(codec="SQ4", n_centroids=8, coded="residuals").build_params()["coded"] == "residuals"
+    with pytest.raises(ValueError, match="coded must be one of tokens, residuals"):
+        CompressedSearch(coded="offsets")
     # the search knobs key the run, not the artifact
     a, b = CompressedSearch(n_centroids=8, candidates=10), CompressedSearch(n_centroids=8, candidates=20)
     assert a.build_params() == b.build_params() and a.cache_params() != b.cache_params()
@@ -178,12 +227,12 @@ def test_setting_compressed_end_to_end(subset_dir, tiny, isolated_paths):
         "retriever.model.compressed.train_tokens=4096",
     ]
     full = evaluate(*common, *knobs, f"retriever.model.compressed.candidates={SUBSET_PAGES}")
-    assert full.entry.parent.name == f"cmp-float16-pool1-K4-np0-c{SUBSET_PAGES}"
+    assert full.entry.parent.name == f"cmp-float16-tokens-pool1-K4-np0-c{SUBSET_PAGES}"
     assert ("compressed-pages", "miss") in [(e["kind"], e["status"]) for e in full.manifest["cache"]]
     ranked = lambda result: pq.read_table(result.entry / "run.parquet").to_pandas()  # noqa: E731
     a, b = ranked(exhaustive), ranked(full)
     assert (a["page_id"].tolist(), a["query_id"].tolist()) == (b["page_id"].tolist(), b["query_id"].tolist())
     probed = evaluate(*common, *knobs, "retriever.model.compressed.nprobe=1")  # another search knob, same artifact
-    assert probed.entry.parent.name == "cmp-float16-pool1-K4-np1-c2000"
+    assert probed.entry.parent.name == "cmp-float16-tokens-pool1-K4-np1-c2000"
     assert ("compressed-pages", "hit") in [(e["kind"], e["status"]) for e in probed.manifest["cache"]]
     assert probed.metrics["n_queries"] == exhaustive.metrics["n_queries"]

@@ -21,6 +21,15 @@ Three independent knobs, built once per page store into one cached artifact
   ``nprobe`` 0 scores every page so; otherwise only the pages in the inverted lists of each query
   token's ``nprobe`` best centroids. The ``candidates`` best pages by that score are rescored by
   MaxSim over their decoded vectors, and the run is their top ``depth`` (ties by page index).
+- ``coded``: ``tokens`` codes each token; ``residuals`` (with an index and a faiss codec) stores
+  each token as its offset from its bag mean (the mean of the page's tokens that share its
+  centroid) and codes the offsets, the bag means coded with :data:`MEAN_CODEC`, one per bag
+  entry. A page's tokens cluster around a few such means, so the offsets are a fraction of the
+  tokens' spread and a 4-bit codec keeps most of what 8 bits do (perf/README.md). A page's
+  tokens are stored in bag order (MaxSim does not depend on their order), so a stored token's
+  bag entry follows from the entries' token counts and costs no byte per token. A scalar
+  quantizer's ranges are then trained to minimise the offsets' squared error (faiss
+  ``RS_optim``) rather than to span their extremes.
 
 What the search costs and what it gives up against exact search over the same page embeddings is
 measured by ``perf/bench_compressed.py`` (storage, time, memory, recall of exact top-k and the
@@ -53,6 +62,13 @@ from vldocir.retrieval.vectors import RaggedVectors
 log = logging.getLogger(__name__)
 
 FLOAT16 = "float16"
+CODED = ("tokens", "residuals")
+MEAN_CODEC = "SQ8"
+"""How bag means are coded with ``coded=residuals``: 8 bits a dimension, one vector a bag entry."""
+RANGE_TRAIN_TOKENS = 1 << 16
+"""Offsets a scalar quantizer's ranges are fitted on with ``coded=residuals``: faiss's ``RS_optim``
+takes time superlinear in the sample (3.7 s for 2^16 tokens of 128 dimensions here, many minutes for
+2^20), and a range per dimension needs no more."""
 INDEX_FILE = "compressed.json"
 PARSE_DIM = 3840
 """A dimension that every usual codec divides (2^8 x 3 x 5), to check a codec string before the page
@@ -66,6 +82,8 @@ class CompressedSearch:
         pool_factor: at most ``tokens // pool_factor`` vectors a page (1: all).
         codec: ``float16`` or a faiss ``index_factory`` codec (``SQ8``, ``SQ4``, ``PQ32x8``, ...).
         n_centroids: centroids of the index; 0 searches every page.
+        coded: what the codec codes: ``tokens``, or ``residuals``, each token's offset from its
+            bag mean (module notes; needs an index and a faiss codec).
         nprobe: centroids probed per query token to choose the pages scored by centroid
             interaction; 0: every page.
         candidates: pages rescored per query (at least the run depth).
@@ -80,6 +98,7 @@ class CompressedSearch:
         pool_factor: int = 1,
         codec: str = FLOAT16,
         n_centroids: int = 0,
+        coded: str = "tokens",
         nprobe: int = 0,
         candidates: int = 1024,
         train_tokens: int = 1 << 18,
@@ -100,7 +119,15 @@ class CompressedSearch:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if codec != FLOAT16:
             _codec_index(codec, PARSE_DIM)  # a string faiss cannot parse fails here, before any work
+        if coded not in CODED:
+            raise ValueError(f"coded must be one of {', '.join(CODED)}, got {coded!r}")
+        if coded == "residuals" and (not n_centroids or codec == FLOAT16):
+            raise ValueError(
+                "coded=residuals codes tokens as offsets from their bag means: it needs an index (n_centroids > 0) "
+                f"and a faiss codec (codec={codec!r}, n_centroids={n_centroids})"
+            )
         self.pool_factor, self.codec, self.n_centroids = pool_factor, codec, n_centroids
+        self.coded, self.residuals = coded, coded == "residuals"
         self.nprobe, self.candidates, self.train_tokens = nprobe, candidates, train_tokens
         self.kmeans_iterations, self.seed, self.threads = kmeans_iterations, seed, threads
 
@@ -113,6 +140,8 @@ class CompressedSearch:
             params["train_tokens"] = self.train_tokens
         if self.n_centroids:
             params.update(n_centroids=self.n_centroids, kmeans_iterations=self.kmeans_iterations)
+        if self.residuals:  # only when on: artifacts built before the knob existed keep their keys
+            params.update(coded="residuals", mean_codec=MEAN_CODEC)
         return params
 
     def cache_params(self) -> dict[str, Any]:
@@ -213,7 +242,9 @@ class CompressedPages:
     vectors for ``codec=float16``) with ``offsets`` (n_pages + 1); with an index, ``centroids``
     (n_centroids, dim) fp32, the pages' bags ``bag_centroids`` (int32 centroid indices, ascending
     per page) cut by ``bag_offsets`` (n_pages + 1), and the inverted lists ``list_pages`` (int32 page
-    indices, ascending per centroid) cut by ``list_offsets`` (n_centroids + 1)."""
+    indices, ascending per centroid) cut by ``list_offsets`` (n_centroids + 1). With residuals,
+    ``codes`` hold offsets, ``mean_codes`` (n_bag_entries, mean code size) uint8 the bag means
+    and ``bag_token_offsets`` (n_bag_entries + 1) the stored tokens of each bag entry."""
 
     meta: dict
     codes: np.ndarray
@@ -224,6 +255,9 @@ class CompressedPages:
     bag_centroids: np.ndarray | None
     list_offsets: np.ndarray | None
     list_pages: np.ndarray | None
+    mean_codes: np.ndarray | None = None
+    mean_codec: Any = None
+    bag_token_offsets: np.ndarray | None = None
 
     @classmethod
     def open(cls, path: Path) -> "CompressedPages":
@@ -233,6 +267,7 @@ class CompressedPages:
         load = lambda name: np.load(path / name, mmap_mode="r")  # noqa: E731
         codec = None if meta["codec"] == FLOAT16 else faiss.read_index(str(path / "codec.faiss"))
         indexed = bool(meta.get("n_centroids"))
+        residuals = meta.get("coded") == "residuals"
         return cls(
             meta,
             load("codes.npy"),
@@ -243,6 +278,9 @@ class CompressedPages:
             load("bag_centroids.npy") if indexed else None,
             np.asarray(load("list_offsets.npy")) if indexed else None,
             load("list_pages.npy") if indexed else None,
+            load("mean_codes.npy") if residuals else None,
+            faiss.read_index(str(path / "mean_codec.faiss")) if residuals else None,
+            np.asarray(load("bag_token_offsets.npy")) if residuals else None,
         )
 
     @property
@@ -258,7 +296,11 @@ class CompressedPages:
         codes = np.take(self.codes, rows, axis=0)
         if self.codec is None:
             return torch.from_numpy(codes).float()
-        return torch.from_numpy(self.codec.sa_decode(codes))
+        vectors = self.codec.sa_decode(codes)
+        if self.mean_codes is not None:
+            entries = np.searchsorted(self.bag_token_offsets, rows, side="right") - 1
+            vectors += self.mean_codec.sa_decode(np.take(self.mean_codes, entries, axis=0))
+        return torch.from_numpy(vectors)
 
     def decoded_shards(self, pages_per_shard: int = 1024) -> Iterable[RaggedVectors]:
         """Every page's decoded vectors, in shards for :func:`exact_search`."""
@@ -283,14 +325,11 @@ def build_compressed(
     threads = settings.threads or torch.get_num_threads()
     trained = settings.codec != FLOAT16 or settings.n_centroids > 0
     rng = np.random.default_rng(settings.seed)
-    codec = centroids = None
+    codec = centroids = assigner = mean_codec = None
     pool_s = 0.0
     if trained:
-        sample, pool_s = _training_sample(shards, settings, rng, threads, progress)
-        if settings.codec != FLOAT16:
-            codec = _codec_index(settings.codec, dim)
-            codec.train(sample)
-            faiss.write_index(codec, str(out / "codec.faiss"))
+        sample_pages, pool_s = _training_pages(shards, settings, rng, threads, progress)
+        sample = _token_sample(sample_pages, settings.train_tokens, rng)
         if settings.n_centroids:
             n_centroids = min(settings.n_centroids, len(sample))
             kmeans = faiss.Kmeans(
@@ -301,16 +340,28 @@ def build_compressed(
             centroids = np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
             assigner = faiss.IndexFlatIP(dim)
             assigner.add(centroids)
-        del sample
+        if settings.codec != FLOAT16:
+            codec = _codec_index(settings.codec, dim)
+            if settings.residuals:
+                mean_codec = _codec_index(MEAN_CODEC, dim)
+                offsets = _train_bag_means(sample_pages, assigner, mean_codec)
+                n_sample = settings.train_tokens
+                if hasattr(codec, "sq"):  # ranges that minimise the squared error, not the extremes
+                    codec.sq.rangestat = faiss.ScalarQuantizer.RS_optim
+                    n_sample = min(n_sample, RANGE_TRAIN_TOKENS)
+                sample = _token_sample([offsets], n_sample, rng)
+                faiss.write_index(mean_codec, str(out / "mean_codec.faiss"))
+            codec.train(sample)
+            faiss.write_index(codec, str(out / "codec.faiss"))
+        del sample, sample_pages
     train_s = time.perf_counter() - tick
 
     size = code_size(settings.codec, dim)
     offsets = np.zeros(n_pages + 1, dtype=np.int64)
     total = 0
-    parts = []  # per shard: (first page, lengths, codes file rows) written to a growing file
-    codes_path = out / "codes.part"
-    page_centroids: list[np.ndarray] = []  # (page, centroid) pairs, deduplicated per shard
-    with open(codes_path, "wb") as codes_file:
+    page_centroids: list[np.ndarray] = []  # per shard: its bag entries as page * n_centroids + centroid, ascending
+    token_counts: list[np.ndarray] = []  # per shard, with residuals: the tokens of each bag entry
+    with open(out / "codes.part", "wb") as codes_file, open(out / "mean_codes.part", "wb") as means_file:
         for shard in tqdm(shards, desc="compress pages", unit="shard", disable=not progress):
             pages = [shard.fp32(slice(int(a), int(b))).numpy() for a, b in zip(shard.offsets[:-1], shard.offsets[1:])]
             t0 = time.perf_counter()
@@ -319,28 +370,21 @@ def build_compressed(
             lengths = np.array([len(p) for p in pages], dtype=np.int64)
             vectors = np.concatenate(pages) if lengths.sum() else np.zeros((0, dim), np.float32)
             vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+            first = shard.first_index
+            if centroids is not None and len(vectors):
+                bags = _bags(vectors, lengths, assigner, first)
+                page_centroids.append(bags.entries)
+                if mean_codec is not None:
+                    vectors = vectors[bags.order]  # each page's tokens in bag order
+                    means = mean_codec.sa_encode(bags.means(vectors))
+                    means_file.write(np.ascontiguousarray(means).tobytes())
+                    vectors -= mean_codec.sa_decode(means)[bags.entry_of_token]
+                    token_counts.append(bags.counts)
             stored = vectors.astype(np.float16) if codec is None else codec.sa_encode(vectors)
             codes_file.write(np.ascontiguousarray(stored).tobytes())
-            first = shard.first_index
             offsets[first + 1 : first + len(shard) + 1] = total + np.cumsum(lengths)
             total += int(lengths.sum())
-            if centroids is not None and len(vectors):
-                _, nearest = assigner.search(vectors, 1)
-                pairs = np.unique(
-                    np.repeat(np.arange(first, first + len(shard)), lengths) * len(centroids) + nearest[:, 0]
-                )
-                page_centroids.append(pairs)
-            parts.append(first)
-    codes_dtype = np.float16 if codec is None else np.uint8
-    width = dim if codec is None else size
-    codes = (
-        np.memmap(codes_path, dtype=codes_dtype, mode="r", shape=(total, width))
-        if total
-        else np.zeros((0, width), codes_dtype)
-    )
-    np.save(out / "codes.npy", codes)
-    del codes
-    codes_path.unlink()
+    _save_rows(out, "codes", total, (dim, np.float16) if codec is None else (size, np.uint8))
     np.save(out / "offsets.npy", offsets)
     meta = {
         **settings.build_params(),
@@ -351,7 +395,7 @@ def build_compressed(
     }
     if centroids is not None:
         pairs = np.concatenate(page_centroids) if page_centroids else np.zeros(0, np.int64)
-        pages_of, centroid_of = np.divmod(pairs, len(centroids))  # by page, then centroid (np.unique sorted)
+        pages_of, centroid_of = np.divmod(pairs, len(centroids))  # by page, then centroid
         bag_offsets = np.zeros(n_pages + 1, dtype=np.int64)
         np.cumsum(np.bincount(pages_of, minlength=n_pages), out=bag_offsets[1:])
         order = np.lexsort((pages_of, centroid_of))  # by centroid, then page: each list ascends
@@ -363,6 +407,14 @@ def build_compressed(
         np.save(out / "list_offsets.npy", list_offsets)
         np.save(out / "list_pages.npy", pages_of[order].astype(np.int32))
         meta.update(n_centroids=len(centroids), list_entries=int(len(pairs)))
+    if mean_codec is not None:
+        _save_rows(out, "mean_codes", len(pairs), (int(mean_codec.sa_code_size()), np.uint8))
+        bag_token_offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(token_counts) if token_counts else [], out=bag_token_offsets[1:])
+        np.save(out / "bag_token_offsets.npy", bag_token_offsets)
+        meta["mean_code_bytes"] = int(mean_codec.sa_code_size())
+    else:
+        (out / "mean_codes.part").unlink()
     meta["bytes"] = sum(p.stat().st_size for p in out.iterdir())
     (out / INDEX_FILE).write_text(json.dumps(meta, indent=2))
     return {
@@ -374,9 +426,60 @@ def build_compressed(
     }
 
 
-def _training_sample(shards, settings: CompressedSearch, rng, threads: int, progress: bool) -> tuple[np.ndarray, float]:
-    """About ``train_tokens`` (pooled) page tokens, drawn from every shard in proportion to its
-    tokens; (sample, seconds spent pooling)."""
+def _save_rows(out: Path, name: str, n_rows: int, row: tuple[int, Any]) -> None:
+    """``<name>.part`` (rows written one after another) saved as ``<name>.npy`` of ``n_rows`` rows
+    of ``row`` = (width, dtype); the part file is removed."""
+    width, dtype = row
+    part = out / f"{name}.part"
+    data = np.memmap(part, dtype=dtype, mode="r", shape=(n_rows, width)) if n_rows else np.zeros((0, width), dtype)
+    np.save(out / f"{name}.npy", data)
+    del data
+    part.unlink()
+
+
+@dataclass
+class _Bags:
+    """The bag entries of some pages' tokens: ``entries`` (page * n_centroids + centroid,
+    ascending), ``order`` (the tokens in bag order: by page, then centroid, stable), ``counts``
+    (tokens of each entry) and ``entry_of_token`` (each token's entry, in bag order)."""
+
+    entries: np.ndarray
+    order: np.ndarray
+    counts: np.ndarray
+    entry_of_token: np.ndarray
+
+    def means(self, ordered: np.ndarray) -> np.ndarray:
+        """The mean of each entry's tokens, from the tokens in bag order."""
+        starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
+        return np.add.reduceat(ordered, starts, axis=0) / self.counts[:, None].astype(np.float32)
+
+
+def _bags(vectors: np.ndarray, lengths: np.ndarray, assigner, first_page: int = 0) -> _Bags:
+    """The bag entries of the pages whose tokens are ``vectors`` (cut by ``lengths``)."""
+    _, nearest = assigner.search(vectors, 1)
+    keys = np.repeat(np.arange(first_page, first_page + len(lengths)), lengths) * assigner.ntotal + nearest[:, 0]
+    order = np.argsort(keys, kind="stable")
+    entries, entry_of_token, counts = np.unique(keys[order], return_inverse=True, return_counts=True)
+    return _Bags(entries, order, counts, entry_of_token)
+
+
+def _train_bag_means(pages: list[np.ndarray], assigner, mean_codec) -> np.ndarray:
+    """Train ``mean_codec`` on the bag means of the sample ``pages``; returns the tokens' offsets
+    from their (coded, then decoded) bag means, the training sample of the token codec."""
+    lengths = np.array([len(p) for p in pages], dtype=np.int64)
+    vectors = np.ascontiguousarray(np.concatenate(pages), dtype=np.float32)
+    bags = _bags(vectors, lengths, assigner)
+    ordered = vectors[bags.order]
+    means = np.ascontiguousarray(bags.means(ordered), dtype=np.float32)
+    mean_codec.train(means)
+    return ordered - mean_codec.sa_decode(mean_codec.sa_encode(means))[bags.entry_of_token]
+
+
+def _training_pages(
+    shards, settings: CompressedSearch, rng, threads: int, progress: bool
+) -> tuple[list[np.ndarray], float]:
+    """Whole (pooled) pages holding about ``train_tokens`` tokens, drawn from every shard in
+    proportion to its tokens; (pages, seconds spent pooling)."""
     total = sum(len(s.vectors) for s in shards)
     fraction = min(1.0, settings.pool_factor * settings.train_tokens / max(total, 1))
     picked, pool_s = [], 0.0
@@ -390,10 +493,15 @@ def _training_sample(shards, settings: CompressedSearch, rng, threads: int, prog
         pages = pool_pages(pages, settings.pool_factor, threads)
         pool_s += time.perf_counter() - t0
         picked += [p for p in pages if len(p)]
-    sample = np.ascontiguousarray(np.concatenate(picked), dtype=np.float32) if picked else np.zeros((0, 0), np.float32)
-    if len(sample) > settings.train_tokens:
-        sample = sample[np.sort(rng.choice(len(sample), settings.train_tokens, replace=False))]
-    return sample, pool_s
+    return picked, pool_s
+
+
+def _token_sample(pages: list[np.ndarray], n_tokens: int, rng) -> np.ndarray:
+    """At most ``n_tokens`` tokens of ``pages``, drawn without replacement (all when fewer)."""
+    sample = np.ascontiguousarray(np.concatenate(pages), dtype=np.float32) if pages else np.zeros((0, 0), np.float32)
+    if len(sample) > n_tokens:
+        sample = sample[np.sort(rng.choice(len(sample), n_tokens, replace=False))]
+    return sample
 
 
 # -- search --------------------------------------------------------------------------------------
