@@ -22,8 +22,9 @@ Speed on CPU (perf/bench_maxsim.py; the aim is the rate of a plain fp32 matrix p
 - A shard is upcast to fp32 once, into a buffer reused for every shard, and serves every query
   batch. Fresh multi-megabyte tensors cost page faults on every allocation, so the products write
   into per-thread buffers too.
-- Each product is one tile of at most :data:`CPU_TILE_SCORES` scores, small enough to stay in
-  cache for the max over page tokens that reads it again.
+- Each product is one tile of at most :data:`CPU_TILE_SCORES` scores, maxed over page tokens
+  right after it while it is still in the (last-level) cache, wide enough that packing the query
+  operand is paid once per several pages.
 - ``torch.get_num_threads()`` worker threads (set once per job, :mod:`vldocir.threads`) each score
   whole query batches with single-threaded products, pulling the next batch when done. No product
   waits at a barrier for a thread the OS has descheduled, so the rate degrades with the machine's
@@ -152,11 +153,12 @@ def _matmul_precision(precision: str) -> Iterator[None]:
         matmul.fp32_precision = saved
 
 
-CPU_TILE_SCORES = 1 << 20
-"""On CPU, the most (query token x page token) scores one matrix product writes: 4 MB of fp32,
-read again from cache by the max over page tokens (one page of 768 tokens by 32 queries of 32
-tokens). Of 2^18 to 2^21, 2^20 was the fastest on the development machine (perf/README.md). On
-CUDA a block is one product."""
+CPU_TILE_SCORES = 1 << 22
+"""On CPU, the most (query token x page token) scores one matrix product writes: 16 MB of fp32,
+read again by the max over page tokens (32 queries of 32 tokens by the five pages of 768 tokens
+of a default block). Fewer, wider products pack the query operand less often: on a quiet development machine 2^22 was
+2-9% faster than 2^20 on 1 and 2 threads (under load, earlier, 2^20 had measured fastest of 2^18
+to 2^21; perf/README.md). On CUDA a block is one product."""
 
 
 class _Buffers:
