@@ -46,6 +46,7 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -127,9 +128,13 @@ class CompressedSearch:
                 f"and a faiss codec (codec={codec!r}, n_centroids={n_centroids})"
             )
         self.pool_factor, self.codec, self.n_centroids = pool_factor, codec, n_centroids
-        self.coded, self.residuals = coded, coded == "residuals"
+        self.coded = coded
         self.nprobe, self.candidates, self.train_tokens = nprobe, candidates, train_tokens
         self.kmeans_iterations, self.seed, self.threads = kmeans_iterations, seed, threads
+
+    @property
+    def residuals(self) -> bool:
+        return self.coded == "residuals"
 
     def build_params(self) -> dict[str, Any]:
         """What the artifact depends on (the search knobs nprobe and candidates are not in it)."""
@@ -361,7 +366,10 @@ def build_compressed(
     total = 0
     page_centroids: list[np.ndarray] = []  # per shard: its bag entries as page * n_centroids + centroid, ascending
     token_counts: list[np.ndarray] = []  # per shard, with residuals: the tokens of each bag entry
-    with open(out / "codes.part", "wb") as codes_file, open(out / "mean_codes.part", "wb") as means_file:
+    with (
+        open(out / "codes.part", "wb") as codes_file,
+        open(out / "mean_codes.part", "wb") if mean_codec else nullcontext() as means_file,
+    ):
         for shard in tqdm(shards, desc="compress pages", unit="shard", disable=not progress):
             pages = [shard.fp32(slice(int(a), int(b))).numpy() for a, b in zip(shard.offsets[:-1], shard.offsets[1:])]
             t0 = time.perf_counter()
@@ -413,8 +421,6 @@ def build_compressed(
         np.cumsum(np.concatenate(token_counts) if token_counts else [], out=bag_token_offsets[1:])
         np.save(out / "bag_token_offsets.npy", bag_token_offsets)
         meta["mean_code_bytes"] = int(mean_codec.sa_code_size())
-    else:
-        (out / "mean_codes.part").unlink()
     meta["bytes"] = sum(p.stat().st_size for p in out.iterdir())
     (out / INDEX_FILE).write_text(json.dumps(meta, indent=2))
     return {

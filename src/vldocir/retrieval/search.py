@@ -156,9 +156,10 @@ def _matmul_precision(precision: str) -> Iterator[None]:
 CPU_TILE_SCORES = 1 << 22
 """On CPU, the most (query token x page token) scores one matrix product writes: 16 MB of fp32,
 read again by the max over page tokens (32 queries of 32 tokens by the five pages of 768 tokens
-of a default block). Fewer, wider products pack the query operand less often: on a quiet development machine 2^22 was
-2-9% faster than 2^20 on 1 and 2 threads (under load, earlier, 2^20 had measured fastest of 2^18
-to 2^21; perf/README.md). On CUDA a block is one product."""
+of a default block). Fewer, wider products pack the query operand less often: on a quiet
+development machine 2^22 was 2-9% faster than 2^20 on 1 thread and -2% to +9% on 2 (under load,
+earlier, 2^20 had measured fastest of 2^18 to 2^21; perf/README.md). On CUDA a block is one
+product."""
 
 
 class _Buffers:
