@@ -5,7 +5,7 @@ RecallAll@k change, with PASS/FAIL against the goal.
     .venv/bin/python perf/bench_compressed.py                  # 100,000 pages, 100 queries: ~30 minutes here
     .venv/bin/python perf/bench_compressed.py --pages 20000    # a few minutes
     .venv/bin/python perf/bench_compressed.py --smoke          # 2,000 pages of 24 tokens, 20 queries: seconds (CI)
-    .venv/bin/python perf/bench_compressed.py --suite residuals   # coded=residuals, SQ4, 16,384 centroids: ~25 minutes
+    .venv/bin/python perf/bench_compressed.py --suite residuals   # coded=residuals, SQ4, 16,384 centroids: ~20 minutes
 
 Data: synthetic, clustered and document-structured multi-vector pages written as fp16 shards of
 1,024 pages (as the page-embedding store holds them) and memory-mapped back. A vocabulary of
