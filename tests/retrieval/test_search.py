@@ -212,3 +212,17 @@ def test_huge_finite_vectors_are_not_taken_for_non_finite_ones():
     pages[6][2, 3] = np.nan
     with pytest.raises(NonFiniteVectorsError):
         exact_search(queries, [RaggedVectors.from_list(pages)], depth=3, device="cpu", progress=False)
+
+
+def test_rows_of_a_read_only_map_upcast_without_a_warning(tmp_path):
+    """Shards are memory-mapped read-only: their rows upcast to fp32 as they are, and no
+    non-writable-array warning reaches the user (the rows are copied, never written through)."""
+    import warnings
+
+    data = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float16)
+    np.save(tmp_path / "v.npy", data)
+    mapped = RaggedVectors(np.load(tmp_path / "v.npy", mmap_mode="r"), np.array([0, 2, 6]), False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        block = mapped.fp32(slice(2, 6))
+    np.testing.assert_array_equal(block.numpy(), data[2:6].astype(np.float32))

@@ -72,7 +72,8 @@ class RaggedVectors:
 
     def fp32(self, rows: np.ndarray | slice = slice(None), device: torch.device | str = "cpu") -> torch.Tensor:
         """Rows of ``vectors`` upcast to a float32 tensor (16-bit arithmetic on CPU is slow)."""
-        block = torch.from_numpy(np.ascontiguousarray(self.vectors[rows]))
+        block = self.vectors[rows]  # a slice of a read-only map is read-only: torch takes a copy of it
+        block = torch.from_numpy(np.ascontiguousarray(block) if block.flags.writeable else np.array(block))
         if self.bfloat16:
             block = block.view(torch.bfloat16)
         return block.to(device=device, non_blocking=True).float()
