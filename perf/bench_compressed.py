@@ -138,14 +138,19 @@ def contenders(args) -> list[dict]:
             {"pool_factor": 2},
             {"codec": "SQ8", "n_centroids": K, "candidates": 300},
             {"codec": "SQ4", "n_centroids": K, "coded": "residuals", "candidates": 300},
+            {"codec": "SQ4", "n_centroids": K, "coded": "residuals", "nprobe": 16, "candidates": 300, "rescore": 150},
         ]
     if args.suite == "residuals":  # setting=compressed's defaults: 16,384 centroids trained on 2^20 tokens
         index = {"codec": "SQ4", "coded": "residuals", "n_centroids": 16384, "train_tokens": 1 << 20}
         return [
-            {**index, "candidates": 2000},
-            {**index, "candidates": 1000},
-            {**index, "candidates": 4000},
-            {**index, "nprobe": 32, "candidates": 2000},
+            {**index, "candidates": 2000},  # every candidate rescored
+            {**index, "candidates": 4000, "rescore": 300},
+            {**index, "nprobe": 256, "candidates": 4000, "rescore": 300},
+            {**index, "nprobe": 512, "candidates": 4000, "rescore": 300},
+            {**index, "nprobe": 1024, "candidates": 2000, "rescore": 300},
+            {**index, "nprobe": 1024, "candidates": 4000, "rescore": 300},
+            {**index, "nprobe": 1024, "candidates": 4000, "rescore": 500},
+            {**index, "nprobe": 2048, "candidates": 4000, "rescore": 300},
         ]
     return [
         {"codec": "SQ8"},
@@ -168,7 +173,8 @@ def _label(config: dict) -> str:
         parts.append(f"pool{config['pool_factor']}")
     if config.get("n_centroids"):
         probe = f" nprobe={config['nprobe']}" if config.get("nprobe") else ""
-        parts.append(f"index K={config['n_centroids']}{probe} cand={config['candidates']}")
+        rescore = f" rescore={config['rescore']}" if config.get("rescore") else ""
+        parts.append(f"index K={config['n_centroids']}{probe} cand={config['candidates']}{rescore}")
     return " ".join(parts)
 
 
@@ -283,7 +289,7 @@ def print_table(args, out: dict) -> None:
         f"peak {exact['peak_mb']:.0f} MiB; RecallAll@10 {exact['recallall@10']:.3f}, "
         f"@100 {exact['recallall@100']:.3f}; paper scale {paper_exact / 2**30:,.0f} GiB")  # fmt: skip
     head = (
-        f"{'configuration':<44} {'storage':>8} {'compute':>8} {'arith.':>7} {'wall s':>7} {'peak MiB':>8} "
+        f"{'configuration':<62} {'storage':>8} {'compute':>8} {'arith.':>7} {'wall s':>7} {'peak MiB':>8} "
         f"{'R@10':>6} {'R@100':>6} {'dRA@10':>7} {'dRA@100':>7} {'paper GiB':>9}  goal"
     )
     log(head)
@@ -291,7 +297,7 @@ def print_table(args, out: dict) -> None:
     for r in out["rows"]:
         paper = PAPER_PAGES * REAL_PAGE_TOKENS / r.get("pool_factor", 1) * r["paper_bytes_per_vector"] / 2**30
         log(
-            f"{r['config']:<44} {r['storage_x']:>7.2f}x {r['compute_x']:>7.1f}x {r['arith_x']:>6.1f}x "
+            f"{r['config']:<62} {r['storage_x']:>7.2f}x {r['compute_x']:>7.1f}x {r['arith_x']:>6.1f}x "
             f"{r['wall_s']:>7.2f} {r['peak_mb']:>8.0f} {r['recall@10']:>6.3f} {r['recall@100']:>6.3f} "
             f"{r['recallall@10']:>+7.3f} {r['recallall@100']:>+7.3f} {paper:>9,.0f}  {'PASS' if r['pass'] else 'FAIL'}"
         )

@@ -30,6 +30,7 @@ def test_smoke_run_prints_the_table_with_the_goal_verdict(tmp_path):
         "float16 pool2",
         "SQ8 index K=128 cand=300",
         "SQ4 residuals index K=128 cand=300",
+        "SQ4 residuals index K=128 nprobe=16 cand=300 rescore=150",
     ]
     # every page a candidate, stored in fp16: the index's rescoring must give exact search's rankings
     assert rows[0]["recall@10"] == rows[0]["recall@100"] == 1.0 and rows[0]["recallall@10"] == 0
@@ -38,3 +39,6 @@ def test_smoke_run_prints_the_table_with_the_goal_verdict(tmp_path):
     )  # SQ8: 1 byte a dimension; pool 2: half the vectors
     assert all(0 <= r["recall@100"] <= 1 and r["bytes"] > 0 for r in rows)
     assert rows[4]["storage_x"] > 3  # 4 bits a dimension, plus a mean per bag entry
+    assert (
+        rows[5]["bytes"] == rows[4]["bytes"] and rows[5]["arith_x"] > rows[4]["arith_x"]
+    )  # same artifact, fewer rescored

@@ -11,7 +11,9 @@ from helpers import SUBSET_PAGES, evaluate, tiny_overrides
 from vldocir.retrieval.compressed import (
     CompressedPages,
     CompressedSearch,
+    _AffineCodec,
     _candidates,
+    _centroid_interaction,
     build_compressed,
     compressed_search,
     pool_pages,
@@ -92,8 +94,9 @@ def test_index_with_every_page_a_candidate_is_exact_and_never_returns_an_empty_p
 
 def test_candidates_are_the_best_pages_by_centroid_interaction(tmp_path):
     """The candidate pool equals a direct computation: a page's score is the sum over query tokens
-    of the best score of a centroid among its tokens' nearest centroids; with nprobe, only pages
-    holding one of a query token's nprobe best centroids are scored."""
+    of the best score of a centroid among its tokens' nearest centroids; with nprobe, of the best
+    among the query token's nprobe best centroids, or the best score of a centroid not probed when
+    the page holds none of them."""
     rng = np.random.default_rng(2)
     pages = clustered_pages(rng, 60)
     compressed, _ = built(tmp_path, pages, n_centroids=10)
@@ -105,13 +108,24 @@ def test_candidates_are_the_best_pages_by_centroid_interaction(tmp_path):
     query = queries_of(rng, pages, 1).fp32()
     scores = query.numpy() @ centroids.T
     direct = {p: sum(max(row[c] for c in bag) for row in scores) for p, bag in enumerate(bags) if bag}
-    starts, has_bag = compressed.bag_offsets[:-1], np.diff(compressed.bag_offsets) > 0
-    pool = _candidates(query, compressed, 0, 7, starts, has_bag)
+    has_bag = np.diff(compressed.bag_offsets) > 0
+    pool = _candidates(query, compressed, 0, 7, has_bag)
     assert list(pool) == sorted(sorted(direct, key=lambda p: -direct[p])[:7])
-    probed = {int(c) for row in scores for c in np.argsort(-row)[:2]}
-    reachable = {p for p, bag in enumerate(bags) if bag & probed}
-    pool = _candidates(query, compressed, 2, 1000, starts, has_bag)
-    assert set(pool) == reachable and len(reachable) < len(direct)
+    probed = [set(np.argsort(-row)[:2]) for row in scores]
+    bound = [np.sort(row)[-3] for row in scores]  # the best centroid not probed
+    by_probe = {
+        p: sum(max([row[c] for c in bag & best] + [b]) for row, best, b in zip(scores, probed, bound))
+        for p, bag in enumerate(bags)
+        if bag
+    }
+    scored, approximate = _centroid_interaction(query, compressed, 2, has_bag)
+    assert list(scored) == sorted(by_probe)
+    np.testing.assert_allclose(approximate, [by_probe[p] for p in scored], rtol=1e-5)
+    reached = [p for p, bag in enumerate(bags) if any(bag & best for best in probed)]
+    assert 7 < len(reached) < len(direct)  # some pages hold no probed centroid: ranked below the rest
+    pool = _candidates(query, compressed, 2, 7, has_bag)
+    assert list(pool) == sorted(sorted(by_probe, key=lambda p: -by_probe[p])[:7])
+    assert set(pool) <= set(reached)
 
 
 def test_codecs_store_fewer_bytes_and_decode_close(tmp_path):
@@ -126,6 +140,11 @@ def test_codecs_store_fewer_bytes_and_decode_close(tmp_path):
     top = search.search(queries, sq8, 10, progress=False)
     want = exact_search(queries, shards_of(pages), 10, device="cpu", progress=False)
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top.indices, want.indices)]) >= 0.9
+    indexed, search = built(tmp_path / "indexed", pages, codec="SQ8", n_centroids=8, candidates=40)
+    top = search.search(queries, indexed, 10, progress=False)  # rescored over the codes' levels, not decoded
+    want = exact_search(queries, indexed.decoded_shards(), 10, device="cpu", progress=False)
+    np.testing.assert_array_equal(top.indices, want.indices)
+    np.testing.assert_allclose(top.scores, want.scores, rtol=1e-5)
 
 
 def test_residuals_code_offsets_from_bag_means_and_decode_closer_than_the_codec_alone(tmp_path):
@@ -168,6 +187,63 @@ def test_residuals_code_offsets_from_bag_means_and_decode_closer_than_the_codec_
     np.testing.assert_allclose(top.scores, want.scores, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "qtype, dim", [("QT_8bit", 16), ("QT_4bit", 16), ("QT_4bit", 15), ("QT_8bit_uniform", 15), ("QT_4bit_uniform", 16)]
+)
+def test_affine_reading_of_a_scalar_quantizer_equals_its_decoded_products(qtype, dim):
+    """Products over the codes' levels (no decoding) equal products with faiss's decoded vectors,
+    for 8- and 4-bit codes, per-dimension and uniform ranges, and an odd dimension (a 4-bit code's
+    last byte half used)."""
+    import faiss
+
+    rng = np.random.default_rng(7)
+    data = (rng.standard_normal((500, dim)) * rng.uniform(0.1, 2, dim)).astype(np.float32)
+    codec = faiss.IndexScalarQuantizer(dim, getattr(faiss.ScalarQuantizer, qtype))
+    codec.train(data)
+    codes = codec.sa_encode(data[:37])
+    affine = _AffineCodec.of(codec)
+    assert affine is not None and affine.code_bytes == codes.shape[1]
+    tokens = torch.from_numpy(rng.standard_normal((5, dim)).astype(np.float32))
+    want = tokens.numpy() @ codec.sa_decode(codes).T
+    np.testing.assert_allclose(affine.products(tokens, torch.from_numpy(codes)).numpy(), want, rtol=1e-4, atol=1e-4)
+    assert _AffineCodec.of(faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_6bit)) is None  # decoded instead
+
+
+def test_rescore_keeps_the_candidates_best_by_bag_means(tmp_path):
+    """With rescore, MaxSim rescores only the candidates whose MaxSim over their bag means (every
+    token replaced by its bag's decoded mean) is among the rescore best, computed here by hand;
+    rescore at least the candidates changes nothing."""
+    rng = np.random.default_rng(8)
+    pages = clustered_pages(rng, 96, tokens=(8, 16))
+    residual, _ = built(tmp_path, pages, codec="SQ4", n_centroids=24, coded="residuals")
+    queries = queries_of(rng, pages, 4)
+    decoded = residual.decode(np.arange(residual.meta["n_vectors"])).numpy()
+    means = residual.mean_codec.sa_decode(residual.mean_codes)
+    has_bag = np.diff(residual.bag_offsets) > 0
+    stats: dict = {}
+    top = compressed_search(queries, residual, 10, candidates=40, rescore=10, progress=False, stats=stats)
+    rescored_rows = []
+    for q in range(len(queries)):
+        tokens = queries.fp32(slice(int(queries.offsets[q]), int(queries.offsets[q + 1])))
+        pool = _candidates(tokens, residual, 0, 40, has_bag)
+        q_np = tokens.numpy()
+        by_means = {
+            p: (q_np @ means[residual.bag_offsets[p] : residual.bag_offsets[p + 1]].T).max(1).sum() for p in pool
+        }
+        kept = sorted(by_means, key=lambda p: -by_means[p])[:10]
+        maxsim = {p: (q_np @ decoded[residual.offsets[p] : residual.offsets[p + 1]].T).max(1).sum() for p in kept}
+        want = sorted(maxsim, key=lambda p: (-maxsim[p], p))[:10]
+        assert list(top.indices[q]) == want
+        np.testing.assert_allclose(top.scores[q], [maxsim[p] for p in want], rtol=1e-5)
+        rescored_rows.append(sum(residual.offsets[p + 1] - residual.offsets[p] for p in kept))
+        rescored_rows[-1] += sum(residual.bag_offsets[p + 1] - residual.bag_offsets[p] for p in pool)
+    assert stats["scored_vectors"] == pytest.approx(np.mean(rescored_rows))
+    every = compressed_search(queries, residual, 10, candidates=40, progress=False)
+    same = compressed_search(queries, residual, 10, candidates=40, rescore=40, progress=False)
+    np.testing.assert_array_equal(every.indices, same.indices)
+    assert not np.array_equal(every.indices, top.indices)  # the bag means alone are not MaxSim
+
+
 def test_token_pooling_keeps_at_most_a_factor_of_the_tokens():
     rng = np.random.default_rng(4)
     pages = clustered_pages(rng, 8, tokens=(6, 14))
@@ -197,9 +273,16 @@ def test_parameters_are_checked():
     assert CompressedSearch(codec="SQ4", n_centroids=8, coded="residuals").build_params()["coded"] == "residuals"
     with pytest.raises(ValueError, match="coded must be one of tokens, residuals"):
         CompressedSearch(coded="offsets")
+    with pytest.raises(ValueError, match="rescore=50 ranks the candidates by their bag means"):
+        CompressedSearch(codec="SQ4", n_centroids=8, rescore=50)
     # the search knobs key the run, not the artifact
     a, b = CompressedSearch(n_centroids=8, candidates=10), CompressedSearch(n_centroids=8, candidates=20)
     assert a.build_params() == b.build_params() and a.cache_params() != b.cache_params()
+    residual = dict(codec="SQ4", n_centroids=8, coded="residuals")
+    plain, rescored = CompressedSearch(**residual), CompressedSearch(**residual, nprobe=4, rescore=50)
+    assert plain.build_params() == rescored.build_params()
+    assert "rescore" not in plain.cache_params() and "probe" not in plain.cache_params()  # runs filed before stay
+    assert rescored.cache_params()["rescore"] == 50 and rescored.cache_params()["probe"] == "probed-centroid-scores"
 
 
 def test_queries_without_tokens_get_no_pages(tmp_path):
@@ -210,6 +293,8 @@ def test_queries_without_tokens_get_no_pages(tmp_path):
     with torch.inference_mode():
         top = compressed_search(queries, compressed, 5, candidates=10, threads=2, progress=False)
     assert (top.indices[0] == -1).all() and top.indices[1, 0] == 0
+    with pytest.raises(ValueError, match="rescore=3 needs bag means"):
+        compressed_search(queries, compressed, 5, candidates=10, rescore=3, progress=False)
 
 
 @pytest.mark.slow
@@ -227,12 +312,12 @@ def test_setting_compressed_end_to_end(subset_dir, tiny, isolated_paths):
         "retriever.model.compressed.train_tokens=4096",
     ]
     full = evaluate(*common, *knobs, f"retriever.model.compressed.candidates={SUBSET_PAGES}")
-    assert full.entry.parent.name == f"cmp-float16-tokens-pool1-K4-np0-c{SUBSET_PAGES}"
+    assert full.entry.parent.name == f"cmp-float16-tokens-pool1-K4-np0-c{SUBSET_PAGES}-r0"
     assert ("compressed-pages", "miss") in [(e["kind"], e["status"]) for e in full.manifest["cache"]]
     ranked = lambda result: pq.read_table(result.entry / "run.parquet").to_pandas()  # noqa: E731
     a, b = ranked(exhaustive), ranked(full)
     assert (a["page_id"].tolist(), a["query_id"].tolist()) == (b["page_id"].tolist(), b["query_id"].tolist())
     probed = evaluate(*common, *knobs, "retriever.model.compressed.nprobe=1")  # another search knob, same artifact
-    assert probed.entry.parent.name == "cmp-float16-tokens-pool1-K4-np1-c2000"
+    assert probed.entry.parent.name == "cmp-float16-tokens-pool1-K4-np1-c2000-r0"
     assert ("compressed-pages", "hit") in [(e["kind"], e["status"]) for e in probed.manifest["cache"]]
     assert probed.metrics["n_queries"] == exhaustive.metrics["n_queries"]

@@ -18,9 +18,11 @@ Three independent knobs, built once per page store into one cached artifact
   centroid lists the pages holding it (an inverted list). A page's candidate score is PLAID's
   centroid interaction: for each query token the best score of a centroid of the page's bag,
   summed over the query's tokens (a lookup per bag entry instead of a dot product per token).
-  ``nprobe`` 0 scores every page so; otherwise only the pages in the inverted lists of each query
-  token's ``nprobe`` best centroids. The ``candidates`` best pages by that score are rescored by
-  MaxSim over their decoded vectors, and the run is their top ``depth`` (ties by page index).
+  ``nprobe`` 0 looks up every centroid of every page's bag; otherwise only each query token's
+  ``nprobe`` best centroids, through their inverted lists (a page missing them all counts their
+  bound, the best score of a centroid not probed), which costs the probed lists' entries instead
+  of every bag. The ``candidates`` best pages by that score are rescored by MaxSim over their
+  decoded vectors, and the run is their top ``depth`` (ties by page index).
 - ``coded``: ``tokens`` codes each token; ``residuals`` (with an index and a faiss codec) stores
   each token as its offset from its bag mean (the mean of the page's tokens that share its
   centroid) and codes the offsets, the bag means coded with :data:`MEAN_CODEC`, one per bag
@@ -29,7 +31,14 @@ Three independent knobs, built once per page store into one cached artifact
   tokens are stored in bag order (MaxSim does not depend on their order), so a stored token's
   bag entry follows from the entries' token counts and costs no byte per token. A scalar
   quantizer's ranges are then trained to minimise the offsets' squared error (faiss
-  ``RS_optim``) rather than to span their extremes.
+  ``RS_optim``) rather than to span their extremes. The bag means also rank the candidates
+  cheaply: ``rescore`` keeps the candidates' best by MaxSim over their bag means alone (one
+  product per bag entry instead of per token) for the MaxSim rescoring.
+
+Rescoring never decodes an 8- or 4-bit scalar quantizer's codes: such a codec is affine per
+dimension, so a query token's product with a coded vector is a constant plus a weighted sum of
+the code's levels (:class:`_AffineCodec`), and with residuals the bag means' products are taken
+once per bag entry and added to their tokens'. Other codecs are decoded (faiss ``sa_decode``).
 
 What the search costs and what it gives up against exact search over the same page embeddings is
 measured by ``perf/bench_compressed.py`` (storage, time, memory, recall of exact top-k and the
@@ -85,9 +94,11 @@ class CompressedSearch:
         n_centroids: centroids of the index; 0 searches every page.
         coded: what the codec codes: ``tokens``, or ``residuals``, each token's offset from its
             bag mean (module notes; needs an index and a faiss codec).
-        nprobe: centroids probed per query token to choose the pages scored by centroid
-            interaction; 0: every page.
-        candidates: pages rescored per query (at least the run depth).
+        nprobe: centroids probed per query token (their scores are the only ones looked up, through
+            the inverted lists); 0: every centroid of every page's bag.
+        candidates: pages chosen per query by centroid interaction (at least the run depth).
+        rescore: with residuals, the candidates' best by bag-mean interaction that MaxSim
+            rescores (at least the run depth); 0: every candidate.
         train_tokens: page tokens sampled to train the centroids and the codec.
         kmeans_iterations: k-means iterations for the centroids.
         seed: for the sample and k-means.
@@ -102,6 +113,7 @@ class CompressedSearch:
         coded: str = "tokens",
         nprobe: int = 0,
         candidates: int = 1024,
+        rescore: int = 0,
         train_tokens: int = 1 << 18,
         kmeans_iterations: int = 20,
         seed: int = 0,
@@ -112,6 +124,7 @@ class CompressedSearch:
             ("n_centroids", n_centroids, 0),
             ("nprobe", nprobe, 0),
             ("candidates", candidates, 1),
+            ("rescore", rescore, 0),
             ("train_tokens", train_tokens, 1),
             ("kmeans_iterations", kmeans_iterations, 1),
             ("threads", threads, 0),
@@ -127,9 +140,14 @@ class CompressedSearch:
                 "coded=residuals codes tokens as offsets from their bag means: it needs an index (n_centroids > 0) "
                 f"and a faiss codec (codec={codec!r}, n_centroids={n_centroids})"
             )
+        if rescore and coded != "residuals":
+            raise ValueError(
+                f"rescore={rescore} ranks the candidates by their bag means, which only coded=residuals stores "
+                f"(coded={coded!r}); rescore=0 rescores every candidate"
+            )
         self.pool_factor, self.codec, self.n_centroids = pool_factor, codec, n_centroids
         self.coded = coded
-        self.nprobe, self.candidates, self.train_tokens = nprobe, candidates, train_tokens
+        self.nprobe, self.candidates, self.rescore, self.train_tokens = nprobe, candidates, rescore, train_tokens
         self.kmeans_iterations, self.seed, self.threads = kmeans_iterations, seed, threads
 
     @property
@@ -137,7 +155,7 @@ class CompressedSearch:
         return self.coded == "residuals"
 
     def build_params(self) -> dict[str, Any]:
-        """What the artifact depends on (the search knobs nprobe and candidates are not in it)."""
+        """What the artifact depends on (the search knobs nprobe, candidates and rescore are not in it)."""
         params: dict[str, Any] = {"pool_factor": self.pool_factor, "codec": self.codec, "seed": self.seed}
         if self.pool_factor > 1:
             params["pooler"] = "colpali_engine.HierarchicalTokenPooler"
@@ -153,6 +171,10 @@ class CompressedSearch:
         params = self.build_params()
         if self.n_centroids:
             params.update(nprobe=self.nprobe, candidates=self.candidates)
+            if self.nprobe:  # probed centroids' scores only (before: every centroid of the pages probed)
+                params["probe"] = "probed-centroid-scores"
+            if self.rescore:
+                params["rescore"] = self.rescore
         return params
 
     def pages(
@@ -190,8 +212,8 @@ class CompressedSearch:
         stats: dict | None = None,
     ) -> TopN:
         return compressed_search(
-            queries, pages, depth, nprobe=self.nprobe, candidates=self.candidates, threads=self.threads,
-            progress=progress, stats=stats,
+            queries, pages, depth, nprobe=self.nprobe, candidates=self.candidates, rescore=self.rescore,
+            threads=self.threads, progress=progress, stats=stats,
         )  # fmt: skip
 
 
@@ -206,6 +228,62 @@ def _codec_index(codec: str, dim: int):
     except RuntimeError as error:
         first = str(error).strip().splitlines()[-1] if str(error).strip() else "unknown"
         raise ValueError(f"codec {codec!r} is not a faiss index_factory codec ({first})") from None
+
+
+@dataclass
+class _AffineCodec:
+    """A faiss scalar quantizer of 8 or 4 bits read as what it is, an affine map per dimension:
+    component d decodes to ``vmin[d] + (level[d] + 1/2) * step[d]`` (``step = vdiff / (2^bits - 1)``).
+    A query token's product with a coded vector is then a constant plus a product with the
+    vector's levels, so MaxSim needs no decoded copy: the levels of a 4-bit code are its bytes
+    (low nibble plus 16 x high) and their high nibbles, weighted so that the two products add up
+    to the nibbles' (faiss codes the even dimension of a byte in its low nibble)."""
+
+    bits: int
+    vmin: torch.Tensor
+    step: torch.Tensor
+    code_bytes: int
+
+    @classmethod
+    def of(cls, codec) -> "_AffineCodec | None":
+        """The affine reading of ``codec``, or None when it is not an 8- or 4-bit scalar quantizer."""
+        import faiss
+
+        index = faiss.downcast_index(codec)
+        if not isinstance(index, faiss.IndexScalarQuantizer):
+            return None
+        types = faiss.ScalarQuantizer
+        bits = {types.QT_8bit: 8, types.QT_8bit_uniform: 8, types.QT_4bit: 4, types.QT_4bit_uniform: 4}
+        if index.sq.qtype not in bits:
+            return None
+        dim, trained = index.sq.d, faiss.vector_to_array(index.sq.trained).astype(np.float32)
+        vmin, vdiff = (
+            (trained[:dim], trained[dim : 2 * dim]) if len(trained) == 2 * dim else (trained[:1], trained[1:2])
+        )
+        levels = (1 << bits[index.sq.qtype]) - 1
+        vmin, step = np.broadcast_to(vmin, dim).copy(), np.broadcast_to(vdiff / levels, dim).copy()
+        return cls(bits[index.sq.qtype], torch.from_numpy(vmin), torch.from_numpy(step), int(index.sa_code_size()))
+
+    def products(self, tokens: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """``tokens`` (n, dim) fp32 times the vectors coded in ``codes`` (m, code_bytes) uint8: (n, m)."""
+        weights = tokens * self.step
+        constant = (tokens @ self.vmin + 0.5 * weights.sum(dim=1))[:, None]
+        if self.bits == 8:
+            return torch.addmm(constant, weights, codes.T.float())
+        low = weights[:, 0::2]
+        high = torch.zeros_like(low)
+        high[:, : weights.shape[1] // 2] = weights[:, 1::2]
+        levels = torch.empty((len(codes), 2 * self.code_bytes))
+        levels[:, : self.code_bytes] = codes
+        levels[:, self.code_bytes :] = codes >> 4
+        return torch.addmm(constant, torch.cat([low, high - 16 * low], dim=1), levels.T)
+
+
+def _concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, without the loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    before = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, dtype=np.int64) - before, lengths) + np.arange(int(lengths.sum()))
 
 
 def code_size(codec: str, dim: int) -> int:
@@ -263,6 +341,12 @@ class CompressedPages:
     mean_codes: np.ndarray | None = None
     mean_codec: Any = None
     bag_token_offsets: np.ndarray | None = None
+    levels: "_AffineCodec | None" = None
+    mean_levels: "_AffineCodec | None" = None
+
+    def __post_init__(self):
+        self.levels = _AffineCodec.of(self.codec) if self.codec is not None else None
+        self.mean_levels = _AffineCodec.of(self.mean_codec) if self.mean_codec is not None else None
 
     @classmethod
     def open(cls, path: Path) -> "CompressedPages":
@@ -306,6 +390,71 @@ class CompressedPages:
             entries = np.searchsorted(self.bag_token_offsets, rows, side="right") - 1
             vectors += self.mean_codec.sa_decode(np.take(self.mean_codes, entries, axis=0))
         return torch.from_numpy(vectors)
+
+    def products(self, tokens: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        """The query ``tokens``' products with the given stored vectors, (len(tokens), len(rows)):
+        over their coded levels when the codec is an affine scalar quantizer (no decoding), else
+        over the decoded vectors. With residuals the bag means' products are not included."""
+        codes = np.take(self.codes, rows, axis=0)
+        if self.levels is None:
+            vectors = (
+                torch.from_numpy(codes).float() if self.codec is None else torch.from_numpy(self.codec.sa_decode(codes))
+            )
+            return tokens @ vectors.T
+        return self.levels.products(tokens, torch.from_numpy(codes))
+
+    def mean_products(self, tokens: torch.Tensor, entries: np.ndarray) -> torch.Tensor:
+        """The query ``tokens``' products with the given bag entries' means, (len(tokens), len(entries))."""
+        codes = torch.from_numpy(np.take(self.mean_codes, entries, axis=0))
+        if self.mean_levels is None:
+            return tokens @ torch.from_numpy(self.mean_codec.sa_decode(codes.numpy())).T
+        return self.mean_levels.products(tokens, codes)
+
+    def bag_entries(self, pool: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bag entries of the pages ``pool``, page after page, and each page's entry count."""
+        counts = self.bag_offsets[pool + 1] - self.bag_offsets[pool]
+        return _concatenated_ranges(self.bag_offsets[pool], counts), counts
+
+    def bag_mean_scores(self, tokens: torch.Tensor, pool: np.ndarray) -> torch.Tensor:
+        """Each page of ``pool``'s MaxSim over its bag means (every token replaced by its bag's
+        mean): per query token the best of its entries' means, summed. Needs residuals."""
+        entries, counts = self.bag_entries(pool)
+        products = self.mean_products(tokens, entries).T  # (entries, query tokens)
+        return torch.segment_reduce(products, "max", lengths=torch.from_numpy(counts), axis=0).sum(dim=1)
+
+    def maxsim(self, tokens: torch.Tensor, pool: np.ndarray) -> torch.Tensor:
+        """MaxSim of the query ``tokens`` with each page of ``pool`` over its decoded vectors
+        (a page of no tokens scores 0), scored a cache-sized chunk of pages at a time."""
+        rows, width = RaggedVectors(self.codes, self.offsets).padded_rows(pool)
+        scores = torch.zeros(len(pool))
+        if not len(self.codes) or not len(pool):
+            return scores
+        means = entry_of_row = None
+        if self.mean_codes is not None and self.levels is not None:  # the means' products once per entry
+            entries, counts = self.bag_entries(pool)
+            means = self.mean_products(tokens, entries)
+            entry_of_token = np.repeat(
+                np.arange(len(entries)), self.bag_token_offsets[entries + 1] - self.bag_token_offsets[entries]
+            )
+            lengths = self.offsets[pool + 1] - self.offsets[pool]
+            first = np.cumsum(lengths) - lengths  # each page's first token among the pool's tokens
+            padded = np.minimum(np.arange(width)[None, :], np.maximum(lengths, 1)[:, None] - 1)
+            entry_of_row = torch.from_numpy(
+                entry_of_token[np.minimum(first[:, None] + padded, max(len(entry_of_token) - 1, 0))].reshape(-1)
+            )
+        step = max(1, RESCORE_VECTORS // width)
+        for p0 in range(0, len(pool), step):
+            p1 = min(len(pool), p0 + step)
+            chunk = slice(p0 * width, p1 * width)
+            if means is not None:
+                sims = self.products(tokens, rows[chunk]).add_(means.index_select(1, entry_of_row[chunk]))
+            elif self.mean_codes is not None:  # a codec without levels: decode tokens and means
+                sims = tokens @ self.decode(rows[chunk]).T
+            else:
+                sims = self.products(tokens, rows[chunk])
+            scores[p0:p1] = sims.view(len(tokens), p1 - p0, width).amax(dim=2).sum(dim=0)
+        scores[torch.from_numpy(self.offsets[pool + 1] == self.offsets[pool])] = 0.0
+        return scores
 
     def decoded_shards(self, pages_per_shard: int = 1024) -> Iterable[RaggedVectors]:
         """Every page's decoded vectors, in shards for :func:`exact_search`."""
@@ -512,10 +661,6 @@ def _token_sample(pages: list[np.ndarray], n_tokens: int, rng) -> np.ndarray:
 
 # -- search --------------------------------------------------------------------------------------
 
-PROBE_SCORES = 1 << 22
-"""The most (query token x page) candidate scores held at once: 16 MB of fp32 (queries are taken
-together while their tokens times the pages fit)."""
-
 
 def compressed_search(
     queries: RaggedVectors,
@@ -524,14 +669,17 @@ def compressed_search(
     *,
     nprobe: int = 0,
     candidates: int = 1024,
+    rescore: int = 0,
     threads: int = 0,
     progress: bool = True,
     stats: dict | None = None,
 ) -> TopN:
     """The top ``depth`` pages per query by MaxSim over the compressed pages: every page without an
-    index, else the ``candidates`` best of the centroid index (see the module notes).
+    index, else the ``candidates`` best of the centroid index (see the module notes), of which,
+    with ``rescore`` and residuals, only the ``rescore`` best by bag-mean interaction are rescored.
 
-    ``stats`` gets ``scored_vectors`` (page vectors scored per query, mean) for the cost accounting.
+    ``stats`` gets ``scored_vectors`` (page vectors and bag means scored per query, mean) for the
+    cost accounting.
     """
     if pages.centroids is None:
         top = exact_search(
@@ -540,11 +688,13 @@ def compressed_search(
         if stats is not None:
             stats.update(scored_vectors=int(pages.meta["n_vectors"]), candidates=pages.n_pages)
         return top
+    if rescore and pages.mean_codes is None:
+        raise ValueError(f"rescore={rescore} needs bag means: these compressed pages were not coded as residuals")
     n_queries = len(queries)
     candidates = max(candidates, depth)
+    rescore = max(rescore, depth) if rescore else 0
     indices = np.full((n_queries, depth), -1, dtype=np.int64)
     values = np.full((n_queries, depth), -np.inf, dtype=np.float32)
-    bag_starts = pages.bag_offsets[:-1]
     has_bag = np.diff(pages.bag_offsets) > 0
     threads = threads or torch.get_num_threads()
     scored = np.zeros(n_queries, dtype=np.int64)
@@ -553,23 +703,19 @@ def compressed_search(
         tokens = queries.fp32(slice(int(queries.offsets[q]), int(queries.offsets[q + 1])))
         if not len(tokens):
             return
-        pool = _candidates(tokens, pages, nprobe, candidates, bag_starts, has_bag)
-        rows, width = RaggedVectors(pages.codes, pages.offsets).padded_rows(pool)
-        scores = torch.empty(len(pool))
-        step = max(1, RESCORE_VECTORS // width)  # pages decoded and scored while they are in cache
-        for p0 in range(0, len(pool), step):
-            p1 = min(len(pool), p0 + step)
-            vectors = pages.decode(rows[p0 * width : p1 * width])
-            sims = (tokens @ vectors.T).view(len(tokens), p1 - p0, width)
-            scores[p0:p1] = sims.amax(dim=2).sum(dim=0)
-        empty = torch.from_numpy(np.diff(pages.offsets)[pool] == 0)
+        pool = _candidates(tokens, pages, nprobe, candidates, has_bag)
+        if rescore and len(pool) > rescore:
+            scored[q] += int(pages.bag_offsets[pool + 1].sum() - pages.bag_offsets[pool].sum())
+            pool = np.sort(pool[_best(pages.bag_mean_scores(tokens, pool).numpy(), rescore)])
+        scores = pages.maxsim(tokens, pool)
+        empty = torch.from_numpy(pages.offsets[pool + 1] == pages.offsets[pool])
         scores[empty] = float("-inf")
         order = torch.sort(scores, descending=True, stable=True).indices[:depth].numpy()  # pool ascends: ties by page
         kept = scores.numpy()[order]
         valid = np.isfinite(kept)
         indices[q, : len(order)] = np.where(valid, pool[order], -1)
         values[q, : len(order)] = kept
-        scored[q] = len(rows)
+        scored[q] += int(pages.offsets[pool + 1].sum() - pages.offsets[pool].sum())
 
     def run(chunk: np.ndarray) -> None:
         torch.set_num_threads(1)
@@ -596,49 +742,65 @@ def compressed_search(
 
 
 RESCORE_VECTORS = 1 << 12
-"""Candidate page vectors decoded and scored in one step: 2 MB of fp32 at dim 128, kept in cache
-between the decode, the product and the max."""
+"""Candidate page vectors scored in one step: their levels (or decoded vectors), 2 MB of fp32 at
+dim 128, kept in cache between the product and the max."""
 
 CANDIDATE_LOOKUPS = 1 << 20
 """Centroid-interaction lookups (query tokens x bag entries) per step: 4 MB of fp32 in cache."""
 
 
+def _best(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` highest ``scores`` (all when fewer), in no order."""
+    return np.argpartition(-scores, k - 1)[:k] if 0 < k < len(scores) else np.arange(len(scores))
+
+
 def _candidates(
-    tokens: torch.Tensor,
-    pages: CompressedPages,
-    nprobe: int,
-    candidates: int,
-    bag_starts: np.ndarray,
-    has_bag: np.ndarray,
+    tokens: torch.Tensor, pages: CompressedPages, nprobe: int, candidates: int, has_bag: np.ndarray
 ) -> np.ndarray:
     """The ``candidates`` best pages of one query by centroid interaction, ascending page index."""
+    scored, approximate = _centroid_interaction(tokens, pages, nprobe, has_bag)
+    return np.sort(scored[_best(approximate, min(candidates, len(scored)))])
+
+
+def _centroid_interaction(
+    tokens: torch.Tensor, pages: CompressedPages, nprobe: int, has_bag: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pages with a bag, their centroid-interaction scores). With ``nprobe`` (fewer than the
+    centroids), only each query token's ``nprobe`` best centroids are looked up, through their
+    inverted lists; a query token none of whose probed centroids is in a page's bag counts the
+    best score of the centroids not probed (which bounds every one of them), so a page's score
+    is the exact one whenever each query token's best centroid in its bag was probed. The lookups
+    are the probed lists' entries instead of every page's bag; the running best is a buffer of
+    (pages x query tokens) fp32."""
     centroid_scores = torch.from_numpy(pages.centroids) @ tokens.T  # (centroids, query tokens): an entry reads a row
-    if nprobe:
-        probed = torch.topk(centroid_scores, min(nprobe, len(centroid_scores)), dim=0).indices
-        chosen = np.zeros(pages.n_pages, dtype=bool)
-        for centroid in np.unique(probed.numpy()):
-            chosen[pages.list_pages[pages.list_offsets[centroid] : pages.list_offsets[centroid + 1]]] = True
-        scored = np.flatnonzero(chosen & has_bag)
-    else:
-        scored = np.flatnonzero(has_bag)
+    scored = np.flatnonzero(has_bag)
+    if nprobe and nprobe < len(centroid_scores):
+        n_tokens = len(tokens)
+        top = torch.topk(centroid_scores, nprobe + 1, dim=0)  # sorted, per query token
+        bound = top.values[nprobe]
+        probed = top.indices[:nprobe].reshape(-1).numpy()  # probe-major: token t of probe j at j * n_tokens + t
+        gains = (top.values[:nprobe] - bound).reshape(-1).numpy()  # >= 0
+        lengths = pages.list_offsets[probed + 1] - pages.list_offsets[probed]
+        listed = np.asarray(pages.list_pages[_concatenated_ranges(pages.list_offsets[probed], lengths)], dtype=np.int64)
+        token = np.repeat(np.tile(np.arange(n_tokens), nprobe), lengths)
+        best = torch.zeros(pages.n_pages * n_tokens)
+        best.scatter_reduce_(
+            0, torch.from_numpy(listed * n_tokens + token), torch.from_numpy(np.repeat(gains, lengths)), "amax"
+        )
+        approximate = best.view(pages.n_pages, n_tokens).sum(dim=1) + bound.sum()
+        return scored, approximate.numpy()[scored]
     approximate = torch.empty(len(scored))
-    bag_lengths = np.diff(pages.bag_offsets)
+    bag_starts, bag_lengths = pages.bag_offsets[:-1], np.diff(pages.bag_offsets)
     step = max(1, CANDIDATE_LOOKUPS // max(1, len(tokens)))
     ends = pages.bag_offsets[scored + 1]
     begin = 0
-    while begin < len(scored):  # the pages whose bag entries fit one step (at least one page)
+    while begin < len(scored):  # consecutive pages whose bag entries fit one step (at least one page)
         end = max(begin + 1, int(np.searchsorted(ends, bag_starts[scored[begin]] + step, side="right")))
         part = scored[begin:end]
-        if nprobe:
-            rows = np.concatenate([np.arange(a, b) for a, b in zip(bag_starts[part], pages.bag_offsets[part + 1])])
-        else:  # consecutive pages: their bags are one slice
-            rows = slice(int(bag_starts[part[0]]), int(pages.bag_offsets[part[-1] + 1]))
+        rows = slice(int(bag_starts[part[0]]), int(pages.bag_offsets[part[-1] + 1]))  # their bags are one slice
         entries = torch.from_numpy(np.asarray(pages.bag_centroids[rows], dtype=np.int64))
         lengths = torch.from_numpy(bag_lengths[part])
         best = torch.segment_reduce(centroid_scores[entries], "max", lengths=lengths, axis=0)
         approximate[begin:end] = best.sum(dim=1)
         begin = end
-    approximate = approximate.numpy()
-    k = min(candidates, len(scored))
-    best = np.argpartition(-approximate, k - 1)[:k] if 0 < k < len(scored) else np.arange(len(scored))
-    return np.sort(scored[best])
+    return scored, approximate.numpy()
