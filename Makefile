@@ -52,7 +52,7 @@ bench-maxsim: setup  ## exact MaxSim search on CPU vs colpali-engine score_multi
 bench-settings: setup  ## cost of setting=ctx and setting=hierarchical vs exact search, 100,000 random pages + the mini (ARGS="--quick")
 	$(PYTHON) perf/bench_settings.py $(ARGS)
 
-bench-compressed: setup  ## setting=compressed (pooling, codecs, centroid index) vs exact search on 100,000 clustered pages, PASS/FAIL (~40 min; ARGS="--pages 20000")
+bench-compressed: setup  ## setting=compressed (pooling, codecs, centroid index) vs exact search on 100,000 clustered pages, PASS/FAIL (~40 min; ARGS="--pages 20000"; ARGS="--suite residuals": the defaults, PASS, ~1 hour)
 	$(PYTHON) perf/bench_compressed.py $(ARGS)
 
 bench-context: setup  ## document-context vectors: peak RSS flat in the corpus size, s/doc, worker speed-up (ARGS="--docs 200")

@@ -5,7 +5,7 @@ RecallAll@k change, with PASS/FAIL against the goal.
     .venv/bin/python perf/bench_compressed.py                  # 100,000 pages, 100 queries: ~30 minutes here
     .venv/bin/python perf/bench_compressed.py --pages 20000    # a few minutes
     .venv/bin/python perf/bench_compressed.py --smoke          # 2,000 pages of 24 tokens, 20 queries: seconds (CI)
-    .venv/bin/python perf/bench_compressed.py --suite residuals   # coded=residuals, SQ4, 16,384 centroids: ~20 minutes
+    .venv/bin/python perf/bench_compressed.py --suite residuals   # PQ64x8 and SQ4 residuals, 16,384 centroids: ~1 hour
 
 Data: synthetic, clustered and document-structured multi-vector pages written as fp16 shards of
 1,024 pages (as the page-embedding store holds them) and memory-mapped back. A vocabulary of
@@ -25,8 +25,10 @@ Contenders, each built once (build time printed, not part of the search time) an
 - token pooling (colpali-engine's HierarchicalTokenPooler) with pool factor 2, fp16;
 - the centroid index (``--n-centroids``) with MaxSim rescoring of the candidates over SQ8, SQ6 and
   fp16 vectors at several (nprobe, candidates).
-- ``--suite residuals``: the index at setting=compressed's size with SQ4-coded residuals (each
-  token's offset from its page's bag mean), at several (nprobe, candidates).
+- ``--suite residuals``: setting=compressed's defaults (PQ64x8-coded residuals, each token's
+  offset from its page's bag mean, over 16,384 centroids; nprobe 1024, 4,000 candidates, 300
+  rescored) and their neighbours in (nprobe, candidates, rescore), and SQ4-coded residuals: two
+  builds, about 30 minutes each here.
 
 Figures: storage (bytes on disk of what the search reads) and search compute as ratios to exact's
 ("x less"); compute is measured as the CPU seconds of the search (all threads) and shown with the
@@ -140,17 +142,19 @@ def contenders(args) -> list[dict]:
             {"codec": "SQ4", "n_centroids": K, "coded": "residuals", "candidates": 300},
             {"codec": "SQ4", "n_centroids": K, "coded": "residuals", "nprobe": 16, "candidates": 300, "rescore": 150},
         ]
-    if args.suite == "residuals":  # setting=compressed's defaults: 16,384 centroids trained on 2^20 tokens
-        index = {"codec": "SQ4", "coded": "residuals", "n_centroids": 16384, "train_tokens": 1 << 20}
+    if args.suite == "residuals":  # setting=compressed's defaults (the first row) and their neighbours
+        index = {"coded": "residuals", "n_centroids": 16384, "train_tokens": 1 << 20}
+        pq, sq4 = {"codec": "PQ64x8", **index}, {"codec": "SQ4", **index}
         return [
-            {**index, "candidates": 2000},  # every candidate rescored
-            {**index, "candidates": 4000, "rescore": 300},
-            {**index, "nprobe": 256, "candidates": 4000, "rescore": 300},
-            {**index, "nprobe": 512, "candidates": 4000, "rescore": 300},
-            {**index, "nprobe": 1024, "candidates": 2000, "rescore": 300},
-            {**index, "nprobe": 1024, "candidates": 4000, "rescore": 300},
-            {**index, "nprobe": 1024, "candidates": 4000, "rescore": 500},
-            {**index, "nprobe": 2048, "candidates": 4000, "rescore": 300},
+            {**pq, "nprobe": 1024, "candidates": 4000, "rescore": 300},
+            {**pq, "nprobe": 1024, "candidates": 2000, "rescore": 300},
+            {**pq, "nprobe": 512, "candidates": 4000, "rescore": 300},
+            {**pq, "nprobe": 2048, "candidates": 4000, "rescore": 300},
+            {**pq, "candidates": 4000, "rescore": 300},
+            {**pq, "nprobe": 1024, "candidates": 4000, "rescore": 200},
+            {**pq, "nprobe": 1024, "candidates": 4000, "rescore": 500},
+            {**sq4, "nprobe": 1024, "candidates": 4000, "rescore": 300},  # SQ4: scored on its codes, coarser
+            {**sq4, "candidates": 2000},  # every candidate rescored
         ]
     return [
         {"codec": "SQ8"},
@@ -330,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         "--suite",
         choices=("codecs", "residuals"),
         default="codecs",
-        help="codecs: the codecs, pooling and the index (--n-centroids); residuals: coded=residuals with SQ4 "
-        "at setting=compressed's index size (16,384 centroids, 2^20 training tokens), four search knobs",
+        help="codecs: the codecs, pooling and the index (--n-centroids); residuals: setting=compressed's "
+        "defaults (PQ64x8 residuals, 16,384 centroids) and neighbouring search knobs, and SQ4 residuals",
     )
     parser.add_argument(
         "--smoke", action="store_true", help="2,000 pages of 24 tokens, 20 queries, 4 contenders: seconds"

@@ -209,13 +209,15 @@ def test_affine_reading_of_a_scalar_quantizer_equals_its_decoded_products(qtype,
     assert _AffineCodec.of(faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_6bit)) is None  # decoded instead
 
 
-def test_rescore_keeps_the_candidates_best_by_bag_means(tmp_path):
+@pytest.mark.parametrize("codec", ["SQ4", "PQ8x4"])  # offsets scored on their levels, or decoded
+def test_rescore_keeps_the_candidates_best_by_bag_means(tmp_path, codec):
     """With rescore, MaxSim rescores only the candidates whose MaxSim over their bag means (every
     token replaced by its bag's decoded mean) is among the rescore best, computed here by hand;
     rescore at least the candidates changes nothing."""
     rng = np.random.default_rng(8)
     pages = clustered_pages(rng, 96, tokens=(8, 16))
-    residual, _ = built(tmp_path, pages, codec="SQ4", n_centroids=24, coded="residuals")
+    residual, _ = built(tmp_path, pages, codec=codec, n_centroids=24, coded="residuals")
+    assert (residual.levels is None) == (codec != "SQ4")
     queries = queries_of(rng, pages, 4)
     decoded = residual.decode(np.arange(residual.meta["n_vectors"])).numpy()
     means = residual.mean_codec.sa_decode(residual.mean_codes)
@@ -285,6 +287,12 @@ def test_parameters_are_checked():
     assert rescored.cache_params()["rescore"] == 50 and rescored.cache_params()["probe"] == "probed-centroid-scores"
 
 
+def test_a_codec_for_another_dimension_fails_before_the_training(tmp_path):
+    pages = clustered_pages(np.random.default_rng(9), 20)
+    with pytest.raises(ValueError, match="codec 'PQ32x4' cannot code the pages' 16-dimensional vectors .*multiple"):
+        built(tmp_path, pages, codec="PQ32x4", n_centroids=4, coded="residuals")
+
+
 def test_queries_without_tokens_get_no_pages(tmp_path):
     rng = np.random.default_rng(5)
     pages = clustered_pages(rng, 20)
@@ -308,16 +316,20 @@ def test_setting_compressed_end_to_end(subset_dir, tiny, isolated_paths):
     knobs = [
         "setting=compressed",
         "retriever.model.compressed.codec=float16",
+        "retriever.model.compressed.coded=tokens",
+        "retriever.model.compressed.rescore=0",
         "retriever.model.compressed.n_centroids=4",
         "retriever.model.compressed.train_tokens=4096",
     ]
-    full = evaluate(*common, *knobs, f"retriever.model.compressed.candidates={SUBSET_PAGES}")
+    full = evaluate(
+        *common, *knobs, "retriever.model.compressed.nprobe=0", f"retriever.model.compressed.candidates={SUBSET_PAGES}"
+    )
     assert full.entry.parent.name == f"cmp-float16-tokens-pool1-K4-np0-c{SUBSET_PAGES}-r0"
     assert ("compressed-pages", "miss") in [(e["kind"], e["status"]) for e in full.manifest["cache"]]
     ranked = lambda result: pq.read_table(result.entry / "run.parquet").to_pandas()  # noqa: E731
     a, b = ranked(exhaustive), ranked(full)
     assert (a["page_id"].tolist(), a["query_id"].tolist()) == (b["page_id"].tolist(), b["query_id"].tolist())
     probed = evaluate(*common, *knobs, "retriever.model.compressed.nprobe=1")  # another search knob, same artifact
-    assert probed.entry.parent.name == "cmp-float16-tokens-pool1-K4-np1-c2000-r0"
+    assert probed.entry.parent.name == "cmp-float16-tokens-pool1-K4-np1-c4000-r0"
     assert ("compressed-pages", "hit") in [(e["kind"], e["status"]) for e in probed.manifest["cache"]]
     assert probed.metrics["n_queries"] == exhaustive.metrics["n_queries"]

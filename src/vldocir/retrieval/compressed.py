@@ -227,6 +227,15 @@ def _codec_index(codec: str, dim: int):
         return faiss.index_factory(dim, codec, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
         first = str(error).strip().splitlines()[-1] if str(error).strip() else "unknown"
+        if dim != PARSE_DIM:
+            try:
+                faiss.index_factory(PARSE_DIM, codec, faiss.METRIC_INNER_PRODUCT)
+            except RuntimeError:
+                pass
+            else:  # a codec faiss knows, for another dimension (PQ64x8 needs a multiple of 64)
+                raise ValueError(
+                    f"codec {codec!r} cannot code the pages' {dim}-dimensional vectors ({first})"
+                ) from None
         raise ValueError(f"codec {codec!r} is not a faiss index_factory codec ({first})") from None
 
 
@@ -478,6 +487,8 @@ def build_compressed(
     dim = next((s.dim for s in shards), 0)
     threads = settings.threads or torch.get_num_threads()
     trained = settings.codec != FLOAT16 or settings.n_centroids > 0
+    if settings.codec != FLOAT16 and dim:
+        _codec_index(settings.codec, dim)  # a codec that cannot code this dimension fails before the training
     rng = np.random.default_rng(settings.seed)
     codec = centroids = assigner = mean_codec = None
     pool_s = 0.0
