@@ -129,6 +129,14 @@ def open_shards(corpus: dict) -> list:
     return [read_ragged(d, first_index=i * SHARD_PAGES) for i, d in enumerate(corpus["shard_dirs"])]
 
 
+def setting_defaults() -> dict:
+    """conf/setting/compressed.yaml's CompressedSearch arguments (threads left to --threads)."""
+    from omegaconf import OmegaConf
+
+    knobs = OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf/setting/compressed.yaml"))["retriever"]["model"]
+    return {k: v for k, v in knobs["compressed"].items() if k not in ("_target_", "threads")}
+
+
 def contenders(args) -> list[dict]:
     if args.configs:
         return json.loads(args.configs)
@@ -143,18 +151,18 @@ def contenders(args) -> list[dict]:
             {"codec": "SQ4", "n_centroids": K, "coded": "residuals", "nprobe": 16, "candidates": 300, "rescore": 150},
         ]
     if args.suite == "residuals":  # setting=compressed's defaults (the first row) and their neighbours
-        index = {"coded": "residuals", "n_centroids": 16384, "train_tokens": 1 << 20}
-        pq, sq4 = {"codec": "PQ64x8", **index}, {"codec": "SQ4", **index}
+        default = setting_defaults()
+        sq4 = {**default, "codec": "SQ4"}
         return [
-            {**pq, "nprobe": 1024, "candidates": 4000, "rescore": 300},
-            {**pq, "nprobe": 1024, "candidates": 2000, "rescore": 300},
-            {**pq, "nprobe": 512, "candidates": 4000, "rescore": 300},
-            {**pq, "nprobe": 2048, "candidates": 4000, "rescore": 300},
-            {**pq, "candidates": 4000, "rescore": 300},
-            {**pq, "nprobe": 1024, "candidates": 4000, "rescore": 200},
-            {**pq, "nprobe": 1024, "candidates": 4000, "rescore": 500},
-            {**sq4, "nprobe": 1024, "candidates": 4000, "rescore": 300},  # SQ4: scored on its codes, coarser
-            {**sq4, "candidates": 2000},  # every candidate rescored
+            default,
+            {**default, "candidates": 2000},
+            {**default, "nprobe": 512},
+            {**default, "nprobe": 2048},
+            {**default, "nprobe": 0},
+            {**default, "rescore": 200},
+            {**default, "rescore": 500},
+            sq4,  # SQ4: scored on its codes, coarser
+            {**sq4, "nprobe": 0, "candidates": 2000, "rescore": 0},  # every candidate rescored
         ]
     return [
         {"codec": "SQ8"},

@@ -42,3 +42,21 @@ def test_smoke_run_prints_the_table_with_the_goal_verdict(tmp_path):
     assert (
         rows[5]["bytes"] == rows[4]["bytes"] and rows[5]["arith_x"] > rows[4]["arith_x"]
     )  # same artifact, fewer rescored
+
+
+def test_residual_suite_starts_from_the_settings_defaults():
+    """--suite residuals measures what setting=compressed runs: its first row is the yaml's
+    CompressedSearch arguments, and every row is a valid configuration."""
+    import argparse
+    import importlib.util
+
+    from vldocir.retrieval.compressed import CompressedSearch
+
+    spec = importlib.util.spec_from_file_location("bench_compressed", REPO_ROOT / "perf" / "bench_compressed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.contenders(argparse.Namespace(configs=None, n_centroids=4096, smoke=False, suite="residuals"))
+    assert rows[0] == bench.setting_defaults() and rows[0]["coded"] == "residuals" and rows[0]["rescore"] > 0
+    assert len({bench._label(r) for r in rows}) == len(rows)
+    for row in rows:
+        CompressedSearch(**row)

@@ -226,3 +226,12 @@ def test_rows_of_a_read_only_map_upcast_without_a_warning(tmp_path):
         warnings.simplefilter("error")
         block = mapped.fp32(slice(2, 6))
     np.testing.assert_array_equal(block.numpy(), data[2:6].astype(np.float32))
+
+
+def test_concatenated_ranges_equal_the_loop():
+    from vldocir.retrieval.vectors import concatenated_ranges
+
+    starts, lengths = np.array([5, 0, 9, 2]), np.array([3, 0, 1, 4])
+    want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
+    np.testing.assert_array_equal(concatenated_ranges(starts, lengths), want)
+    assert concatenated_ranges(np.zeros(0, int), np.zeros(0, int)).shape == (0,)

@@ -22,7 +22,7 @@ Three independent knobs, built once per page store into one cached artifact
   ``nprobe`` best centroids, through their inverted lists (a page missing them all counts their
   bound, the best score of a centroid not probed), which costs the probed lists' entries instead
   of every bag. The ``candidates`` best pages by that score are rescored by MaxSim over their
-  decoded vectors, and the run is their top ``depth`` (ties by page index).
+  stored vectors, and the run is their top ``depth`` (ties by page index).
 - ``coded``: ``tokens`` codes each token; ``residuals`` (with an index and a faiss codec) stores
   each token as its offset from its bag mean (the mean of the page's tokens that share its
   centroid) and codes the offsets, the bag means coded with :data:`MEAN_CODEC`, one per bag
@@ -67,7 +67,7 @@ from tqdm.auto import tqdm
 from vldocir.cache import ArtifactCache, CorruptArtifactError, read_json
 from vldocir.retrieval.embeddings import PageEmbeddingStore
 from vldocir.retrieval.search import TopN, exact_search
-from vldocir.retrieval.vectors import RaggedVectors
+from vldocir.retrieval.vectors import RaggedVectors, concatenated_ranges
 
 log = logging.getLogger(__name__)
 
@@ -288,13 +288,6 @@ class _AffineCodec:
         return torch.addmm(constant, torch.cat([low, high - 16 * low], dim=1), levels.T)
 
 
-def _concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, without the loop."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    before = np.cumsum(lengths) - lengths
-    return np.repeat(np.asarray(starts, dtype=np.int64) - before, lengths) + np.arange(int(lengths.sum()))
-
-
 def code_size(codec: str, dim: int) -> int:
     """Bytes per stored vector."""
     return 2 * dim if codec == FLOAT16 else int(_codec_index(codec, dim).sa_code_size())
@@ -396,9 +389,12 @@ class CompressedPages:
             return torch.from_numpy(codes).float()
         vectors = self.codec.sa_decode(codes)
         if self.mean_codes is not None:
-            entries = np.searchsorted(self.bag_token_offsets, rows, side="right") - 1
-            vectors += self.mean_codec.sa_decode(np.take(self.mean_codes, entries, axis=0))
+            vectors += self.mean_codec.sa_decode(np.take(self.mean_codes, self.bag_entry_of(rows), axis=0))
         return torch.from_numpy(vectors)
+
+    def bag_entry_of(self, rows: np.ndarray) -> np.ndarray:
+        """With residuals, the bag entry of each given stored vector (tokens are stored in bag order)."""
+        return np.searchsorted(self.bag_token_offsets, rows, side="right") - 1
 
     def products(self, tokens: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         """The query ``tokens``' products with the given stored vectors, (len(tokens), len(rows)):
@@ -422,7 +418,7 @@ class CompressedPages:
     def bag_entries(self, pool: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bag entries of the pages ``pool``, page after page, and each page's entry count."""
         counts = self.bag_offsets[pool + 1] - self.bag_offsets[pool]
-        return _concatenated_ranges(self.bag_offsets[pool], counts), counts
+        return concatenated_ranges(self.bag_offsets[pool], counts), counts
 
     def bag_mean_scores(self, tokens: torch.Tensor, pool: np.ndarray) -> torch.Tensor:
         """Each page of ``pool``'s MaxSim over its bag means (every token replaced by its bag's
@@ -432,25 +428,20 @@ class CompressedPages:
         return torch.segment_reduce(products, "max", lengths=torch.from_numpy(counts), axis=0).sum(dim=1)
 
     def maxsim(self, tokens: torch.Tensor, pool: np.ndarray) -> torch.Tensor:
-        """MaxSim of the query ``tokens`` with each page of ``pool`` over its decoded vectors
-        (a page of no tokens scores 0), scored a cache-sized chunk of pages at a time."""
+        """MaxSim of the query ``tokens`` with each page of ``pool`` over its stored vectors
+        (:meth:`products`; a page of no tokens scores 0), a cache-sized chunk of pages at a time."""
         rows, width = RaggedVectors(self.codes, self.offsets).padded_rows(pool)
         scores = torch.zeros(len(pool))
         if not len(self.codes) or not len(pool):
             return scores
         means = entry_of_row = None
         if self.mean_codes is not None and self.levels is not None:  # the means' products once per entry
-            entries, counts = self.bag_entries(pool)
+            entries, _ = self.bag_entries(pool)  # ascending: pool ascends, a page's entries too
+            if not len(entries):  # only pages without tokens
+                return scores
             means = self.mean_products(tokens, entries)
-            entry_of_token = np.repeat(
-                np.arange(len(entries)), self.bag_token_offsets[entries + 1] - self.bag_token_offsets[entries]
-            )
-            lengths = self.offsets[pool + 1] - self.offsets[pool]
-            first = np.cumsum(lengths) - lengths  # each page's first token among the pool's tokens
-            padded = np.minimum(np.arange(width)[None, :], np.maximum(lengths, 1)[:, None] - 1)
-            entry_of_row = torch.from_numpy(
-                entry_of_token[np.minimum(first[:, None] + padded, max(len(entry_of_token) - 1, 0))].reshape(-1)
-            )
+            local = np.searchsorted(entries, self.bag_entry_of(rows))  # an empty page's rows: any entry
+            entry_of_row = torch.from_numpy(np.minimum(local, len(entries) - 1))
         step = max(1, RESCORE_VECTORS // width)
         for p0 in range(0, len(pool), step):
             p1 = min(len(pool), p0 + step)
@@ -792,7 +783,7 @@ def _centroid_interaction(
         probed = top.indices[:nprobe].reshape(-1).numpy()  # probe-major: token t of probe j at j * n_tokens + t
         gains = (top.values[:nprobe] - bound).reshape(-1).numpy()  # >= 0
         lengths = pages.list_offsets[probed + 1] - pages.list_offsets[probed]
-        listed = np.asarray(pages.list_pages[_concatenated_ranges(pages.list_offsets[probed], lengths)], dtype=np.int64)
+        listed = np.asarray(pages.list_pages[concatenated_ranges(pages.list_offsets[probed], lengths)], dtype=np.int64)
         token = np.repeat(np.tile(np.arange(n_tokens), nprobe), lengths)
         best = torch.zeros(pages.n_pages * n_tokens)
         best.scatter_reduce_(

@@ -14,6 +14,13 @@ import numpy as np
 import torch
 
 
+def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])`` (int64), without the loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    before = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, dtype=np.int64) - before, lengths) + np.arange(int(lengths.sum()))
+
+
 @dataclass
 class RaggedVectors:
     """Variable-length vector sequences stored flat: item ``i`` is ``vectors[offsets[i]:offsets[i+1]]``.
@@ -65,9 +72,7 @@ class RaggedVectors:
         starts, stops = self.offsets[items], self.offsets[np.asarray(items) + 1]
         offsets = np.zeros(len(starts) + 1, dtype=np.int64)
         np.cumsum(stops - starts, out=offsets[1:])
-        rows = (
-            np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(starts) else np.zeros(0, np.int64)
-        )
+        rows = concatenated_ranges(starts, stops - starts)
         return RaggedVectors(np.asarray(self.vectors[rows]), offsets, self.bfloat16, source=self.source)
 
     def fp32(self, rows: np.ndarray | slice = slice(None), device: torch.device | str = "cpu") -> torch.Tensor:
