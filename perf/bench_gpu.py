@@ -892,7 +892,8 @@ def measure_search(args, search_cfg: dict, device) -> tuple[dict, list, object, 
     _reset_peak(device)
     seconds, _ = _timed(device, search, queries, used)
     tflops = maxsim_flops(len(queries), QUERY_TOKENS, n_pages, tokens, dim) / seconds / 1e12
-    shape = (qbs * QUERY_TOKENS, dim, max(pbt // tokens, 1) * tokens)  # one block's product in _maxsim
+    # one block's product in _maxsim: page tokens x query tokens
+    shape = (max(pbt // tokens, 1) * tokens, dim, qbs * QUERY_TOKENS)
     matmul = gemm_tflops(*shape, torch.float32, device)
     square = 4096 if device.type == "cuda" else 512  # the device's fp32 and bf16 rates, for reference
     result = {

@@ -3,6 +3,7 @@
     .venv/bin/python perf/bench_maxsim.py                 # 256 q x 32 tok vs 2,000 pages x 768 tok x 128
     .venv/bin/python perf/bench_maxsim.py --threads 2     # one thread count only (default: 1 and N)
     .venv/bin/python perf/bench_maxsim.py --pages 20000   # the issue's full size (about 1 hour here)
+    .venv/bin/python perf/bench_maxsim.py --tile-scores 131072,524288  # and ours at other tile sizes
     .venv/bin/python perf/bench_maxsim.py --smoke         # tiny sizes, seconds: the code path only (CI)
 
 For each ``--threads`` count (default 1 and the job's cores, :func:`vldocir.threads.job_cpus`), each
@@ -15,7 +16,8 @@ measurement runs in its own subprocess with that many torch threads, so that its
    machines), whose mean gives the "adjacent" ratio.
 2. ``ours`` at N and 2N pages: :func:`vldocir.retrieval.search.exact_search` over a sharded,
    memory-mapped fp16 store written to a temporary directory (as the embedding store holds it),
-   top-100 output only.
+   top-100 output only; with ``--tile-scores``, also at N pages with each of those tile sizes
+   (:data:`vldocir.retrieval.search.CPU_TILE_SCORES` is the default's).
 3. ``colpali``: ``score_multi_vector`` on the same pages (given as fp32 tensors, its fast path on
    CPU; the upcast is not timed) on the first ``--colpali-pages`` pages; it returns the dense
    (queries x pages) score matrix.
@@ -92,14 +94,16 @@ def _matmul_rate(rows: int, inner: int, cols: int, seconds: float) -> float:
 
 
 def _tile_shape(args) -> list[int]:
-    """(rows, inner, cols) of the products exact_search computes on CPU for these sizes."""
+    """(rows, inner, cols) of the products exact_search computes on CPU for these sizes: page
+    tokens by query tokens (:func:`vldocir.retrieval.search._product`)."""
     from vldocir.retrieval.search import CPU_TILE_SCORES, _tile_steps
 
     pages_per_block = max(args.page_block_tokens // args.page_tokens, 1)
-    queries, pages = _tile_steps(
+    queries, pages, page_tokens = _tile_steps(
         args.query_batch_size, args.query_tokens, pages_per_block, args.page_tokens, CPU_TILE_SCORES
     )
-    return [queries * args.query_tokens, args.dim, pages * args.page_tokens]
+    rows = pages * page_tokens if page_tokens == args.page_tokens else page_tokens
+    return [rows, args.dim, queries * args.query_tokens]
 
 
 def worker_matmul(args) -> dict:
@@ -138,6 +142,7 @@ def worker_ours(args) -> dict:
         page_block_tokens=args.page_block_tokens,
         device="cpu",
         progress=False,
+        cpu_tile_scores=args.tile or None,
     )
     seconds = time.perf_counter() - tick
     return {
@@ -211,6 +216,7 @@ WORKER_OPTIONS = (
     "square",
     "matmul_seconds",
     "store",
+    "tile",
 )
 
 
@@ -262,7 +268,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--tmp", default=os.environ.get("TMPDIR", "/tmp"), help="where the temporary fp16 store is written"
     )
+    parser.add_argument(
+        "--tile-scores",
+        default="",
+        help="also run ours at N pages with these tile sizes (comma-separated scores per product, e.g. 131072,524288)",
+    )
     parser.add_argument("--store", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--tile", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:
@@ -309,6 +321,8 @@ def _load(r: dict) -> str:
 
 
 def measure(args) -> dict:
+    from vldocir.retrieval.search import CPU_TILE_SCORES
+
     results = {"matmul": run_worker(args, "matmul", args.pages)}
     matmul = results["matmul"]
     peak = max(matmul["square_gflops"], matmul["tile_gflops"])
@@ -327,6 +341,19 @@ def measure(args) -> dict:
             f"ours, {pages:>6} pages: {r['seconds']:7.1f} s  {r['gflops']:6.1f} GFLOP/s  "
             f"({r['gflops'] / peak:.0%} of matmul; {r['gflops'] / r['adjacent_matmul_gflops']:.0%} of the square "
             f"matmul measured just before and after)  peak RSS {r['peak_rss_mb']:.0f} MB  ({_load(r)})",
+            flush=True,
+        )
+    for tile in [int(t) for t in args.tile_scores.split(",") if t]:  # the default against other tile sizes
+        args.tile = tile
+        r = results[f"ours_tile_{tile}"] = run_with_adjacent_matmul(args, "ours", args.pages)
+        args.tile = 0
+        default = results[f"ours_{args.pages}"]["top10"]
+        r["top10_agree_default"] = sum(a == b for a, b in zip(r["top10"], default)) / len(default)
+        print(
+            f"ours, {args.pages:>6} pages, tiles of {tile} scores (default {CPU_TILE_SCORES}): {r['seconds']:7.1f} s  "
+            f"{r['gflops']:6.1f} GFLOP/s  ({r['gflops'] / peak:.0%} of matmul; "
+            f"{r['gflops'] / r['adjacent_matmul_gflops']:.0%} of the adjacent matmul; top-10 as the default's on "
+            f"{r['top10_agree_default']:.0%} of queries)  ({_load(r)})",
             flush=True,
         )
     colpali_pages = args.colpali_pages or args.pages

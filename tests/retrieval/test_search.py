@@ -163,7 +163,7 @@ def test_gpu_search_equals_cpu_search():
 
 
 def test_tiles_and_threads_do_not_change_rankings(monkeypatch):
-    """Tiny tiles (several per block, split over queries and over pages) and two scoring threads
+    """Tiny tiles (several per block, split over queries, over pages and within pages) and two scoring threads
     give the rankings of whole-block products on one thread; the caller's thread count is kept."""
     from vldocir.retrieval import search
 
@@ -176,14 +176,16 @@ def test_tiles_and_threads_do_not_change_rankings(monkeypatch):
         torch.set_num_threads(1)
         monkeypatch.setattr(search, "CPU_TILE_SCORES", 10**9)
         whole = exact_search(queries, shard(pages, 64), **kwargs)
-        monkeypatch.setattr(search, "CPU_TILE_SCORES", 300)
+        monkeypatch.setattr(search, "CPU_TILE_SCORES", 4000)  # every query; long pages in parts
+        parts = exact_search(queries, shard(pages, 64), **kwargs)
+        monkeypatch.setattr(search, "CPU_TILE_SCORES", 300)  # one query a tile, pages in parts
         tiled = exact_search(queries, shard(pages, 64), **kwargs)
         torch.set_num_threads(2)
         threaded = exact_search(queries, shard(pages, 64), **kwargs)
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-    for other in (tiled, threaded):
+    for other in (parts, tiled, threaded):
         np.testing.assert_array_equal(other.indices, whole.indices)
         np.testing.assert_allclose(other.scores, whole.scores, rtol=1e-6, atol=1e-5)
 
@@ -191,12 +193,15 @@ def test_tiles_and_threads_do_not_change_rankings(monkeypatch):
 def test_tile_steps_by_hand():
     from vldocir.retrieval.search import _tile_steps
 
-    assert _tile_steps(32, 32, 5, 768, None) == (32, 5)  # no budget (CUDA): the whole block
-    assert _tile_steps(32, 32, 5, 768, 1 << 20) == (32, 1)  # 786,432 scores a page: one page a tile
-    assert _tile_steps(32, 32, 5, 768, 1 << 19) == (16, 1)  # two tiles of 16 queries, not 21 + 11
-    assert _tile_steps(4, 8, 10, 10, 1000) == (4, 3)  # 320 scores a page: 3 pages a tile
-    assert _tile_steps(4, 8, 8, 10, 1600) == (4, 4)  # 5 would fit: two tiles of 4, not 5 + 3
-    assert _tile_steps(3, 10, 7, 1000, 5) == (1, 1)  # never less than one query by one page
+    assert _tile_steps(32, 32, 5, 768, None) == (32, 5, 768)  # no budget (CUDA): the whole block
+    assert _tile_steps(32, 32, 5, 768, 1 << 17) == (32, 1, 128)  # 128 page tokens x 1,024 query tokens
+    assert _tile_steps(32, 32, 5, 768, 1 << 16) == (32, 1, 64)
+    assert _tile_steps(32, 32, 5, 700, 1 << 17) == (32, 1, 117)  # six even parts, not five of 128 + 60
+    assert _tile_steps(32, 32, 5, 768, 1 << 20) == (32, 1, 768)  # one whole page: 786,432 scores
+    assert _tile_steps(4, 8, 10, 10, 1000) == (4, 3, 10)  # 320 scores a page: 3 pages a tile
+    assert _tile_steps(4, 8, 8, 10, 1600) == (4, 4, 10)  # 5 would fit: two tiles of 4, not 5 + 3
+    assert _tile_steps(32, 32, 5, 768, 1 << 13) == (16, 1, 16)  # 16 x 1,024 > 2^13: 16 queries a tile
+    assert _tile_steps(3, 10, 7, 1000, 5) == (1, 1, 1)  # never less than one query by one page token
 
 
 def test_huge_finite_vectors_are_not_taken_for_non_finite_ones():

@@ -22,9 +22,10 @@ Speed on CPU (perf/bench_maxsim.py; the aim is the rate of a plain fp32 matrix p
 - A shard is upcast to fp32 once, into a buffer reused for every shard, and serves every query
   batch. Fresh multi-megabyte tensors cost page faults on every allocation, so the products write
   into per-thread buffers too.
-- Each product is one tile of at most :data:`CPU_TILE_SCORES` scores, maxed over page tokens
-  right after it while it is still in the (last-level) cache, wide enough that packing the query
-  operand is paid once per several pages.
+- Each product is one tile of at most :data:`CPU_TILE_SCORES` scores (page tokens as rows, query
+  tokens as columns), maxed over page tokens right after it while it is still in the core's L2
+  cache. The max runs down the columns, vectorised across the query tokens; a page longer than
+  a tile is scored in parts whose maxima are merged.
 - ``torch.get_num_threads()`` worker threads (set once per job, :mod:`vldocir.threads`) each score
   whole query batches with single-threaded products, pulling the next batch when done. No product
   waits at a barrier for a thread the OS has descheduled, so the rate degrades with the machine's
@@ -122,15 +123,17 @@ def _as_operand(tensor: torch.Tensor, precision: str) -> torch.Tensor:
     return tensor.to(torch.bfloat16).to(_operand_dtype(precision, tensor.device))
 
 
-def _product(queries: torch.Tensor, pages: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """(n, dim) x (m, dim) -> ``queries @ pages.T`` written into the (n, m) fp32 ``out``.
+def _product(pages: torch.Tensor, queries: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """(m, dim) x (n, dim) -> ``pages @ queries.T`` written into the (m, n) fp32 ``out``: one row of
+    scores per page token, so that the max over a page's tokens runs down columns, vectorised
+    across the query tokens.
 
     bf16 operands (CUDA) are multiplied on the tensor cores with fp32 accumulation and fp32 results
     (``out_dtype``): only the operands are rounded, never the scores the max and sums read.
     """
     if queries.dtype == torch.float32:
-        return torch.mm(queries, pages.T, out=out)
-    return torch.mm(queries, pages.T, out_dtype=torch.float32, out=out)
+        return torch.mm(pages, queries.T, out=out)
+    return torch.mm(pages, queries.T, out_dtype=torch.float32, out=out)
 
 
 @contextmanager
@@ -153,13 +156,17 @@ def _matmul_precision(precision: str) -> Iterator[None]:
         matmul.fp32_precision = saved
 
 
-CPU_TILE_SCORES = 1 << 22
-"""On CPU, the most (query token x page token) scores one matrix product writes: 16 MB of fp32,
-read again by the max over page tokens (32 queries of 32 tokens by the five pages of 768 tokens
-of a default block). Fewer, wider products pack the query operand less often: on a quiet
-development machine 2^22 was 2-9% faster than 2^20 on 1 thread and -2% to +9% on 2 (under load,
-earlier, 2^20 had measured fastest of 2^18 to 2^21; perf/README.md). On CUDA a block is one
-product."""
+CPU_TILE_SCORES = 1 << 18
+"""On CPU, the most (page token x query token) scores one matrix product writes: 1 MB of fp32,
+about a core's L2 cache on current x86 machines, from which the max over page tokens reads them
+back (256 tokens of a page by the 1,024 query tokens of 32 queries). Measured in one process
+(perf/README.md), the previous layout (query tokens as rows, tiles of 2^22 maxed from the
+last-level cache) ran at 0.79-0.86x a square fp32 product, this one at 0.89-0.98x with tiles of
+2^18, within noise of 2^17 and 2^19. On CUDA a block is one product."""
+
+MIN_TILE_PAGE_TOKENS = 16
+"""Page tokens a CPU tile holds at least; a query batch with more query tokens than
+``CPU_TILE_SCORES / MIN_TILE_PAGE_TOKENS`` is split across tiles instead."""
 
 
 class _Buffers:
@@ -262,55 +269,77 @@ def _maxsim(
     """(n_batch, n_items) fp32 MaxSim of a zero-padded query batch, flattened to (n_batch * Lq, dim),
     against items given as :func:`_page_blocks` (queries and blocks of one precision's operands).
 
-    ``tile_scores`` (CPU): split each block's product into tiles of whole pages and whole queries
-    of about that many scores at most (never less than one page by one query), each maxed over
-    page tokens while it is in cache. ``buffers`` hold the outputs from call to call.
+    Each product holds page tokens as rows and query tokens as columns (:func:`_product`).
+    ``tile_scores`` (CPU): at most about that many scores a product (:func:`_tile_steps`): whole
+    pages, or a page in parts whose maxima are merged, so the max reads the scores from the cache
+    the product left them in. ``buffers`` hold the outputs from call to call.
     """
     device = flat_queries.device
     n_rows, dim = flat_queries.shape
     query_tokens = n_rows // n_batch
     n_columns = sum(len(positions) for positions, _ in blocks)
     token_max = (
-        buffers.get("token_max", n_rows * n_columns) if buffers else torch.empty(n_rows * n_columns, device=device)
-    ).view(n_rows, n_columns)
+        buffers.get("token_max", n_columns * n_rows) if buffers else torch.empty(n_columns * n_rows, device=device)
+    ).view(n_columns, n_rows)
+
+    def scratch(name: str, rows: int, columns: int) -> torch.Tensor:
+        flat = buffers.get(name, rows * columns) if buffers else torch.empty(rows * columns, device=device)
+        return flat.view(rows, columns)
+
     column = 0
     for _, block in blocks:
         n_block, width, _ = block.shape
         pages = block.view(-1, dim)
-        query_step, page_step = _tile_steps(n_batch, query_tokens, n_block, width, tile_scores)
+        query_step, page_step, part = _tile_steps(n_batch, query_tokens, n_block, width, tile_scores)
         for q0 in range(0, n_batch, query_step):
             rows = slice(q0 * query_tokens, min(n_batch, q0 + query_step) * query_tokens)
             queries = flat_queries[rows]
-            for p0 in range(0, n_block, page_step):
-                p1 = min(n_block, p0 + page_step)
-                n_scores = len(queries) * (p1 - p0) * width
-                out = buffers.get("sims", n_scores) if buffers else torch.empty(n_scores, device=device)
-                sims = _product(queries, pages[p0 * width : p1 * width], out.view(len(queries), -1))
-                torch.amax(
-                    sims.view(len(queries), p1 - p0, width), dim=2, out=token_max[rows, column + p0 : column + p1]
-                )
+            n_query_rows = len(queries)
+            if part >= width:  # whole pages a tile
+                sims = scratch("sims", page_step * width, n_query_rows)
+                for p0 in range(0, n_block, page_step):
+                    p1 = min(n_block, p0 + page_step)
+                    tile = _product(pages[p0 * width : p1 * width], queries, sims[: (p1 - p0) * width])
+                    torch.amax(
+                        tile.view(p1 - p0, width, n_query_rows), dim=1, out=token_max[column + p0 : column + p1, rows]
+                    )
+                continue
+            # One page a tile, in parts: each part's max into a row of part_max, then their max.
+            starts = range(0, width, part)
+            sims, part_max = scratch("sims", part, n_query_rows), scratch("part_max", len(starts), n_query_rows)
+            for p in range(n_block):
+                page = pages[p * width : (p + 1) * width]
+                for i, t0 in enumerate(starts):
+                    tile = _product(page[t0 : t0 + part], queries, sims[: min(part, width - t0)])
+                    torch.amax(tile, dim=0, keepdim=True, out=part_max[i : i + 1])
+                torch.amax(part_max, dim=0, keepdim=True, out=token_max[column + p : column + p + 1, rows])
         column += n_block
     scores = torch.empty((n_batch, n_items), device=device)
     if blocks:
         positions = torch.cat([positions for positions, _ in blocks])
-        scores[:, positions] = token_max.view(n_batch, query_tokens, n_columns).sum(dim=1)
+        scores[:, positions] = token_max.view(n_columns, n_batch, query_tokens).sum(dim=2).T
     return scores
 
 
 def _tile_steps(
     n_queries: int, query_tokens: int, n_pages: int, width: int, tile_scores: int | None
-) -> tuple[int, int]:
-    """(queries, pages) per tile of a (queries x pages) product: the whole block without a
-    budget; else as many pages as fit with every query, or one page with as many queries as fit,
-    split evenly (two tiles of 16 queries rather than 21 and 11)."""
+) -> tuple[int, int, int]:
+    """(queries, pages, page tokens) per product of a block of ``n_pages`` pages of ``width``
+    tokens: the whole block without a budget. Else every query, unless their tokens times
+    :data:`MIN_TILE_PAGE_TOKENS` exceed the budget (then as many as fit), by as many whole pages as
+    fit, or by one page in as few parts as fit; each split evenly (two tiles of 16 queries rather
+    than 21 and 11, parts of 384 tokens rather than 512 and 256)."""
     if not tile_scores:
-        return n_queries, n_pages
-    page_scores = n_queries * query_tokens * width
-    if page_scores <= tile_scores:
-        per_tile = tile_scores // page_scores
-        return n_queries, -(-n_pages // -(-n_pages // per_tile))
-    tiles = -(-page_scores // tile_scores)
-    return -(-n_queries // tiles), 1
+        return n_queries, n_pages, width
+    query_step = n_queries
+    if n_queries * query_tokens * MIN_TILE_PAGE_TOKENS > tile_scores:
+        per_tile = max(tile_scores // (query_tokens * MIN_TILE_PAGE_TOKENS), 1)
+        query_step = -(-n_queries // -(-n_queries // per_tile))
+    page_rows = max(tile_scores // (query_step * query_tokens), 1)
+    if width <= page_rows:
+        per_tile = page_rows // width
+        return query_step, -(-n_pages // -(-n_pages // per_tile)), width
+    return query_step, 1, -(-width // -(-width // page_rows))
 
 
 @contextmanager
@@ -362,6 +391,7 @@ def exact_search(
     precision: str = "auto",
     total_items: int | None = None,
     progress: bool = True,
+    cpu_tile_scores: int | None = None,
 ) -> TopN:
     """MaxSim (sum over query tokens of the max dot product over page tokens), top ``depth`` per query.
 
@@ -385,6 +415,8 @@ def exact_search(
             ``fp32`` elsewhere), ``fp32``, ``tf32`` or ``bf16`` (module notes). Scores are always
             accumulated, maxed and summed in fp32.
         total_items: corpus size, for the progress bar.
+        cpu_tile_scores: on CPU, the most scores one product writes (default
+            :data:`CPU_TILE_SCORES`; speed only, perf/bench_maxsim.py ``--tile-scores`` compares).
 
     Raises:
         NonFiniteVectorsError: a shard (or the queries, or a context) holds NaN or Inf; it names
@@ -409,7 +441,7 @@ def exact_search(
         for b in batches
     ]
     on_cpu = target.type == "cpu"
-    tile_scores = CPU_TILE_SCORES if on_cpu else None
+    tile_scores = (cpu_tile_scores or CPU_TILE_SCORES) if on_cpu else None
     shard_buffers, context_buffers = _Buffers(target), _Buffers(target)
 
     bar = tqdm(total=total_items, desc="exact search", unit="page", disable=not progress)
