@@ -245,6 +245,14 @@ SMOKE = {
 }
 
 
+def positive_integers(text: str) -> list[int]:
+    """``--tile-scores``: comma-separated positive integers (argparse turns a ValueError into one line)."""
+    values = [int(t) for t in text.split(",") if t.strip()]
+    if any(v <= 0 for v in values):
+        raise ValueError(text)
+    return values
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries", type=int, default=256)
@@ -270,7 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--tile-scores",
-        default="",
+        type=positive_integers,
+        default=[],
         help="also run ours at N pages with these tile sizes (comma-separated scores per product, e.g. 131072,524288)",
     )
     parser.add_argument("--store", default="", help=argparse.SUPPRESS)
@@ -343,7 +352,7 @@ def measure(args) -> dict:
             f"matmul measured just before and after)  peak RSS {r['peak_rss_mb']:.0f} MB  ({_load(r)})",
             flush=True,
         )
-    for tile in [int(t) for t in args.tile_scores.split(",") if t]:  # the default against other tile sizes
+    for tile in args.tile_scores:  # the default against other tile sizes
         args.tile = tile
         r = results[f"ours_tile_{tile}"] = run_with_adjacent_matmul(args, "ours", args.pages)
         args.tile = 0
