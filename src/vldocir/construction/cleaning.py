@@ -67,8 +67,6 @@ REQUIRED_COLUMNS = ("query_id", "question", "answer", "label")
 LABELS = {"remove": True, "removed": True, "1": True, "keep": False, "kept": False, "0": False}
 PAPER_TRAIN, PAPER_TOTAL = 800, 1438  # the paper's split of its labelled set (App. A.5)
 PARSER_VERSION = 1
-RATING_FAILURES = ("llm_error", *UNUSABLE_KINDS, "malformed", "missing_criteria", "off_scale")
-DECISION_FAILURES = ("llm_error", *UNUSABLE_KINDS, "malformed", "unknown_decision")
 KEEP_WORDS, DISCARD_WORDS = {"keep", "accept"}, {"discard", "remove", "reject"}
 
 _COMMENT = re.compile(r"\A\s*<!--.*?-->\s*", re.S)
