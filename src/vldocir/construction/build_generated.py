@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from vldocir.cache import content_key
 from vldocir.construction.build_report import document_warnings, sampling_shortfall
+from vldocir.construction.documents import DocumentRecord
 from vldocir.construction.grounding import NEAR_MAX_GAP, page_id, resolve_element_pages
 from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
 from vldocir.construction.ocr import OcrConfig, ocr_pages
@@ -90,18 +91,6 @@ def _write_page_image(source: Path, target: Path, images: ShippedImages) -> None
                 image.save(tmp, format="JPEG", quality=images.jpeg_quality, optimize=True)
             else:
                 image.save(tmp, format="PNG", optimize=True)
-
-
-@dataclass(frozen=True)
-class DocumentRecord:
-    """A document's row of the ``documents`` table, less its page count (known once rendered)."""
-
-    doc_id: str
-    source: str
-    domain: str
-    title: str
-    url: str | None = None
-    license: str | None = None
 
 
 PAGE_COLUMNS = ["page_id", "doc_id", "page_index", "image", "width", "height", "dom_text", "full_size_path"]

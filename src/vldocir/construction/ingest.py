@@ -43,13 +43,13 @@ from vldocir.cache import content_key
 from vldocir.construction.build_generated import (
     PAGE_COLUMNS,
     RENDER_KEY_EXCLUDED,
-    DocumentRecord,
     ShippedImages,
     assemble_rendered,
     store_pages,
 )
 from vldocir.construction.build_report import document_warnings, sampling_shortfall
 from vldocir.construction.collect.index import IndexFileError, read_index
+from vldocir.construction.documents import DocumentRecord
 from vldocir.construction.grounding import NEAR_MAX_GAP
 from vldocir.construction.input_folder import HTML_SUFFIXES, PDF_SUFFIX, InputDocument, folder_documents, listing_digest
 from vldocir.construction.ocr import OcrConfig, ocr_pages

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from vldocir.construction.build_generated import DocumentRecord
 from vldocir.construction.collect.index import DOC_ID
+from vldocir.construction.documents import DocumentRecord
 from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
 
