@@ -11,7 +11,7 @@ For each seed (``{title, domain, instruction}``, optionally its own ``max_depth`
 2. an article in a category of ``exclude_categories`` (disambiguation pages) is skipped; any other is
    a document of the seed's domain, licence CC BY-SA 4.0, id ``wikipedia-<pageid>``;
 3. while the article is less than ``max_depth`` links from the seed, its links to existing articles
-   (namespace 0) not taken yet are judged by the LLM (``prompts/collect/wikipedia_relevance.md``,
+   (namespace 0) not taken yet are judged by the LLM (``prompts/wikipedia_relevance.md``,
    ``filter_batch`` titles per request, the seed's instruction in the prompt): the titles it keeps are
    queued, the others counted as ``not_relevant``;
 4. until the seed has ``max_documents`` documents or its queue is empty.
@@ -59,12 +59,8 @@ class _Article:
 
 
 def relevance_prompt() -> str:
-    """``prompts/collect/wikipedia_relevance.md`` without its header comment."""
-    text = (
-        resources.files("vldocir.construction")
-        .joinpath("prompts", "collect", "wikipedia_relevance.md")
-        .read_text(encoding="utf-8")
-    )
+    """``prompts/wikipedia_relevance.md`` without its header comment."""
+    text = resources.files(__package__).joinpath("prompts", "wikipedia_relevance.md").read_text(encoding="utf-8")
     return re.sub(r"\A\s*<!--.*?-->\s*", "", text, count=1, flags=re.S).strip()
 
 
