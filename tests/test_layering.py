@@ -1,10 +1,14 @@
 """The package's layering, read from the source with ``ast`` (no imports needed to check it).
 
-Layers, lowest first; a module may import from its own layer or a lower one, never a higher one:
+Layers, lowest first; a module may import from its own layer or a lower one, never a higher one
+(the same numbers as docs/architecture.md, "Layers"):
 
     0  data, io, cache, leases, manifest, errors, retry, llm, llm_server, threads (and ``vldocir`` itself)
-    1  construction, retrieval          (which do not import each other)
-    2  evaluation
+    1  queries | retrieval              (which do not import each other)
+    2  construction, importers | evaluation
+                                        (evaluation and the other two do not import each other;
+                                        importers use construction's PDF renderer and OCR, never
+                                        the other way round)
     3  pipeline, store, config_checks, launch
     4  reporting, tracking
     5  apps                             (the Hydra apps: nothing imports them)
@@ -32,17 +36,25 @@ PACKAGE = SRC / "vldocir"
 
 LAYERS = (
     ("vldocir", "data", "io", "cache", "leases", "manifest", "errors", "retry", "llm", "llm_server", "threads"),
-    ("construction", "retrieval"),
-    ("evaluation", "importers"),  # importers: foreign data -> tables, through data + construction (grounding, PDF)
+    ("queries", "retrieval"),
+    ("construction", "importers", "evaluation"),  # importers: foreign data -> tables, with construction's PDF and OCR
     ("pipeline", "store", "config_checks", "launch"),
     ("reporting", "tracking"),
     ("apps",),
 )
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}
 
-# Units of one layer that must not import each other. An exception would be listed here as
-# ((importer, imported), "the reason"); there is none.
-INDEPENDENT = {("construction", "retrieval"), ("retrieval", "construction")}
+# Units of one layer that must not import each other, as (importer, imported) pairs. An exception
+# would be listed here as ((importer, imported), "the reason"); there is none.
+INDEPENDENT = {
+    ("queries", "retrieval"),
+    ("retrieval", "queries"),
+    ("construction", "evaluation"),
+    ("evaluation", "construction"),
+    ("importers", "evaluation"),
+    ("evaluation", "importers"),
+    ("construction", "importers"),
+}
 JUSTIFIED: dict[tuple[str, str], str] = {}
 
 

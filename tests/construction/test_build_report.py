@@ -1,7 +1,7 @@
 """The build's report on its documents (construction/build_report.py): per-document warnings from
 the renderings' records, documents left out with their reason (an empty document is one, never a
 blank page: render/batch.py), the evidence-sampling shortfall of a source with too few or too short
-documents (construction/evidence_configs.py, which samples what it can instead of failing), the
+documents (queries/evidence_configs.py, which samples what it can instead of failing), the
 printed summary, and a build from HTML whose sources are an empty file, an invisible page and an
 image without words next to a real article (fixtures tests/fixtures/render/report_*.html)."""
 
@@ -22,10 +22,10 @@ from vldocir.construction.build_report import (
     sampling_shortfall,
     summary,
 )
-from vldocir.construction.cleaning import QueryCleaningSpec
-from vldocir.construction.evidence_configs import EvidenceSamplingSpec, config_counts, sample_evidence_configs
 from vldocir.construction.render import RenderedDocument, RenderedElement
 from vldocir.construction.render.batch import EMPTY_DOCUMENT, is_blank
+from vldocir.queries.cleaning import QueryCleaningSpec
+from vldocir.queries.evidence_configs import EvidenceSamplingSpec, config_counts, sample_evidence_configs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "render"
 
@@ -247,11 +247,11 @@ def test_a_source_without_words_gets_its_single_page_configurations_and_the_shor
 )
 def test_a_build_reports_every_documents_warnings_and_survives_sources_whose_only_document_is_empty(tmp_path):
     from vldocir.construction.ingest import build_from_html
-    from vldocir.construction.query_stage import GeneratedQueries
     from vldocir.construction.render import LAYOUT_FILE, RenderConfig
-    from vldocir.construction.vlm_generation import GenerationSpec
     from vldocir.llm import ChatClient
     from vldocir.llm_server import ChatServer
+    from vldocir.queries.query_stage import GeneratedQueries
+    from vldocir.queries.vlm_generation import GenerationSpec
 
     rows = [
         {"doc_id": "harbours", "source": "wikipedia", "path": str(FIXTURES / "report_warnings.html")},

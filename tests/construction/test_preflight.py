@@ -1,4 +1,4 @@
-"""Failing before the work: the query stage's pre-flight (construction/query_stage.py,
+"""Failing before the work: the query stage's pre-flight (queries/query_stage.py,
 ``GeneratedQueries.preflight``) and the client's server check behind it (``ChatClient.check_server``),
 against the real config, a port where nothing listens and a chat server on 127.0.0.1
 (vldocir.llm_server); and the collector's pre-flight (construction/collect/http.py ``check_hosts``,
@@ -23,10 +23,10 @@ from collect_server import RecordedServer
 from helpers import CONFIG_DIR, MINI_DIR, REPO_ROOT
 from test_collect import compose as compose_collect
 from vldocir.construction.collect.collector import Summary, collect_from_config
-from vldocir.construction.query_stage import Replay
 from vldocir.errors import ConfigError
 from vldocir.llm import ChatClient
 from vldocir.llm_server import ChatServer, Reply
+from vldocir.queries.query_stage import Replay
 
 MINI_RECORDING = REPO_ROOT / "data" / "generation" / "vl-docir-mini.recorded-by-hand.json"
 FAST_S = 5.0  # a generous bound: a refused connection or a failed local lookup takes milliseconds
@@ -144,7 +144,7 @@ def test_a_recording_for_other_documents_is_refused_at_once(tmp_path, caplog):
     mini_docs = sorted(pd.read_parquet(MINI_DIR / "documents.parquet")["doc_id"])
     stage.preflight(None)  # the generated mini: read and checked, its documents not known yet
     stage.preflight(mini_docs)
-    with caplog.at_level(logging.WARNING, logger="vldocir.construction.query_stage"):
+    with caplog.at_level(logging.WARNING, logger="vldocir.queries.query_stage"):
         stage.preflight([mini_docs[0], "annual-report"])
     assert "for 1 of 2 input documents" in caplog.text
 

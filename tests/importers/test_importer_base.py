@@ -13,8 +13,8 @@ import pytest
 
 from helpers import MINI_DIR
 from importer_fixtures import png
-from vldocir.construction.grounding import evidence_structures
 from vldocir.data.benchmark import BenchmarkError, load_benchmark
+from vldocir.data.evidence import evidence_structures
 from vldocir.errors import ConfigError
 from vldocir.importers.base import ImportedData, Importer, import_benchmark, open_imported, write_imported
 

@@ -439,7 +439,7 @@ def test_check_says_tables_6_to_10_come_from_the_labelled_set(spec, mini_results
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from vldocir.construction.cleaning import run_cleaning
+    from vldocir.queries.cleaning import run_cleaning
 
     shutil.copytree(mini_results, tmp_path / "results")
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):

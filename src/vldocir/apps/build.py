@@ -48,7 +48,7 @@ def main(cfg: DictConfig) -> None:
             instantiate(cfg.spec), cfg.out_dir, cfg.paths.cache_dir, queries=queries, **common
         )
     if queries is not None:
-        from vldocir.construction.user_queries import query_summary
+        from vldocir.queries.user_queries import query_summary
 
         print(query_summary(queries, bench.info["built_by"]["queries"]))
     from vldocir.construction.build_report import summary as build_report

@@ -15,7 +15,7 @@ from vldocir.apps.app import hydra_app
 
 @hydra_app("cleaning_ablations", config_name="cleaning_ablations")
 def main(cfg: DictConfig) -> None:
-    from vldocir.construction.cleaning import format_summary, run_cleaning
+    from vldocir.queries.cleaning import format_summary, run_cleaning
 
     results = run_cleaning(cfg.cleaning)
     print(f"labelled set: {cfg.cleaning.labelled}")

@@ -20,9 +20,9 @@ from vldocir.apps.app import hydra_app
 
 @hydra_app("generate_queries", config_name="generate_queries")
 def main(cfg: DictConfig) -> None:
-    from vldocir.construction.query_stage import regenerate_queries
-    from vldocir.construction.user_queries import query_summary
     from vldocir.data.benchmark import load_benchmark
+    from vldocir.queries.query_stage import regenerate_queries
+    from vldocir.queries.user_queries import query_summary
 
     stage = instantiate(cfg.queries)
     preflight = getattr(stage, "preflight", None)

@@ -16,7 +16,7 @@ from vldocir.apps.app import hydra_app
 
 @hydra_app("sample_evidence", config_name="sample_evidence")
 def main(cfg: DictConfig) -> None:
-    from vldocir.construction.evidence_configs import run_evidence_sampling
+    from vldocir.queries.evidence_configs import run_evidence_sampling
 
     configs, counts, out_dir = run_evidence_sampling(
         cfg.benchmark, instantiate(cfg.sampling), instantiate(cfg.encoder), cfg.out_dir

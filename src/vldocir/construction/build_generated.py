@@ -22,18 +22,18 @@ from tqdm.auto import tqdm
 from vldocir.cache import content_key
 from vldocir.construction.build_report import document_warnings, sampling_shortfall
 from vldocir.construction.documents import DocumentRecord
-from vldocir.construction.grounding import NEAR_MAX_GAP, page_id, resolve_element_pages
 from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch, render_report
 from vldocir.construction.render.config import SPEED_ONLY
-from vldocir.construction.template_queries import DocumentInfo, PlacedFact, sample_queries
 from vldocir.data.benchmark import Benchmark, write_benchmark
+from vldocir.data.evidence import NEAR_MAX_GAP, page_id, resolve_element_pages
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.io import atomic_path
+from vldocir.queries.template_queries import DocumentInfo, PlacedFact, sample_queries
 
 if TYPE_CHECKING:
-    from vldocir.construction.query_stage import GeneratedQueries
+    from vldocir.queries.query_stage import GeneratedQueries
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def build_rendered_benchmark(
     changed spec never reuses stale renders and benchmarks differing only in how images are stored
     share one rendering. OCR text is cached per image under ``cache_dir/ocr/``.
 
-    ``queries``: the generated-queries stage (:class:`~vldocir.construction.query_stage.GeneratedQueries`),
+    ``queries``: the generated-queries stage (:class:`~vldocir.queries.query_stage.GeneratedQueries`),
     which keeps its record (configurations, model outputs, candidates) in ``cache_dir/generation/<name>/``;
     ``None``: template queries over the planted facts.
     """

@@ -32,11 +32,11 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from vldocir.construction.evidence_configs import EvidenceSamplingSpec, config_shortfall
 from vldocir.construction.render import RenderedDocument, load_layout
 from vldocir.construction.render.batch import EMPTY_DOCUMENT
 from vldocir.construction.render.cleanup import removed_content
 from vldocir.construction.render.records import CONTENT_TYPES, fidelity_warnings, kept_table_warning
+from vldocir.queries.evidence_configs import EvidenceSamplingSpec, config_shortfall
 
 FAILURE_KINDS = ("missing_file", "empty_document", "render_failed", "pdf_failed")
 """Warnings that mean the document is not in the benchmark."""

@@ -50,12 +50,12 @@ from vldocir.construction.build_generated import (
 from vldocir.construction.build_report import document_warnings, sampling_shortfall
 from vldocir.construction.collect.index import IndexFileError, read_index
 from vldocir.construction.documents import DocumentRecord
-from vldocir.construction.grounding import NEAR_MAX_GAP
 from vldocir.construction.input_folder import HTML_SUFFIXES, PDF_SUFFIX, InputDocument, folder_documents, listing_digest
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.pdf import PdfBatchReport, PdfConfig, rasterize_pdfs
 from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfig, render_batch
 from vldocir.data.benchmark import Benchmark, write_benchmark
+from vldocir.data.evidence import NEAR_MAX_GAP
 from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
 
@@ -143,8 +143,8 @@ def build_from_html(
     """Build the benchmark ``name`` from the documents of ``input_path`` into ``out_dir`` (module
     doc); ``source`` and ``domain``: of the documents of a folder without an index
     (:func:`load_documents`). ``queries``: the query stage, called with the built tables
-    (:class:`~vldocir.construction.query_stage.GeneratedQueries`, or the user's own queries or none:
-    :mod:`~vldocir.construction.user_queries`), whose ``preflight`` runs before any rendering; there
+    (:class:`~vldocir.queries.query_stage.GeneratedQueries`, or the user's own queries or none:
+    :mod:`~vldocir.queries.user_queries`), whose ``preflight`` runs before any rendering; there
     are no planted facts, so template queries cannot be made here."""
     if queries is None:
         raise ConfigError(

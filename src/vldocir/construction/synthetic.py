@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from vldocir.construction.grounding import NEAR_MAX_GAP, page_id
-from vldocir.construction.template_queries import DocumentInfo, PlacedFact, sample_queries
 from vldocir.data.benchmark import Benchmark, write_benchmark
+from vldocir.data.evidence import NEAR_MAX_GAP, page_id
 from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.queries.template_queries import DocumentInfo, PlacedFact, sample_queries
 
 log = logging.getLogger(__name__)
 

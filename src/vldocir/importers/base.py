@@ -37,7 +37,7 @@ image in a corpus that has images, and qrels with grade <= 0 (not evidence) or o
 collapses repeated (query, page) qrels (largest grade); drops the queries whose text is blank,
 that have no evidence left, or one of whose evidence pages is not in the corpus (their evidence
 would be incomplete); labels each query's evidence structure with the shared rule
-(:func:`vldocir.construction.grounding.evidence_structures`); and writes the tables with
+(:func:`vldocir.data.evidence.evidence_structures`); and writes the tables with
 :func:`vldocir.data.benchmark.write_benchmark` and a ``benchmark.json`` holding ``imported_from``
 (format, source, revision, licence), the declared ``sources`` and ``built_by`` (the importer's spec,
 ``near_max_gap``, counts kept, dropped per table and reason, the distribution per structure and per
@@ -72,8 +72,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from vldocir.construction.grounding import NEAR_MAX_GAP, evidence_structures
 from vldocir.data.benchmark import INFO_FILE, Benchmark, SortedBatches, load_benchmark, write_benchmark
+from vldocir.data.evidence import NEAR_MAX_GAP, evidence_structures
 from vldocir.data.schema import DECLARED_SOURCES_KEY, EVIDENCE_STRUCTURES, IMAGE_TYPE
 from vldocir.errors import ConfigError, VldocirError
 
@@ -157,7 +157,7 @@ class Importer(abc.ABC):
     source: str
     revision: str | None = None
     near_max_gap: int = NEAR_MAX_GAP
-    """Largest page distance of a doc_near pair (:func:`~vldocir.construction.grounding.pair_structure`)."""
+    """Largest page distance of a doc_near pair (:func:`~vldocir.data.evidence.pair_structure`)."""
 
     format: ClassVar[str] = ""
 

@@ -25,9 +25,9 @@ from typing import Any, ClassVar, Iterable
 
 import pandas as pd
 
-from vldocir.construction.grounding import page_id
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.pdf import PdfBatchReport, PdfConfig, page_rows, rasterize_pdfs
+from vldocir.data.evidence import page_id
 from vldocir.importers.base import Importer, ImporterError
 
 EVIDENCE_TYPES = {

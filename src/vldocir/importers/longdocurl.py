@@ -35,7 +35,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from vldocir.construction.grounding import page_id
+from vldocir.data.evidence import page_id
 from vldocir.importers.base import ImportedData, ImporterError, fetch
 from vldocir.importers.long_documents import (
     LongDocumentImporter,

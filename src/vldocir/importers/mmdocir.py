@@ -38,8 +38,8 @@ from typing import ClassVar, Iterator
 
 import pandas as pd
 
-from vldocir.construction.grounding import page_id
 from vldocir.construction.ocr import OcrConfig
+from vldocir.data.evidence import page_id
 from vldocir.importers.base import ImportedData, ImporterError, fetch
 from vldocir.importers.long_documents import (
     UNPARSEABLE_PAGES,

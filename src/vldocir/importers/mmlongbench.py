@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from vldocir.construction.grounding import page_id
+from vldocir.data.evidence import page_id
 from vldocir.importers.base import ImportedData, ImporterError, fetch
 from vldocir.importers.long_documents import (
     UNPARSEABLE_PAGES,

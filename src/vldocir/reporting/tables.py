@@ -24,9 +24,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from vldocir.construction.cleaning import false_omission_rate  # one definition, shared with the cleaning stage
 from vldocir.evaluation.significance import QuerySetMismatch, correct, paired_tests
 from vldocir.io import atomic_write_text
+from vldocir.queries.cleaning import false_omission_rate  # one definition, shared with the cleaning stage
 from vldocir.reporting import compare
 from vldocir.reporting.audit import ISSUES, AuditSheetError, wilson_interval
 from vldocir.reporting.formats import to_latex, to_markdown

@@ -1,9 +1,11 @@
 """Where evidence lands and what structure it makes: the grounding rules every query path shares.
 
-Template queries (:mod:`vldocir.construction.template_queries`), VLM-generated ones
-(:mod:`vldocir.construction.vlm_generation`), evidence configurations
-(:mod:`vldocir.construction.evidence_configs`) and user-supplied queries resolve evidence to pages
-and label their structure through these functions, so every benchmark is grounded one way.
+Template queries (:mod:`vldocir.queries.template_queries`), VLM-generated ones
+(:mod:`vldocir.queries.vlm_generation`), evidence configurations
+(:mod:`vldocir.queries.evidence_configs`), user-supplied queries and imported benchmarks
+(:mod:`vldocir.importers.base`) resolve evidence to pages and label their structure through these
+functions, so every benchmark is grounded one way. They are rules about the data, not steps of a
+build: they live with the tables they read.
 """
 
 from __future__ import annotations

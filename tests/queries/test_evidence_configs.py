@@ -13,7 +13,10 @@ import pandas as pd
 import pytest
 
 from helpers import MINI_DIR, REPO_ROOT
-from vldocir.construction.evidence_configs import (
+from vldocir.data.benchmark import load_benchmark
+from vldocir.data.evidence import NEAR_MAX_GAP
+from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.queries.evidence_configs import (
     CONFIG_COLUMNS,
     EvidenceSamplingError,
     EvidenceSamplingSpec,
@@ -25,9 +28,6 @@ from vldocir.construction.evidence_configs import (
     top_pages,
     visual_scores,
 )
-from vldocir.construction.grounding import NEAR_MAX_GAP
-from vldocir.data.benchmark import load_benchmark
-from vldocir.data.schema import EVIDENCE_STRUCTURES
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ element ids a model cites, so generated and synthetic queries are grounded by on
 
 Structures: page_single (one fact), page_multi (two facts of one page), doc_adjacent (facts on
 consecutive pages), doc_near (2..near_max_gap pages apart), doc_far (more than near_max_gap apart;
-:func:`~vldocir.construction.grounding.pair_structure`),
+:func:`~vldocir.data.evidence.pair_structure`),
 cross_doc (one fact in each of two documents of the same source, preferably the same domain).
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from vldocir.construction.grounding import evidence_types, page_id, pair_structure
+from vldocir.data.evidence import evidence_types, page_id, pair_structure
 
 QUERY_COLUMNS = ["query_id", "text", "answer", "evidence_structure", "source", "domain", "generator", "evidence_types"]
 QREL_COLUMNS = ["query_id", "page_id", "doc_id", "element_ids"]

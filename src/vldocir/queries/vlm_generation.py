@@ -1,6 +1,6 @@
 """Two-step VLM query generation over evidence configurations (paper §3.3, App. A.4).
 
-For each evidence configuration (:mod:`vldocir.construction.evidence_configs`), :func:`generate_queries`
+For each evidence configuration (:mod:`vldocir.queries.evidence_configs`), :func:`generate_queries`
 runs:
 
 1. **Page description.** A VLM describes the visual elements of each page image of the
@@ -23,10 +23,10 @@ request failed, the answer was cut at ``max_tokens`` (``truncated``) or is over 
 not an array of objects with a non-blank question, an answer and a non-empty evidence list, or any
 cited element id is not one given in the prompt. The queries of a valid answer are resolved to
 their evidence pages through the elements table with
-:func:`vldocir.construction.grounding.resolve_element_pages` (the code path of the template
+:func:`vldocir.data.evidence.resolve_element_pages` (the code path of the template
 queries) and labelled from where the evidence lands: a page-family query is Page-Single with one
 cited element and Page-Multi with several; a within-document query takes its structure from the
-distance between its pages (:func:`~vldocir.construction.grounding.pair_structure`). The
+distance between its pages (:func:`~vldocir.data.evidence.pair_structure`). The
 deterministic filter (:data:`FILTER_DISCARDS`) then drops within-document queries whose evidence
 lies on one page and Cross-Doc queries whose evidence lies in one document.
 
@@ -55,11 +55,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from vldocir.construction.grounding import evidence_types, page_id, pair_structure, resolve_element_pages
-from vldocir.construction.template_queries import QREL_COLUMNS, QUERY_COLUMNS
+from vldocir.data.evidence import evidence_types, page_id, pair_structure, resolve_element_pages
 from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
 from vldocir.llm import UNUSABLE_KINDS, ChatClient, ChatResult, Validator, image_part
+from vldocir.queries.template_queries import QREL_COLUMNS, QUERY_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -434,7 +434,7 @@ def generate_queries(
     images: Mapping[str, bytes | Path | str],
     near_max_gap: int,
 ) -> GenerationResult:
-    """Run both steps over ``configs`` (:data:`vldocir.construction.evidence_configs.CONFIG_COLUMNS`).
+    """Run both steps over ``configs`` (:data:`vldocir.queries.evidence_configs.CONFIG_COLUMNS`).
 
     ``images``: page id -> the page image (bytes or a file) for every page of a configuration.
     Returns the queries before cleaning (ids ``g<config>-<n>``; the build renumbers the kept ones),

@@ -1,4 +1,4 @@
-"""The user's own queries (``queries=file``) and none (``queries=none``), construction/user_queries.py:
+"""The user's own queries (``queries=file``) and none (``queries=none``), queries/user_queries.py:
 the file's shape is checked before any rendering, evidence against the built pages, and structures
 follow the grounding rules; hand-made tables, every expected structure worked out by hand and
 checked again by the benchmark validation."""
@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from helpers import evaluate
-from vldocir.construction.user_queries import NoQueries, UserQueries, read_query_file
 from vldocir.data.benchmark import write_benchmark
 from vldocir.data.tables import BenchmarkError
 from vldocir.errors import ConfigError
+from vldocir.queries.user_queries import NoQueries, UserQueries, read_query_file
 
 N_PAGES = {"acme": 7, "wiki": 2}
 DOCUMENTS = pd.DataFrame(

@@ -36,26 +36,26 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from vldocir.construction.cleaning import (
+from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.errors import ConfigError
+from vldocir.io import atomic_path, atomic_write_json, atomic_write_parquet, file_digest
+from vldocir.llm import ChatClient
+from vldocir.llm_server import replay_server, request_digest
+from vldocir.queries.cleaning import (
     BUILD_TASKS,
     LLMJudge,
     QueryCleaningSpec,
     clean_generated_queries,
     cleaning_frame,
 )
-from vldocir.construction.evidence_configs import EvidenceSamplingSpec, config_counts, sample_evidence_configs
-from vldocir.construction.vlm_generation import (
+from vldocir.queries.evidence_configs import EvidenceSamplingSpec, config_counts, sample_evidence_configs
+from vldocir.queries.vlm_generation import (
     GenerationSpec,
     QueryGenerator,
     candidate_records,
     generate_queries,
     usage_report,
 )
-from vldocir.data.schema import EVIDENCE_STRUCTURES
-from vldocir.errors import ConfigError
-from vldocir.io import atomic_path, atomic_write_json, atomic_write_parquet, file_digest
-from vldocir.llm import ChatClient
-from vldocir.llm_server import replay_server, request_digest
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class Replay:
 
     def documents(self) -> set[str]:
         """The document ids the recording's ``describe`` and ``generate`` keys name: page ids
-        (``grounding.page_id``: ``<doc_id>-p<NNN>``) and configuration signatures
+        (``data.evidence.page_id``: ``<doc_id>-p<NNN>``) and configuration signatures
         (``vlm_generation.config_signature``: ``<structure>|<doc_id>:<page>+...``)."""
         described = {str(key).rsplit("-p", 1)[0] for key in self.recorded.get("describe") or {}}
         generated = {
@@ -329,8 +329,8 @@ def regenerate_queries(
     whose queries and qrels are made by ``stage``; returns the loaded new benchmark. Its
     ``benchmark.json`` keeps the source's build record and adds ``built_by.queries`` (the report)
     and ``built_by.queries_over`` (the source's name and fingerprint)."""
-    from vldocir.construction.evidence_configs import benchmark_near_max_gap
     from vldocir.data.benchmark import load_benchmark, write_benchmark
+    from vldocir.queries.evidence_configs import benchmark_near_max_gap
 
     bench = load_benchmark(source)
     out_dir = Path(out_dir)

@@ -25,7 +25,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 
 from helpers import CONFIG_DIR, REPO_ROOT
-from vldocir.construction.cleaning import (
+from vldocir.errors import ConfigError
+from vldocir.llm_server import ChatServer, Recorded, Reply
+from vldocir.queries.cleaning import (
     COUNT_COLUMNS,
     LabelledSetError,
     confusion,
@@ -41,8 +43,6 @@ from vldocir.construction.cleaning import (
     split,
     train_size,
 )
-from vldocir.errors import ConfigError
-from vldocir.llm_server import ChatServer, Recorded, Reply
 from vldocir.reporting.check import check_table
 from vldocir.reporting.paper import load_spec
 from vldocir.reporting.store_view import ResultsView

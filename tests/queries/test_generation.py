@@ -1,5 +1,5 @@
-"""Two-step VLM query generation (construction/vlm_generation.py) and the query stage of a build
-(construction/query_stage.py), against a real chat-completions server on 127.0.0.1
+"""Two-step VLM query generation (queries/vlm_generation.py) and the query stage of a build
+(queries/query_stage.py), against a real chat-completions server on 127.0.0.1
 (vldocir.llm_server.ChatServer): valid answers, a missing splitter, bad JSON, unknown element ids,
 single-page evidence for a two-page prompt, 429 then success, a timeout; the filter, the cleaning, a
 written benchmark the harness loads, and a rerun with the server stopped that replays the cache."""
@@ -14,10 +14,14 @@ import pytest
 
 from helpers import SPLIT, ScriptedVLM
 from helpers import generation_answer as answer
-from vldocir.construction.cleaning import QueryCleaningSpec
-from vldocir.construction.evidence_configs import EvidenceSamplingSpec, sample_evidence_configs
-from vldocir.construction.query_stage import GeneratedQueries, regenerate_queries, summary
-from vldocir.construction.vlm_generation import (
+from vldocir.data.benchmark import load_benchmark, write_benchmark
+from vldocir.errors import ConfigError
+from vldocir.llm import ChatClient
+from vldocir.llm_server import ChatServer
+from vldocir.queries.cleaning import QueryCleaningSpec
+from vldocir.queries.evidence_configs import EvidenceSamplingSpec, sample_evidence_configs
+from vldocir.queries.query_stage import GeneratedQueries, regenerate_queries, summary
+from vldocir.queries.vlm_generation import (
     FAMILIES,
     NEUTRAL_DOC_IDS,
     OUTPUT_DISCARDS,
@@ -30,10 +34,6 @@ from vldocir.construction.vlm_generation import (
     prompt_name,
     prompt_template,
 )
-from vldocir.data.benchmark import load_benchmark, write_benchmark
-from vldocir.errors import ConfigError
-from vldocir.llm import ChatClient
-from vldocir.llm_server import ChatServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MINI = REPO_ROOT / "data" / "vl-docir-mini"

@@ -1,6 +1,6 @@
 """Queries the user writes (``queries=file``) or none (``queries=none``), in place of the VLM query stage.
 
-Both have the call protocol of :class:`~vldocir.construction.query_stage.GeneratedQueries`
+Both have the call protocol of :class:`~vldocir.queries.query_stage.GeneratedQueries`
 (the built ``documents``, ``pages``, ``elements`` tables, page images, ``near_max_gap`` ->
 ``(queries, qrels, report)``), so ``python -m vldocir.apps.build`` and
 ``python -m vldocir.apps.generate_queries`` (over an already rendered benchmark) take either, and a
@@ -23,7 +23,7 @@ built pages (an unknown document, a page past the document's end, an element the
 have): each problem is one :class:`~vldocir.errors.ConfigError` naming the file, the row and the value.
 
 Each query's evidence pages and structure follow the project's grounding rules
-(:func:`vldocir.construction.grounding.evidence_structures`): pages in two documents ``cross_doc``;
+(:func:`vldocir.data.evidence.evidence_structures`): pages in two documents ``cross_doc``;
 several pages of one document ``doc_adjacent``/``doc_near``/``doc_far`` by the distance of its first
 and last (``near_max_gap``); one page ``page_multi`` when two or more cited elements lie on it, else
 ``page_single``. A cited element's page is the page its box starts on; its qrel lists it in
@@ -46,7 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from vldocir.construction.grounding import evidence_structures, evidence_types
+from vldocir.data.evidence import evidence_structures, evidence_types
 from vldocir.data.schema import CORPUS_ONLY_METHOD, EVIDENCE_STRUCTURES, TABLES
 from vldocir.errors import ConfigError
 from vldocir.io import JsonlLineError, file_digest, jsonl_objects
@@ -302,8 +302,8 @@ class NoQueries:
 
 def query_summary(stage, report: Mapping[str, Any]) -> str:
     """Any query stage's report in a few lines: the stage's own ``summary``, else the generated
-    stage's (:func:`vldocir.construction.query_stage.summary`)."""
-    from vldocir.construction.query_stage import summary
+    stage's (:func:`vldocir.queries.query_stage.summary`)."""
+    from vldocir.queries.query_stage import summary
 
     return (getattr(stage, "summary", None) or summary)(report)
 

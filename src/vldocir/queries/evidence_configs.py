@@ -19,7 +19,7 @@ facts are planted. Inputs are the benchmark's ``documents``, ``pages`` (``dom_te
 - **Doc-Adjacent / Doc-Near / Doc-Far**: every page pair of a document, scored by the TF-IDF cosine
   similarity of the two pages' text (one vectorizer per source) plus ``richness_weight x`` the mean
   of the two pages' visual scores scaled to [0, 1] within the source (to avoid low-content pages);
-  classified by page distance with :func:`vldocir.construction.grounding.pair_structure`, the
+  classified by page distance with :func:`vldocir.data.evidence.pair_structure`, the
   thresholds the synthetic generator uses; each document's ``pairs_per_document`` best pairs per class.
 - **Cross-Doc**: each document's nearest neighbour (cosine) among the documents of its source, over
   sentence-transformers embeddings of its start text (the first ``start_chars`` characters of its
@@ -44,7 +44,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from vldocir.construction.grounding import NEAR_MAX_GAP, page_id, pair_structure
+from vldocir.data.evidence import NEAR_MAX_GAP, page_id, pair_structure
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.errors import VldocirError
 
