@@ -99,7 +99,7 @@ tables: setup  ## Markdown + LaTeX tables (results/tables) and PDF + PNG figures
 figures: setup  ## only the figures (results/figures)
 	$(REPORT) 'do=[figures]' $(ARGS)
 
-check: setup  ## OK / DIFF / MISSING for every published cell (exit 1 on DIFF); ARGS="quiet=true tolerance=0.1"
+check: setup  ## OK / DIFF / MISSING for every published cell (the app exits 1 on DIFF, make then 2); ARGS="quiet=true tolerance=0.1"
 	$(REPORT) 'do=[check]' $(ARGS)
 
 compare: setup  ## paired tests of stored runs against a baseline; ARGS="runs=[B/R/S,...] baseline=B/R0/S0"
