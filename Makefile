@@ -74,7 +74,7 @@ mini-ship: setup  ## regenerate the compact copy that ships in data/vl-docir-min
 	$(PYTHON) -m vldocir.apps.build spec.name=vl-docir-mini images.scale=0.2 images.format=jpeg images.jpeg_quality=65 'out_dir=$${paths.root_dir}/data/vl-docir-mini'
 
 clean:  ## remove generated data, caches, logs and results (not the committed ones)
-	rm -rf cache logs results/runs results/cleaning results/audit data/evidence-configs data/vl-docir-mini-full data/vl-docir-mini-generated data/synthetic-*
+	rm -rf cache logs results/runs results/cleaning results/audit results/compare data/evidence-configs data/vl-docir-mini-full data/vl-docir-mini-generated data/synthetic-*
 
 # Paper tables, figures and the reproduction check: vldocir.apps.report (conf/report.yaml), which reads the
 # results store of the paths group (runs as run.py writes them; Table 12 from an audit imported by `make audit
@@ -99,7 +99,7 @@ tables: setup  ## Markdown + LaTeX tables (results/tables) and PDF + PNG figures
 figures: setup  ## only the figures (results/figures)
 	$(REPORT) 'do=[figures]' $(ARGS)
 
-check: setup  ## OK / DIFF / MISSING for every published cell (exit 1 on DIFF); ARGS="quiet=true tolerance=0.1"
+check: setup  ## OK / DIFF / MISSING for every published cell (the app exits 1 on DIFF, make then 2); ARGS="quiet=true tolerance=0.1"
 	$(REPORT) 'do=[check]' $(ARGS)
 
 compare: setup  ## paired tests of stored runs against a baseline; ARGS="runs=[B/R/S,...] baseline=B/R0/S0"

@@ -57,7 +57,7 @@ for label, run in runs.items():
         for level, split in levels.items():
             rows.append({"run": label, "source": source, "level": level, **split})
 completeness = pd.DataFrame(rows).set_index(["run", "source", "level"]).sort_index()
-completeness.round(1)
+display(completeness.round(1))
 
 # %%
 fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 3.5), squeeze=False)
@@ -111,7 +111,7 @@ def failure_kinds(run) -> pd.Series:
 
 
 kinds = pd.DataFrame({label: failure_kinds(run) for label, run in runs.items()}).T
-kinds
+display(kinds)
 
 # %% [markdown]
 # ## Does a larger k help?
@@ -150,4 +150,4 @@ for label, run in runs.items():
         worst[
             ["query_id", "source", "domain", "n_evidence_pages", f"pages_found@{K}", f"docs_found@{K}", f"recall@{K}"]
         ]
-    )  # noqa: F821
+    )

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from IPython.display import display
 
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.reporting.report_tasks import compose_report
@@ -62,7 +63,7 @@ def by_structure(metric: str) -> pd.DataFrame:
 
 
 recall_all = by_structure(f"recallall@{K}")
-recall_all.round(2)
+display(recall_all.round(2))
 
 # %%
 ax = recall_all.drop(columns="Macro").T.plot.bar(figsize=(9, 4), rot=0)
@@ -81,7 +82,7 @@ plt.show()
 
 # %%
 gap = by_structure(f"recall@{K}") - recall_all
-gap.round(2)
+display(gap.round(2))
 
 # %%
 single_page = ["page_single", "page_multi"]
@@ -126,4 +127,4 @@ for label, run in runs.items():
         }
     ).T[list(EVIDENCE_STRUCTURES)]
     print(label)
-    display(grid.astype(float).round(1))  # noqa: F821 (IPython)
+    display(grid.astype(float).round(1))

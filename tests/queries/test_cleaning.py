@@ -436,7 +436,7 @@ def test_knn5_matches_a_numpy_oracle(default_run):
 
 def test_tables_6_to_10_show_the_reproduced_matrices(default_run):
     tmp_path, cfg, results = default_run
-    spec = load_spec(REPO_ROOT / "experiments" / "paper.yaml", REPO_ROOT / "results" / "paper")
+    spec = load_spec(REPO_ROOT / "conf" / "paper_tables.yaml", REPO_ROOT / "results" / "paper")
     tables = build_tables(spec, ResultsView(tmp_path / "results", spec.benchmark), TABLES)
     cells = pd.concat([t.cells for t in tables.values()])
     assert len(cells) == 9 * 6 and set(cells["status"]) == {"ok"}

@@ -26,7 +26,7 @@ from pathlib import Path
 from helpers import REPO_ROOT, evaluate
 
 TEXT_BENCH = "synthetic-text"  # the benchmark name of the text-only mini benchmark (store: results/runs/<name>/...)
-MANIFEST = REPO_ROOT / "experiments" / "paper.yaml"
+MANIFEST = REPO_ROOT / "conf" / "paper_tables.yaml"
 PAPER_DIR = REPO_ROOT / "results" / "paper"
 IMAGE_SCALE = 8  # rendered test pages are stored at 1/8 of their page size (2000x4000 -> 250x500)
 

@@ -1,11 +1,15 @@
 """The analysis notebooks (jupytext percent format) run top to bottom on the mini benchmark's run.
 
-They are executed in one Jupyter kernel (nbclient), each in a fresh namespace, with the results
-store pointed at the test's copy through ``VLDOCIR_RESULTS_DIR`` (read by the paths group of ``conf/report.yaml``).
+They are executed as plain scripts (``python notebooks/<name>.py``) and in one Jupyter kernel (nbclient),
+each in a fresh namespace, with the results store pointed at the test's copy through
+``VLDOCIR_RESULTS_DIR`` (read by the paths group of ``conf/report.yaml``).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,18 @@ def test_notebooks_are_jupytext_percent_scripts():
             assert not any(
                 name in line for name in ("vldocir.data.benchmark", "vldocir.retrieval", "vldocir.pipeline", "torch")
             ), line
+
+
+@pytest.mark.slow
+def test_notebooks_run_as_scripts(mini_results, tmp_path):
+    """`python notebooks/<name>.py`, from another directory, finds the store through VLDOCIR_RESULTS_DIR and
+    prints its tables (display outside Jupyter prints)."""
+    env = {**os.environ, "VLDOCIR_RESULTS_DIR": str(mini_results), "MPLBACKEND": "Agg"}
+    for path in NOTEBOOKS:
+        done = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, f"{path.name}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        assert f"run(s) of {TEXT_BENCH}" in done.stdout, path.name
+        assert "dom_bm25/base" in done.stdout, path.name  # the run's label, in the tables it displays
 
 
 @pytest.mark.slow

@@ -69,7 +69,7 @@ def test_compose_report_uses_the_paths_group(tmp_path, monkeypatch):
     cfg = compose_report()
     assert cfg.paths.root_dir == str(REPO_ROOT)  # not the current directory: notebooks start in notebooks/
     assert cfg.paths.results_dir == cfg.out_dir == str(tmp_path / "r")
-    assert cfg.manifest == str(REPO_ROOT / "experiments" / "paper.yaml")
+    assert cfg.manifest == str(REPO_ROOT / "conf" / "paper_tables.yaml")
     assert cfg.paper_dir == str(REPO_ROOT / "results" / "paper")
     assert list(cfg.do) == ["tables", "figures"] and cfg.logger._target_ == "vldocir.tracking.NullTracker"
     wandb = compose_report(["logger=wandb"], paths={"log_dir": str(tmp_path / "elsewhere")})

@@ -68,7 +68,7 @@ def cell(table, row, column):
 
 def test_paper_copy_is_complete_and_unchanged(spec):
     """results/paper holds every CSV with the checksum recorded when it was copied, each one a table or
-    figure of experiments/paper.yaml renders, and the README says where each comes from."""
+    figure of conf/paper_tables.yaml renders, and the README says where each comes from."""
     sums = dict(line.split("  ")[::-1] for line in (PAPER_DIR / "SHA256SUMS").read_text().splitlines() if line)
     csvs = sorted(p.name for p in PAPER_DIR.glob("*.csv"))
     assert sorted(n for n in sums if n.endswith(".csv")) == csvs

@@ -18,7 +18,7 @@ from vldocir.reporting.paper import load_spec
 from vldocir.reporting.report_tasks import TablesOnSweepEnd
 from vldocir.reporting.store_view import ResultsView
 
-FIGURE_NAMES = set(load_spec(MANIFEST, PAPER_DIR).figures)  # every figure of experiments/paper.yaml
+FIGURE_NAMES = set(load_spec(MANIFEST, PAPER_DIR).figures)  # every figure of conf/paper_tables.yaml
 
 
 @pytest.fixture(scope="module")

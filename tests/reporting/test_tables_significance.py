@@ -28,7 +28,7 @@ from vldocir.reporting.tables import (
 )
 from vldocir.store import PER_QUERY_FILE
 
-TESTED = ["ndcgall@10", "recallall@10"]  # experiments/paper.yaml: significance.metric of Table 13
+TESTED = ["ndcgall@10", "recallall@10"]  # conf/paper_tables.yaml: significance.metric of Table 13
 
 
 @pytest.fixture(scope="module")

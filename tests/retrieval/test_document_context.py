@@ -357,8 +357,11 @@ def test_a_build_killed_with_sigkill_resumes_byte_identical(tmp_path):
         from vldocir.retrieval.embeddings import PageEmbeddingStore
 
         chunk = context._cluster_chunk
-        def slow_chunk(*args):  # slow enough for the kill to land mid-build
-            time.sleep(0.5)
+        calls = []
+        def slow_chunk(*args):  # the third chunk never ends: the kill lands mid-build, whatever the load
+            calls.append(1)
+            if len(calls) > 2:
+                time.sleep(3600)
             return chunk(*args)
         context._cluster_chunk = slow_chunk
         store = PageEmbeddingStore(__import__("pathlib").Path({str(store.directory)!r}), {store.n_pages},

@@ -260,9 +260,11 @@ def test_failed_splits_are_searched_unsplit_flagged_and_asked_again_next_run(ben
 
 def test_timeout_then_success_splits(bench, queries, tmp_path):
     one = dict(list(queries.items())[:1])
-    with ChatServer([Reply('["late"]', delay_s=1.0), Reply('["in time", "second"]')]) as server:
+    # The first answer is held a minute, so only the timeout ends it; the second comes at once, well
+    # within the 2 s bound however loaded the machine.
+    with ChatServer([Reply('["late"]', delay_s=60), Reply('["in time", "second"]')], max_delay_s=60) as server:
         the_job = job(bench, one, tmp_path)
-        QuerySplit(llm(server.url, tmp_path / "llm", timeout_s=0.2), variant=3, progress=False).make_run(the_job)
+        QuerySplit(llm(server.url, tmp_path / "llm", timeout_s=2.0), variant=3, progress=False).make_run(the_job)
     assert len(server.requests) == 2
     assert the_job.query_flags["qsplit_n"] == {next(iter(one)): 2}
 

@@ -1,7 +1,7 @@
 """Reports from the results store: the paper's tables and figures, the failure viewer.
 
 - ``paper``: the published numbers (``results/paper/``) and the row -> run manifest
-  (``experiments/paper.yaml``).
+  (``conf/paper_tables.yaml``).
 - ``store_view``: read-only access to the store's runs, aggregated with the harness's own code.
 - ``benchmark_view``: the compared benchmark's own tables (Table 1, Figs. 5-7), found without runs.
 - ``audit``: the query audit (Table 12; ``python -m vldocir.apps.audit``) and the bounding-box census.

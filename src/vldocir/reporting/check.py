@@ -10,7 +10,7 @@ then the commands that would make the missing runs (each on the compared benchma
 benchmark for Table 1, an imported audit for Table 12, the cleaning stage's files), and a summary
 that says per table what its reproduced numbers come from (runs on the compared benchmark, its
 documents table, the imported audit, the labelled queries of the cleaning ablations).
-The exit status is 1 when a cell differs by more than its tolerance (``experiments/paper.yaml``:
+The exit status is 1 when a cell differs by more than its tolerance (``conf/paper_tables.yaml``:
 ``tolerance``, per table or overall; ``tolerance=`` overrides), 0 otherwise; missing cells alone do
 not fail the check.
 

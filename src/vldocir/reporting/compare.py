@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from vldocir.cache import content_key
 from vldocir.errors import ConfigError, VldocirError
 from vldocir.io import atomic_path, atomic_write_text
+from vldocir.reporting.outputs import ignore_generated
 from vldocir.store import PER_QUERY_FILE, Entry, resolve_entry
 
 log = logging.getLogger(__name__)
@@ -344,7 +345,7 @@ def run_compare(cfg: DictConfig) -> int:
     print(text)
     out = Path(cfg.out_dir) / "compare"
     csv, md = out / f"comparison_{key}.csv", out / f"comparison_{key}.md"
-    out.mkdir(parents=True, exist_ok=True)
+    ignore_generated(out)  # creates it, with a .gitignore (not committed, as results/tables)
     with atomic_path(csv) as staging:
         to_frame(result).to_csv(staging, index=False)
     atomic_write_text(markdown, md)

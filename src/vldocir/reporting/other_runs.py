@@ -5,7 +5,7 @@ synthetic corpus).
 
 ``make tables`` lists them after the paper tables (a section of ``<out_dir>/tables/README.md``
 and the console), one row per run and aggregate with the paper's headline metrics at the paper's
-ks (``experiments/paper.yaml``: ``ks``), from each entry's ``metrics.json``. A run is one run key
+ks (``conf/paper_tables.yaml``: ``ks``), from each entry's ``metrics.json``. A run is one run key
 (:meth:`~vldocir.reporting.store_view.ResultsView.distinct_runs`); a paper row uses the entry
 :meth:`~vldocir.reporting.store_view.ResultsView.get` picks for it, and every other run is listed.
 Runs on other benchmarks come after, one section per benchmark (:func:`other_benchmarks`: its

@@ -2,7 +2,7 @@
 
 - ``results/paper/*.csv``: the published tables, copied from the paper (``results/paper/README.md``
   says where each comes from and how the CSVs are written).
-- ``experiments/paper.yaml``: for every table and figure, which run (retriever id, setting id,
+- ``conf/paper_tables.yaml``: for every table and figure, which run (retriever id, setting id,
   optionally another benchmark) each printed row maps to, plus the table's layout parameters.
 
 Nothing here reads the results store; :mod:`vldocir.reporting.store_view` does.
@@ -30,7 +30,7 @@ def metric_label(column: str) -> str:
 
 
 class PaperSpecError(VldocirError, ValueError):
-    """experiments/paper.yaml and the published CSVs disagree (a row without a mapping, ...)."""
+    """conf/paper_tables.yaml and the published CSVs disagree (a row without a mapping, ...)."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class RunRef:
 
 @dataclass
 class PaperSpec:
-    """``experiments/paper.yaml`` plus the directory of published CSVs."""
+    """``conf/paper_tables.yaml`` plus the directory of published CSVs."""
 
     benchmark: str
     dataset: str
@@ -128,7 +128,7 @@ class PaperSpec:
             if label == key or label in spellings:
                 return key
         raise PaperSpecError(
-            f"unknown {kind[:-1]} label {label!r}: add it under labels.{kind} in experiments/paper.yaml"
+            f"unknown {kind[:-1]} label {label!r}: add it under labels.{kind} in conf/paper_tables.yaml"
         )
 
     def structure_id(self, label: str) -> str:
@@ -161,7 +161,7 @@ class PaperSpec:
         rows = entry.get("rows") or {}
         if label not in rows:
             raise PaperSpecError(
-                f"row {label!r} of {entry.get('csv')} has no mapping under its 'rows' in experiments/paper.yaml"
+                f"row {label!r} of {entry.get('csv')} has no mapping under its 'rows' in conf/paper_tables.yaml"
             )
         return RunRef.from_entry(rows[label])
 
@@ -189,7 +189,7 @@ class PaperSpec:
         return refs
 
 
-def load_spec(manifest: str | Path = "experiments/paper.yaml", paper_dir: str | Path = "results/paper") -> PaperSpec:
+def load_spec(manifest: str | Path = "conf/paper_tables.yaml", paper_dir: str | Path = "results/paper") -> PaperSpec:
     """Load the manifest and the published CSVs (defaults are relative to the repository root, the
     working directory of ``make tables``)."""
     return PaperSpec.load(manifest, paper_dir)

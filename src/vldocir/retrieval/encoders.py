@@ -23,8 +23,6 @@ from vldocir.retrieval.checkpoints import Checkpoint, as_checkpoint
 
 log = logging.getLogger(__name__)
 
-KINDS = ("multi_vector", "single_vector")
-
 
 def _import(dotted: str):
     from hydra.utils import get_class

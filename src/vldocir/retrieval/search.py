@@ -159,10 +159,10 @@ def _matmul_precision(precision: str) -> Iterator[None]:
 CPU_TILE_SCORES = 1 << 18
 """On CPU, the most (page token x query token) scores one matrix product writes: 1 MB of fp32,
 about a core's L2 cache on current x86 machines, from which the max over page tokens reads them
-back (256 tokens of a page by the 1,024 query tokens of 32 queries). Measured in one process
-(perf/README.md), the previous layout (query tokens as rows, tiles of 2^22 maxed from the
-last-level cache) ran at 0.79-0.86x a square fp32 product, this one at 0.89-0.98x with tiles of
-2^18, within noise of 2^17 and 2^19. On CUDA a block is one product."""
+back (256 tokens of a page by the 1,024 query tokens of 32 queries). perf/bench_maxsim.py
+(perf/README.md): at 2,000 pages, 0.90x (1 thread) and 0.92x (2 threads) the best fp32 matmul
+rate with tiles of 2^18, against 0.87x / 0.81x with 2^17, 0.82x / 0.73x with 2^19 and 0.73x /
+0.54x with 2^22. On CUDA a block is one product."""
 
 MIN_TILE_PAGE_TOKENS = 16
 """Page tokens a CPU tile holds at least; a query batch with more query tokens than

@@ -163,10 +163,6 @@ class Renderer:
                 finally:
                     self._pw = None
 
-    @property
-    def browser_pid(self) -> int | None:
-        return self._browser_pid
-
     # -- one document ------------------------------------------------------------------------
 
     def render(self, doc_id: str, source: str, html_path: str | Path, out_dir: str | Path) -> RenderedDocument:
