@@ -18,7 +18,7 @@ tokens of one page, or (every third query) of two pages of one document: the evi
 RecallAll@k ("all evidence pages in the top k").
 
 Contenders, each built once (build time printed, not part of the search time) and searched with
-``vldocir.retrieval.compressed.compressed_search``; exact is
+``vldocir.retrieval.compressed.search.compressed_search``; exact is
 ``vldocir.retrieval.search.exact_search`` over the fp16 shards:
 
 - codecs alone (every page scored, over decoded vectors): ``SQ8``, ``SQ4``, ``PQ64x8``;
@@ -212,7 +212,9 @@ def _recall_all(top, evidence: list[list[int]], k: int) -> float:
 def run(args) -> dict:
     import torch
 
-    from vldocir.retrieval.compressed import CompressedPages, CompressedSearch, build_compressed
+    from vldocir.retrieval.compressed import CompressedSearch
+    from vldocir.retrieval.compressed.build import build_compressed
+    from vldocir.retrieval.compressed.pages import CompressedPages
     from vldocir.retrieval.search import exact_search
 
     torch.set_num_threads(args.threads)

@@ -31,7 +31,7 @@ from vldocir.retrieval.bm25 import BM25Retriever
 from vldocir.retrieval.context import DocumentContext
 from vldocir.retrieval.rerank import Rerank, Reranker
 from vldocir.retrieval.settings import RunJob
-from vldocir.store import damaged_cache
+from vldocir.store.cli import damaged_cache
 
 BAD = 2  # the page shard whose files stand for every shard's (pages 10..14); shard 3 is copied over it
 DEPTH = 21

@@ -367,7 +367,7 @@ def test_the_checks_catch_broken_references(tmp_path):
     assert link_problem(page, "testing.md#no-such-heading")
     assert link_problem(page, "no-such-page.md")
     assert link_problem(page, "https://example.org/x") is None
-    assert path_problem("src/vldocir/pipeline.py") is None
+    assert path_problem("src/vldocir/pipeline/jobs.py") is None
     assert path_problem("queries/cleaning.py") is None  # relative to src/vldocir
     assert path_problem("tests/test_render.py")
     assert path_problem("construction/queries.py")

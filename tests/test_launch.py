@@ -286,7 +286,7 @@ def _sweep_points(cfg) -> list[list[str]]:
 def test_every_experiment_composes(isolated_paths, experiment):
     """Every job of every experiment composes, passes run.py's checks and instantiates its setting,
     its retriever and, recursively, its input runs (what the job does before any work)."""
-    from vldocir.pipeline import check_inputs
+    from vldocir.pipeline.jobs import check_inputs
 
     overrides = [] if experiment is None else [f"experiment={experiment}"]
     cfg = compose_cfg(*overrides, keep_hydra=True)

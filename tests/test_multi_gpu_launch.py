@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from helpers import compose_cfg, run_py, tiny_overrides
-from vldocir.pipeline import global_encode_task, job_rank
+from vldocir.pipeline.encode_stage import global_encode_task, job_rank
 
 
 def shards_of(task: int, num_tasks: int, rank: int, ranks: int, n_shards: int) -> list[int]:

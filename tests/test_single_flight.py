@@ -26,7 +26,7 @@ from hydra.utils import instantiate
 from helpers import REPO_ROOT, SUBSET_PAGES, compose_cfg, run_py, tiny_overrides
 from vldocir.cache import ArtifactCache
 from vldocir.leases import LEASES_DIR, Leases
-from vldocir.pipeline import open_benchmark
+from vldocir.pipeline.datasets import open_benchmark
 from vldocir.retrieval.embeddings import shard_unit
 
 SHARD_SIZE = 4

@@ -24,6 +24,7 @@ import pytest
 
 from helpers import REPO_ROOT, evaluate, newest_entry
 from vldocir import store
+from vldocir.store import cli as store_cli
 
 STEPS = ["write run.parquet", "write per_query.parquet", "write metrics.json", "write manifest.json", "rename"]
 KILL_POINTS = [(i, when) for i in range(1, len(STEPS) + 1) for when in ("before", "after")]
@@ -188,7 +189,7 @@ def test_variants_get_their_own_entries_and_are_listed(isolated_paths, small_ben
     assert picked.path == index[(index.depth == 100) & (index.ks == (3, 5, 10))].sort_values("created_at").path.iloc[-1]
 
     capsys.readouterr()
-    assert store.main([str(results)]) == 0  # python -m vldocir.store RESULTS_DIR
+    assert store_cli.main([str(results)]) == 0  # python -m vldocir.store RESULTS_DIR
     assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 4
 
 

@@ -69,7 +69,7 @@ def test_generated_ocr_text_is_the_dom_text_misread_and_leaves_the_rest_unchange
 
 
 def test_a_build_override_never_silently_reuses_what_another_spec_generated(isolated_paths, caplog):
-    from vldocir.pipeline import _open_source
+    from vldocir.pipeline.datasets import _open_source
 
     first = _open_source(compose_cfg("dataset=synthetic_text").dataset)
     assert (isolated_paths / "data" / "synthetic-text" / "benchmark.json").is_file()

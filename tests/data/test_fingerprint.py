@@ -23,6 +23,7 @@ import pytest
 
 from vldocir.data import fingerprint
 from vldocir.data.benchmark import compute_fingerprint, load_benchmark
+from vldocir.data.fingerprint import images, memo
 from vldocir.data.schema import TABLES
 
 HOUR_AGO_NS = time.time_ns() - 3600 * 10**9
@@ -65,15 +66,16 @@ def image_bench(small_bench_dir, tmp_path, cache_dir) -> Path:
 
 @pytest.fixture
 def hashed(monkeypatch) -> list[str]:
-    """Every image file whose bytes the fingerprint reads (the module's only file-reading function)."""
+    """Every image file whose bytes the fingerprint reads (``images._hash_file`` is the only function that reads
+    one)."""
     calls: list[str] = []
-    real = fingerprint._hash_file
+    real = images._hash_file
 
     def counting(path: str):
         calls.append(path)
         return real(path)
 
-    monkeypatch.setattr(fingerprint, "_hash_file", counting)
+    monkeypatch.setattr(images, "_hash_file", counting)
     return calls
 
 
@@ -170,9 +172,9 @@ def test_memo_lives_outside_the_benchmark(image_bench, cache_dir, tmp_path, monk
     assert [p.parent for p in cache_dir.rglob("*.parquet")] == [cache_dir / "fingerprints"]
     monkeypatch.delenv("VLDOCIR_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert fingerprint.memo_dir() == tmp_path / "xdg" / "vldocir" / "fingerprints"
+    assert memo.memo_dir() == tmp_path / "xdg" / "vldocir" / "fingerprints"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert fingerprint.memo_dir() == Path("~/.cache/vldocir/fingerprints").expanduser()
+    assert memo.memo_dir() == Path("~/.cache/vldocir/fingerprints").expanduser()
 
 
 def test_corrupt_memo_is_ignored_and_rebuilt(image_bench, cache_dir, hashed, caplog):
@@ -220,7 +222,7 @@ def test_missing_image_file_is_fingerprinted_without_validation(image_bench):
 
 
 def test_progress_bar_when_hashing_many_images(image_bench, monkeypatch, capsys):
-    monkeypatch.setattr(fingerprint, "PROGRESS_MIN_FILES", 10)
+    monkeypatch.setattr(images, "PROGRESS_MIN_FILES", 10)
     compute_fingerprint(image_bench)
     assert "fingerprint: hashing page images" in capsys.readouterr().err
 

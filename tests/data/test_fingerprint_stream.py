@@ -1,5 +1,5 @@
-"""The fingerprint hashes a table file in canonical order as a stream (vldocir.data.fingerprint
-``_SortedTableFile``): the bytes must be those of the in-memory IPC stream (``_ipc_stream``), for every
+"""The fingerprint hashes a table file in canonical order as a stream (vldocir.data.fingerprint.table_stream
+``SortedTableFile``): the bytes must be those of the in-memory IPC stream (``ipc_stream``), for every
 column type the benchmarks hold, with nulls at every level, empty lists and batch boundaries anywhere;
 a file in any other order, with a repeated key, or in shards is hashed from memory."""
 
@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from vldocir.data import fingerprint
+from vldocir.data.fingerprint import table_stream
+from vldocir.data.fingerprint.images import image_file_paths
 from vldocir.data.schema import BBOX_TYPE, IMAGE_TYPE, TABLES
 from vldocir.data.tables import read_table, sort_canonically
 
@@ -67,11 +68,11 @@ def _qrels(n: int) -> pa.Table:
 
 
 def _digests(path, name: str, batch_rows: int) -> tuple[str, str]:
-    streamed = fingerprint._SortedTableFile.open(TABLES[name], path, batch_rows=batch_rows)
+    streamed = table_stream.SortedTableFile.open(TABLES[name], path, batch_rows=batch_rows)
     assert streamed is not None
     digest = hashlib.blake2b(digest_size=16)
     streamed.hash_stream(digest)
-    in_memory = fingerprint._ipc_stream(sort_canonically(TABLES[name], read_table(path)))
+    in_memory = table_stream.ipc_stream(sort_canonically(TABLES[name], read_table(path)))
     return digest.hexdigest(), hashlib.blake2b(in_memory, digest_size=16).hexdigest()
 
 
@@ -86,8 +87,8 @@ def test_streamed_pages_hash_as_the_in_memory_stream(tmp_path, n, batch_rows, ro
 def test_streamed_image_files_are_the_in_memory_ones(tmp_path):
     path = tmp_path / "pages.parquet"
     pq.write_table(_pages(50), path, row_group_size=8)
-    streamed = fingerprint._SortedTableFile.open(TABLES["pages"], path, batch_rows=7)
-    assert streamed.image_files() == fingerprint._image_files(read_table(path))
+    streamed = table_stream.SortedTableFile.open(TABLES["pages"], path, batch_rows=7)
+    assert streamed.image_files() == image_file_paths(read_table(path))
 
 
 def test_two_key_tables_and_lists_that_are_all_empty(tmp_path):
@@ -100,17 +101,17 @@ def test_two_key_tables_and_lists_that_are_all_empty(tmp_path):
 def test_files_not_in_strict_key_order_or_in_shards_are_hashed_from_memory(tmp_path):
     pages = _pages(20)
     pq.write_table(pages.take(list(reversed(range(20)))), tmp_path / "pages.parquet")
-    assert fingerprint._SortedTableFile.open(TABLES["pages"], tmp_path / "pages.parquet") is None
+    assert table_stream.SortedTableFile.open(TABLES["pages"], tmp_path / "pages.parquet") is None
     qrels = _qrels(6)
     repeated = pa.concat_tables([qrels.slice(0, 1), qrels.slice(0, 5)])  # a key twice, in order
     pq.write_table(repeated, tmp_path / "qrels.parquet")
-    assert fingerprint._SortedTableFile.open(TABLES["qrels"], tmp_path / "qrels.parquet") is None
+    assert table_stream.SortedTableFile.open(TABLES["qrels"], tmp_path / "qrels.parquet") is None
     (tmp_path / "documents").mkdir()
-    assert fingerprint._SortedTableFile.open(TABLES["documents"], tmp_path / "documents") is None
+    assert table_stream.SortedTableFile.open(TABLES["documents"], tmp_path / "documents") is None
 
 
 def test_a_boolean_column_with_nulls_is_hashed_from_memory(tmp_path):
     """(The in-memory stream hashes the value bits under nulls, which differ between reads.)"""
     pages = _pages(30).append_column("maybe", pa.array([None if i % 4 else i % 3 == 0 for i in range(30)]))
     pq.write_table(pages, tmp_path / "pages.parquet")
-    assert fingerprint._SortedTableFile.open(TABLES["pages"], tmp_path / "pages.parquet") is None
+    assert table_stream.SortedTableFile.open(TABLES["pages"], tmp_path / "pages.parquet") is None

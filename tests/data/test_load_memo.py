@@ -23,6 +23,8 @@ import pytest
 from vldocir.data import benchmark as benchmark_module
 from vldocir.data import fingerprint
 from vldocir.data.benchmark import BenchmarkError, load_benchmark
+from vldocir.data.fingerprint import images
+from vldocir.data.fingerprint.memo import Memo
 
 HOUR_AGO_NS = time.time_ns() - 3600 * 10**9
 
@@ -75,7 +77,7 @@ def work(monkeypatch) -> dict[str, int]:
 
     monkeypatch.setattr(benchmark_module, "validate_tables", counting("validations", benchmark_module.validate_tables))
     monkeypatch.setattr(fingerprint, "_hash_tables", counting("table_hashes", fingerprint._hash_tables))
-    monkeypatch.setattr(fingerprint, "_hash_file", counting("image_hashes", fingerprint._hash_file))
+    monkeypatch.setattr(images, "_hash_file", counting("image_hashes", images._hash_file))
     return counts
 
 
@@ -167,7 +169,7 @@ def test_memo_vouching_for_other_files_is_not_trusted(bench_dir, cache_dir, work
     load_twice(bench_dir, work)
     (path,) = (cache_dir / "fingerprints").iterdir()
     real_root = Path(os.path.realpath(bench_dir))
-    memo = fingerprint._Memo.load(path, real_root)
+    memo = Memo.load(path, real_root)
     memo.validated = "0" * 32
     memo.save(path, real_root)
     assert load_benchmark(bench_dir).load_timings["validate_from_memo"] is False
@@ -196,7 +198,7 @@ def test_invalid_benchmark_is_never_memoized(bench_dir, cache_dir, work):
     with pytest.raises(BenchmarkError):
         load_benchmark(bench_dir)
     memos = list((cache_dir / "fingerprints").glob("*.parquet")) if cache_dir.exists() else []
-    assert all(fingerprint._Memo.load(m, Path(os.path.realpath(bench_dir))).validated is None for m in memos)
+    assert all(Memo.load(m, Path(os.path.realpath(bench_dir))).validated is None for m in memos)
     with pytest.raises(BenchmarkError):
         load_benchmark(bench_dir)
     assert work["validations"] == 2

@@ -225,7 +225,7 @@ def test_the_reduced_dataset_configs_compose_and_open(isolated_paths, memo_dir, 
     bench = open_dataset(cfg.dataset, Path(cfg.paths.cache_dir), _open_source)
     assert bench.name == cfg.dataset.name
     assert bench.root == Path(cfg.paths.cache_dir) / "reduced" / mini.fingerprint
-    # The parent is any dataset config; the full benchmark's reduced name is what paper.yaml expects.
+    # The parent is any dataset config; the full benchmark's reduced name is what conf/paper_tables.yaml expects.
     assert compose_cfg("dataset=vldocir_reduced").dataset.name == "vl-docir-reduced"
     swapped = compose_cfg("dataset=mini_reduced", "dataset@dataset.derive.parent=synthetic_text").dataset
     assert swapped.name == "synthetic-text-reduced" and swapped.derive.parent.build is not None

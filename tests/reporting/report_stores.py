@@ -1,7 +1,7 @@
 """Real results stores for the reporting, viewer and notebook tests (their fixtures: conftest.py).
 
-The stores are made by the real pipeline (Hydra compose + ``vldocir.pipeline.evaluate``) on the
-text-only synthetic mini benchmark (``SyntheticSpec(seed=0)``: 24 documents, 376 pages, 288
+The stores are made by the real pipeline (Hydra compose + ``vldocir.pipeline.evaluate_stage.evaluate``)
+on the text-only synthetic mini benchmark (``SyntheticSpec(seed=0)``: 24 documents, 376 pages, 288
 queries, generated in seconds) in the session's temp dir, once per session:
 
 - ``mini_results``: the mini benchmark's run, ``dom_bm25/base`` (what ``python run.py`` makes),

@@ -23,12 +23,13 @@ from report_stores import MANIFEST, PAPER_DIR, REPO_ROOT, TEXT_BENCH
 from vldocir import store
 from vldocir.evaluation.aggregate import balanced_by, summarise
 from vldocir.evaluation.metrics import metric_columns
+from vldocir.queries.cleaning import false_omission_rate
 from vldocir.reporting import check as check_module
 from vldocir.reporting.formats import ranks, to_latex, to_markdown
 from vldocir.reporting.paper import load_spec, metric_label
 from vldocir.reporting.report_tasks import compose_report, run
 from vldocir.reporting.store_view import ResultsView, StoredRun, choose_benchmark
-from vldocir.reporting.tables import LAYOUTS, build_tables, false_omission_rate
+from vldocir.reporting.tables import LAYOUTS, build_tables
 
 
 @pytest.fixture(scope="module")

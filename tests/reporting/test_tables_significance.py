@@ -12,20 +12,12 @@ import pytest
 
 from report_stores import MANIFEST, PAPER_DIR, TEXT_BENCH
 from vldocir.evaluation.significance import correct, paired_tests
-from vldocir.reporting import compare
-from vldocir.reporting import tables as tables_module
-from vldocir.reporting.formats import to_latex, to_markdown
+from vldocir.reporting import compare, significance_marks
+from vldocir.reporting.formats import to_latex, to_markdown, write_tables
 from vldocir.reporting.paper import PaperSpecError, RunRef, load_spec, metric_label
+from vldocir.reporting.significance_marks import MARK_HIGHER, MARK_LOWER, mark_significance
 from vldocir.reporting.store_view import ResultsView, StoredRun
-from vldocir.reporting.tables import (
-    LAYOUTS,
-    MARK_HIGHER,
-    MARK_LOWER,
-    build_table,
-    build_tables,
-    mark_significance,
-    write_tables,
-)
+from vldocir.reporting.tables import LAYOUTS, build_table, build_tables
 from vldocir.store import PER_QUERY_FILE
 
 TESTED = ["ndcgall@10", "recallall@10"]  # conf/paper_tables.yaml: significance.metric of Table 13
@@ -161,7 +153,7 @@ def test_results_are_cached_where_do_compare_caches_them(spec, view, multi_resul
     params = compare.Params(TESTED, "holm", 0.05, 10000, 0.95, 0, False)
     assert tmp_path / compare.CACHE_KIND / f"{compare.cache_key(base, [run], params)}.json" in files
     stamps = [path.stat().st_mtime_ns for path in files]
-    tables_module._PAIRED.clear()  # a new `make tables` process: only the files remain
+    significance_marks._PAIRED.clear()  # a new `make tables` process: only the files remain
     again = build_table("table13_overall", spec, view, cache_dir=tmp_path)
     assert again.cells["marker"].tolist() == t13.cells["marker"].tolist()
     assert [path.stat().st_mtime_ns for path in files] == stamps, "a cached comparison was recomputed"

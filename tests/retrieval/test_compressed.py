@@ -8,16 +8,11 @@ import pytest
 import torch
 
 from helpers import SUBSET_PAGES, evaluate, tiny_overrides
-from vldocir.retrieval.compressed import (
-    CompressedPages,
-    CompressedSearch,
-    _AffineCodec,
-    _candidates,
-    _centroid_interaction,
-    build_compressed,
-    compressed_search,
-    pool_pages,
-)
+from vldocir.retrieval.compressed import CompressedSearch
+from vldocir.retrieval.compressed.build import build_compressed, pool_pages
+from vldocir.retrieval.compressed.codecs import AffineCodec
+from vldocir.retrieval.compressed.pages import CompressedPages
+from vldocir.retrieval.compressed.search import _candidates, _centroid_interaction, compressed_search
 from vldocir.retrieval.search import exact_search
 from vldocir.retrieval.vectors import RaggedVectors
 
@@ -201,12 +196,12 @@ def test_affine_reading_of_a_scalar_quantizer_equals_its_decoded_products(qtype,
     codec = faiss.IndexScalarQuantizer(dim, getattr(faiss.ScalarQuantizer, qtype))
     codec.train(data)
     codes = codec.sa_encode(data[:37])
-    affine = _AffineCodec.of(codec)
+    affine = AffineCodec.of(codec)
     assert affine is not None and affine.code_bytes == codes.shape[1]
     tokens = torch.from_numpy(rng.standard_normal((5, dim)).astype(np.float32))
     want = tokens.numpy() @ codec.sa_decode(codes).T
     np.testing.assert_allclose(affine.products(tokens, torch.from_numpy(codes)).numpy(), want, rtol=1e-4, atol=1e-4)
-    assert _AffineCodec.of(faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_6bit)) is None  # decoded instead
+    assert AffineCodec.of(faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_6bit)) is None  # decoded instead
 
 
 @pytest.mark.parametrize("codec", ["SQ4", "PQ8x4"])  # offsets scored on their levels, or decoded

@@ -42,6 +42,7 @@ from vldocir.data.runs import (
 from vldocir.data.schema import RUN_SCHEMA
 from vldocir.errors import ConfigError
 from vldocir.retrieval.run_file import RunFileError
+from vldocir.store import cli as store_cli
 
 KS = (3, 5, 10)
 MINI = "vl-docir-mini"
@@ -461,7 +462,7 @@ def test_an_exported_run_round_trips_through_trec_eval(stored, qrels, tmp_path, 
     assert tied, "the case where trec_eval's tie rule differs"
 
     out = tmp_path / "exported.trec"
-    assert store.main(["export", str(entry), str(out)]) == 0
+    assert store_cli.main(["export", str(entry), str(out)]) == 0
     assert re.search(r"^  [1-9]\d* score\(s\) lowered by float32 steps", capsys.readouterr().out, re.M)
     theirs = trec_eval(qrels, parse_trec(out))
     assert set(theirs) == set(ours.index[ours.in_run])
@@ -476,7 +477,7 @@ def test_an_exported_run_round_trips_through_trec_eval(stored, qrels, tmp_path, 
     assert (steps >= 0).all() and 0 < (steps > 0).sum() and steps.max() <= 64  # a few float32 steps, never up
 
     exact = tmp_path / "exact.trec"
-    assert store.main(["export", str(entry), str(exact), "--exact-scores"]) == 0
+    assert store_cli.main(["export", str(entry), str(exact), "--exact-scores"]) == 0
     assert "pair(s) of tied pages left tied" in capsys.readouterr().out
     assert run_from_rows(read_trec_run(exact), query_order)[0].equals(stored_run.cast(RUN_SCHEMA))
     if run == "mine":  # (DOM-BM25's few ties are below the top 10)
@@ -486,17 +487,16 @@ def test_an_exported_run_round_trips_through_trec_eval(stored, qrels, tmp_path, 
 def test_export_finds_runs_and_refuses_to_overwrite(stored, tmp_path, capsys):
     results = stored["results"]
     out = tmp_path / "a.trec"
-    assert (
-        store.main(["export", f"{MINI}/mysystem/base", str(out), "--results-dir", str(results), "--tag", "final"]) == 0
-    )
+    argv = ["export", f"{MINI}/mysystem/base", str(out), "--results-dir", str(results), "--tag", "final"]
+    assert store_cli.main(argv) == 0
     assert "the newest verified of 1 entries" in capsys.readouterr().out
     assert {line.split()[5] for line in out.read_text().splitlines()} == {"final"}
     before = out.read_bytes()
-    assert store.main(["export", str(stored["mine"].entry.parent), str(out)]) == 2
+    assert store_cli.main(["export", str(stored["mine"].entry.parent), str(out)]) == 2
     assert "exists; pass --force" in capsys.readouterr().err and out.read_bytes() == before
-    assert store.main(["export", str(stored["mine"].entry), str(stored["mine"].entry / "x.trec")]) == 2
+    assert store_cli.main(["export", str(stored["mine"].entry), str(stored["mine"].entry / "x.trec")]) == 2
     assert "inside the results store" in capsys.readouterr().err and not (stored["mine"].entry / "x.trec").exists()
-    assert store.main(["export", str(tmp_path), str(tmp_path / "b.trec")]) == 2
+    assert store_cli.main(["export", str(tmp_path), str(tmp_path / "b.trec")]) == 2
     assert "holds no verified entry" in capsys.readouterr().err
     with pytest.raises(ValueError, match="one word without whitespace"):
         write_trec_run(read_run(stored["mine"].entry / store.RUN_FILE), tmp_path / "c.trec", "two words")

@@ -251,7 +251,7 @@ def test_a_fusion_of_one_run_is_refused_before_any_work(isolated_paths):
 )
 def test_an_override_of_what_the_id_names_needs_an_id_of_its_own(isolated_paths, overrides, says):
     from vldocir.config_checks import ConfigError
-    from vldocir.pipeline import check_inputs
+    from vldocir.pipeline.jobs import check_inputs
 
     with pytest.raises(ConfigError, match=r"changes what setting.id=\S+ names") as refused:
         check_inputs(compose_cfg(*overrides), overrides)
@@ -263,7 +263,7 @@ def test_an_override_of_what_the_id_names_needs_an_id_of_its_own(isolated_paths,
 def test_knobs_and_parameters_keep_the_id_honest(isolated_paths):
     """The setting files' own knobs change the id with the inputs; a parameter (k) is a variant of
     the named run, kept beside it in the store as every parameter variant is."""
-    from vldocir.pipeline import check_inputs
+    from vldocir.pipeline.jobs import check_inputs
 
     for overrides in (["setting=rrf", "setting.fuse=base"], ["setting=rrf", "setting.fuse=base", "setting.method.k=3"]):
         check_inputs(compose_cfg(*overrides), overrides)
@@ -272,7 +272,7 @@ def test_knobs_and_parameters_keep_the_id_honest(isolated_paths):
 
 def test_an_input_whose_overrides_change_what_its_id_names_is_refused_naming_it(isolated_paths):
     from vldocir.config_checks import ConfigError
-    from vldocir.pipeline import check_inputs
+    from vldocir.pipeline.jobs import check_inputs
 
     inner = "{setting:rrf,overrides:['setting.method.inputs=[base,ocr_bm25:base]']}"
     over = ["setting=bctx", "setting.id=outer", f"setting.method.inputs=[base,{inner}]"]
@@ -284,7 +284,7 @@ def test_an_input_whose_overrides_change_what_its_id_names_is_refused_naming_it(
 
 def test_an_input_on_another_dataset_fails_in_the_checks_before_any_work(isolated_paths):
     from vldocir.config_checks import ConfigError
-    from vldocir.pipeline import check_inputs
+    from vldocir.pipeline.jobs import check_inputs
 
     over = [
         "setting=bctx",

@@ -21,7 +21,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vldocir.data.fingerprint import BenchmarkFiles, compute_fingerprint, strictly_sorted
+from vldocir.data.fingerprint import BenchmarkFiles, compute_fingerprint
+from vldocir.data.fingerprint.table_stream import strictly_sorted
 from vldocir.data.schema import DECLARED_SOURCES_KEY, TABLES
 from vldocir.data.tables import (
     BenchmarkError,

@@ -8,7 +8,8 @@
 - ``report_tasks``: ``python -m vldocir.apps.report`` (``make tables``, ``make figures``, ``make check``): one function,
   :func:`~vldocir.reporting.report_tasks.run`, over ``conf/report.yaml``; the Hydra callback for the end of a sweep.
 - ``outputs``: what the steps share (``ReportTable``, generated folders).
-- ``tables`` / ``formats`` / ``check``: the tables (Markdown, LaTeX) and the reproduction check.
+- ``tables`` / ``significance_marks`` / ``formats`` / ``check``: the tables (their layouts, the
+  significance marks against a baseline row, Markdown and LaTeX) and the reproduction check.
 - ``other_runs``: the store's runs that no paper row uses (your own system, variants, other benchmarks' runs).
 - ``figures``: the figures (PDF, PNG).
 - ``wandb_report``: the tables and figures in W&B.

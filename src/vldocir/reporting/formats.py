@@ -6,17 +6,21 @@ values are marked within each rank group (``ReportTable.cells.group``), separate
 reproduced and among the published numbers, the way the paper marks them: ``top3`` tables in
 blue / green / bold, ``best`` tables in bold. Ranks compare the printed (rounded) values, so equal
 printed numbers get the same mark. A table with a significance test
-(:func:`vldocir.reporting.tables.mark_significance`) puts ``▲`` / ``▼`` after a reproduced value
-that is significantly higher / lower than its baseline row's (LaTeX: a superscript arrow) and says
-in its note how it was tested.
+(:func:`vldocir.reporting.significance_marks.mark_significance`) puts ``▲`` / ``▼`` after a reproduced
+value that is significantly higher / lower than its baseline row's (LaTeX: a superscript arrow) and
+says in its note how it was tested. :func:`write_tables` writes each table in both forms, with an index.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from vldocir.io import atomic_write_text
+from vldocir.reporting.outputs import ReportTable, ignore_generated
 
 LATEX_PREAMBLE = r"""% Needs \usepackage{booktabs,graphicx,xcolor}.
 \providecommand{\rankfirst}[1]{\textcolor{blue}{#1}}
@@ -37,7 +41,7 @@ LATEX_MARKS = {
     "best": {1: r"\textbf{{{}}}"},
     "none": {},
 }
-MARKDOWN_SIGNS = {"▲": "▲", "▼": "▼"}  # significance markers (vldocir.reporting.tables.MARK_HIGHER / MARK_LOWER)
+MARKDOWN_SIGNS = {"▲": "▲", "▼": "▼"}  # significance marks (significance_marks.MARK_HIGHER / MARK_LOWER)
 LATEX_SIGNS = {"▲": r"\sighigher{}", "▼": r"\siglower{}"}
 MARK_LEGEND = {
     "top3": "best **bold**, second <ins>underlined</ins>, third *italic* (the paper: blue, green, bold)",
@@ -217,3 +221,34 @@ def to_latex(table, note: str | None = None) -> str:
         previous = row
     lines += [r"\bottomrule", r"\end{tabular}%", "}", r"\end{table}"]
     return "\n".join(lines) + "\n"
+
+
+def write_tables(
+    tables: dict[str, ReportTable],
+    out_dir: Path,
+    note: str | None = None,
+    entries: list[str] | None = None,
+    sections: list[str] | None = None,
+) -> list[Path]:
+    """Each table as ``<name>.md`` and ``<name>.tex``, plus the index ``README.md`` (the tables,
+    the store entries used, then ``sections``: further Markdown lines, e.g. the other runs)."""
+    ignore_generated(out_dir)
+    written = []
+    for name, table in tables.items():
+        for suffix, render in ((".md", to_markdown), (".tex", to_latex)):
+            path = out_dir / f"{name}{suffix}"
+            atomic_write_text(render(table, note=note), path)
+            written.append(path)
+    index = ["# Paper tables: reproduced / published (difference)", ""]
+    if note:
+        index += [f"> {note}", ""]
+    for name, table in tables.items():
+        index.append(
+            f"- [{table.title}]({name}.md) ({name}.tex): {table.n_rows_reproduced} of {len(table.rows)} rows reproduced"
+        )
+    if entries:
+        index += ["", "## Store entries used", "", *[f"- {line}" for line in entries]]
+    if sections:
+        index += ["", *sections]
+    atomic_write_text("\n".join(index) + "\n", out_dir / "README.md")
+    return written

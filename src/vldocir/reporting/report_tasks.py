@@ -26,6 +26,7 @@ from vldocir.errors import ConfigError
 from vldocir.reporting.benchmark_view import locate_benchmark
 from vldocir.reporting.check import print_check
 from vldocir.reporting.figures import render_figures
+from vldocir.reporting.formats import write_tables
 from vldocir.reporting.other_runs import (
     benchmarks_markdown,
     other_benchmarks,
@@ -37,7 +38,7 @@ from vldocir.reporting.other_runs import to_markdown as other_runs_markdown
 from vldocir.reporting.outputs import ReportTable
 from vldocir.reporting.paper import load_spec
 from vldocir.reporting.store_view import ResultsView, choose_benchmark
-from vldocir.reporting.tables import AUDIT_REPORT, build_tables, write_tables
+from vldocir.reporting.tables import AUDIT_REPORT, build_tables
 from vldocir.reporting.wandb_report import log_report
 from vldocir.tracking.wandb import WandbTracker
 

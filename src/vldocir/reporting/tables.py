@@ -1,6 +1,6 @@
 """The paper's tables, reproduced from the results store beside the published numbers.
 
-Each table of ``experiments/paper.yaml`` becomes a :class:`ReportTable`: one cell per printed
+Each table of ``conf/paper_tables.yaml`` becomes a :class:`ReportTable`: one cell per printed
 number, holding the published value (``results/paper/<csv>``), the reproduced value where the
 row's run exists in the store (``None`` otherwise: missing, never zero) and the rank groups used to
 mark the best / second / third values as the paper does. A table's ``layout`` names the function
@@ -9,9 +9,11 @@ read the compared benchmark's documents table and its imported audit.
 
 A table whose entry declares ``significance: {baseline: <row or setting>, ...}`` also marks each
 reproduced cell whose run differs significantly from the baseline's run on the cell's own aggregate
-and metric (:func:`mark_significance`).
+and metric: a layout says per cell what to test, and
+:func:`vldocir.reporting.significance_marks.mark_significance` tests it.
 
-Rendered by ``python -m vldocir.apps.report`` (``make tables``, :func:`vldocir.reporting.report_tasks.run`).
+Built by ``python -m vldocir.apps.report`` (``make tables``, :func:`vldocir.reporting.report_tasks.run`),
+which writes them as Markdown and LaTeX (:func:`vldocir.reporting.formats.write_tables`).
 """
 
 from __future__ import annotations
@@ -24,16 +26,12 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from vldocir.evaluation.significance import QuerySetMismatch, correct, paired_tests
-from vldocir.io import atomic_write_text
 from vldocir.queries.cleaning import false_omission_rate  # one definition, shared with the cleaning stage
-from vldocir.reporting import compare
 from vldocir.reporting.audit import ISSUES, AuditSheetError, wilson_interval
-from vldocir.reporting.formats import to_latex, to_markdown
-from vldocir.reporting.outputs import CELL_COLUMNS, ReportTable, ignore_generated
+from vldocir.reporting.outputs import CELL_COLUMNS, ReportTable
 from vldocir.reporting.paper import PaperSpec, PaperSpecError, RunRef, metric_label
+from vldocir.reporting.significance_marks import baseline_label, mark_significance
 from vldocir.reporting.store_view import ResultsView, StoredRun
-from vldocir.store import PER_QUERY_FILE, Entry
 
 log = logging.getLogger(__name__)
 
@@ -105,170 +103,6 @@ def _metric_columns(csv: pd.DataFrame) -> list[str]:
     return [c for c in csv.columns if "@" in c]
 
 
-# -- significance markers against a declared baseline row ---------------------------------------------
-
-SIGNIFICANCE_DEFAULTS = {"correction": "holm", "alpha": 0.05, "permutations": 10000, "seed": 0, "metric": None}
-CORRECTIONS = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
-MARK_HIGHER, MARK_LOWER = "▲", "▼"
-# Within one process, keyed by both runs' per-query files (path and modification time) and the test's
-# parameters: a table that shares a comparison with another (Tables 3 and 13) reuses it.
-_PAIRED: dict[tuple, Any] = {}
-
-
-def _significance(entry: dict) -> dict | None:
-    """The entry's ``significance`` declaration with its defaults, or ``None`` where it declares none."""
-    declared = entry.get("significance")
-    if not declared:
-        return None
-    unknown = set(declared) - set(SIGNIFICANCE_DEFAULTS) - {"baseline"}
-    if "baseline" not in declared or unknown:
-        raise PaperSpecError(
-            f"{entry.get('csv')}: significance needs a baseline and takes only {sorted(SIGNIFICANCE_DEFAULTS)}"
-            + (f" (unknown: {sorted(unknown)})" if unknown else "")
-        )
-    found = {**SIGNIFICANCE_DEFAULTS, **declared}
-    if found["correction"] not in CORRECTIONS:
-        raise PaperSpecError(f"{entry.get('csv')}: significance.correction is one of {sorted(CORRECTIONS)}")
-    return found
-
-
-def _baseline_label(entry: dict, labels) -> str | None:
-    """The declared baseline row (or setting), checked against the table's ``labels``."""
-    found = _significance(entry)
-    if found is None:
-        return None
-    if found["baseline"] not in set(labels):
-        raise PaperSpecError(f"{entry.get('csv')}: significance.baseline {found['baseline']!r} is not one of its rows")
-    return str(found["baseline"])
-
-
-def _rows(run: StoredRun, subset: dict | None) -> pd.DataFrame:
-    frame = run.per_query
-    for column, value in (subset or {}).items():
-        frame = frame[frame[column] == value]
-    return frame
-
-
-def _stamp(run: StoredRun) -> tuple[str, int]:
-    path = run.path / PER_QUERY_FILE
-    return str(path), path.stat().st_mtime_ns
-
-
-def _paired(run: StoredRun, base: StoredRun, subset: dict | None, metrics: list[str], sig: dict, cache_dir):
-    """Per (aggregate, metric): the difference ``run - base`` (points) and its randomization p-value, or
-    the error that refused the pair (their query sets differ).
-
-    With ``cache_dir`` and no ``subset``, through the cache of ``do=compare``
-    (:func:`vldocir.reporting.compare.cached_compute`, ``<cache_dir>/significance/``), so ``make tables``
-    and ``do=compare`` of the same runs and parameters share one result and no rendering recomputes it."""
-    key = (_stamp(run), _stamp(base), tuple(sorted((subset or {}).items())), tuple(metrics))
-    key += (int(sig["permutations"]), int(sig["seed"]), str(cache_dir))
-    if key in _PAIRED:
-        return _PAIRED[key]
-    try:
-        if cache_dir is not None and not subset:
-            params = compare.Params(
-                metrics=list(metrics),
-                correction=str(sig["correction"]),
-                alpha=float(sig["alpha"]),
-                n_permutations=int(sig["permutations"]),
-                level=0.95,
-                seed=int(sig["seed"]),
-                intersection=False,
-            )
-            result, *_ = compare.cached_compute(_compared(base), [_compared(run)], params, Path(cache_dir))
-            frame = compare.to_frame(result)
-        else:
-            frame = paired_tests(
-                _rows(run, subset),
-                _rows(base, subset),
-                metrics,
-                n_permutations=int(sig["permutations"]),
-                seed=int(sig["seed"]),
-            )
-        _PAIRED[key] = frame.set_index(["aggregate", "metric"])[["difference", "p_randomization"]]
-    except (QuerySetMismatch, compare.CompareError) as error:
-        _PAIRED[key] = error
-    return _PAIRED[key]
-
-
-def _compared(run: StoredRun) -> compare.StoredRun:
-    """A run as ``do=compare`` names it (label ``<retriever>/<setting>``, as :func:`compare.load_run` does)."""
-    return compare.StoredRun(
-        name=str(run.path), label=run.label, entry=Entry(run.path), how="the entry used", per_query=run.per_query
-    )
-
-
-def mark_significance(entry: dict, cells: pd.DataFrame, cache_dir: Path | None = None) -> tuple[list[str], str]:
-    """Per cell, ``MARK_HIGHER`` / ``MARK_LOWER`` where its run differs significantly from the baseline
-    run on the cell's aggregate and metric ("" elsewhere), and the table note that says how.
-
-    The test is the paired randomization test of the harness (sign flips of the per-query
-    differences, aggregated as the cell's number is), two-sided, corrected with the declared method
-    across every comparison the table makes. A cell without a run, whose baseline has no run, or
-    whose run covers other queries than the baseline's is not tested (the note counts them).
-    ``cache_dir``: where ``do=compare`` caches its results (see :func:`_paired`).
-    """
-    sig = _significance(entry)
-    tests = cells.attrs.get("tests") or [None] * len(cells)
-    markers = [""] * len(cells)
-    if sig is None:
-        return markers, ""
-    only = sig["metric"]
-    only = None if only is None else {only} if isinstance(only, str) else set(only)
-    tests = [t if t is not None and (only is None or t["metric"] in only) else None for t in tests]
-    wanted: dict[tuple, set[str]] = {}
-    for t in tests:
-        if t is not None and t["run"] is not None and t["baseline"] is not None:
-            wanted.setdefault((t["run"].path, t["baseline"].path), set()).add(t["metric"])
-    tested, p_values, signs = [], [], []
-    no_run = no_baseline = mismatched = 0
-    for i, t in enumerate(tests):
-        if t is None:
-            continue
-        if t["run"] is None:
-            no_run += 1
-            continue
-        if t["baseline"] is None:
-            no_baseline += 1
-            continue
-        metrics = sorted(wanted[(t["run"].path, t["baseline"].path)])
-        result = _paired(t["run"], t["baseline"], t.get("subset"), metrics, sig, cache_dir)
-        if isinstance(result, Exception):
-            mismatched += 1
-            continue
-        row = result.loc[(t["aggregate"], t["metric"])]
-        tested.append(i)
-        p_values.append(float(row["p_randomization"]))
-        signs.append(float(row["difference"]))
-    if p_values:
-        reject, _ = correct(np.asarray(p_values), method=sig["correction"], alpha=float(sig["alpha"]))
-        for i, rejected, difference in zip(tested, reject, signs):
-            if rejected:
-                markers[i] = MARK_HIGHER if difference > 0 else MARK_LOWER
-    metric_note = "" if only is None else f" on {', '.join(metric_label(m) for m in sorted(only))}"
-    note = (
-        f"{MARK_HIGHER} / {MARK_LOWER}: higher / lower than the baseline {sig['baseline']} (same aggregate and "
-        f"metric{metric_note}), by a two-sided paired randomization test over queries "
-        f"({int(sig['permutations']):,} sign-flip permutations, seed {int(sig['seed'])}), "
-        f"{CORRECTIONS[sig['correction']]}-corrected across the table's {len(p_values)} comparisons at "
-        f"alpha = {float(sig['alpha']):g}; {sum(map(bool, markers))} marked"
-    )
-    untested = []
-    if no_run:
-        untested.append(f"{no_run} without a run")
-    if no_baseline:
-        untested.append(f"{no_baseline} whose baseline has no run here")
-    if mismatched:
-        untested.append(f"{mismatched} whose run covers other queries than the baseline's")
-    if not p_values:
-        note = f"No significance markers: no cell could be tested against the baseline {sig['baseline']}"
-        return markers, note + (f" ({', '.join(untested)})." if untested else ".")
-    if untested:
-        note += "; not tested: " + ", ".join(untested)
-    return markers, note + "."
-
-
 # -- layouts: one function per kind of table ---------------------------------------------------------
 
 
@@ -279,7 +113,7 @@ def layout_aggregates(name: str, entry: dict, spec: PaperSpec, view: ResultsView
     has_aggregate = "aggregate" in csv.columns
     metrics = _metric_columns(csv)
     cells = _Cells(entry, spec, view)
-    baseline = _baseline_label(entry, csv["model"])
+    baseline = baseline_label(entry, csv["model"])
     base_run = None if baseline is None else view.get(spec.row_ref(entry, baseline))
     for record in csv.to_dict("records"):
         label = record["model"]
@@ -315,7 +149,7 @@ def layout_settings(name: str, entry: dict, spec: PaperSpec, view: ResultsView) 
     """Table 4: rows family x aggregate; per setting, nDCGAll@10 and RecallAll@10 (best per row)."""
     csv = spec.csv(entry["csv"])
     cells = _Cells(entry, spec, view)
-    baseline = _baseline_label(entry, csv["setting"])
+    baseline = baseline_label(entry, csv["setting"])
     for (family, aggregate), block in csv.groupby(["family", "aggregate"], sort=False):
         base_ref = None if baseline is None else RunRef.from_entry((entry["rows"].get(family) or {}).get(baseline))
         base_run = view.get(base_ref)
@@ -323,7 +157,7 @@ def layout_settings(name: str, entry: dict, spec: PaperSpec, view: ResultsView) 
             settings = entry["rows"].get(family)
             if settings is None or record["setting"] not in settings:
                 raise PaperSpecError(
-                    f"Table 4 row {family}/{record['setting']} has no mapping in experiments/paper.yaml"
+                    f"Table 4 row {family}/{record['setting']} has no mapping in conf/paper_tables.yaml"
                 )
             ref = RunRef.from_entry(settings[record["setting"]])
             run = view.get(ref)
@@ -720,34 +554,3 @@ def build_tables(
     """The tables ``names`` (default: every table of the manifest)."""
     names = list(spec.tables) if names is None else names
     return {name: build_table(name, spec, view, cache_dir) for name in names}
-
-
-def write_tables(
-    tables: dict[str, ReportTable],
-    out_dir: Path,
-    note: str | None = None,
-    entries: list[str] | None = None,
-    sections: list[str] | None = None,
-) -> list[Path]:
-    """Each table as ``<name>.md`` and ``<name>.tex``, plus the index ``README.md`` (the tables,
-    the store entries used, then ``sections``: further Markdown lines, e.g. the other runs)."""
-    ignore_generated(out_dir)
-    written = []
-    for name, table in tables.items():
-        for suffix, render in ((".md", to_markdown), (".tex", to_latex)):
-            path = out_dir / f"{name}{suffix}"
-            atomic_write_text(render(table, note=note), path)
-            written.append(path)
-    index = ["# Paper tables: reproduced / published (difference)", ""]
-    if note:
-        index += [f"> {note}", ""]
-    for name, table in tables.items():
-        index.append(
-            f"- [{table.title}]({name}.md) ({name}.tex): {table.n_rows_reproduced} of {len(table.rows)} rows reproduced"
-        )
-    if entries:
-        index += ["", "## Store entries used", "", *[f"- {line}" for line in entries]]
-    if sections:
-        index += ["", *sections]
-    atomic_write_text("\n".join(index) + "\n", out_dir / "README.md")
-    return written
