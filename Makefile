@@ -37,11 +37,15 @@ format: setup  ## ruff: sort imports, fix what is fixable, format
 	.venv/bin/ruff check --fix .
 	.venv/bin/ruff format .
 
-test: setup  ## the full test suite (what CI runs)
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+# pytest-xdist: one worker per core the machine gives (TEST_WORKERS=0 runs in this process, e.g. to debug)
+TEST_WORKERS ?= auto
+PYTEST_XDIST = -n $(TEST_WORKERS) --dist worksteal
+
+test: setup  ## the full test suite (what CI runs), in parallel workers
+	$(PYTHON) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 test-fast: setup  ## everything except the slow end-to-end tests
-	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS)
 
 bench-eval: setup  ## evaluation speed at paper scale vs pytrec_eval and ranx (several minutes)
 	$(PYTHON) perf/bench_evaluate.py

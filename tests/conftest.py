@@ -45,7 +45,10 @@ def isolated_paths(tmp_path, monkeypatch) -> Path:
 
 
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests run only where CUDA is visible; elsewhere they are skipped, saying why."""
+    """The `slow` end-to-end tests go first, so parallel workers (`make test` runs pytest-xdist) start
+    the long ones early rather than leave one to run alone at the end; `gpu` tests run only where
+    CUDA is visible; elsewhere they are skipped, saying why."""
+    items.sort(key=lambda item: "slow" not in item.keywords)  # stable: the order within each group stays
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
