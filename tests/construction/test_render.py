@@ -482,7 +482,7 @@ def test_webrtc_and_other_udp_cannot_leave_the_browser(tmp_path):
             try:
                 page = bare.new_page()
                 page.goto(control.page(tmp_path / "control").as_uri())
-                control.listen(15, until=lambda c: {"0001", "0003"} <= set(c.datagrams))
+                control.listen(60, until=lambda c: {"0001", "0003"} <= set(c.datagrams))  # a bound against hanging
                 state = page.evaluate("window.__webrtc")
             finally:
                 bare.close()
@@ -494,7 +494,7 @@ def test_webrtc_and_other_udp_cannot_leave_the_browser(tmp_path):
             try:
                 page = ctx.new_page()
                 page.goto(flags_only.page(tmp_path / "flags").as_uri())
-                page.wait_for_function("window.__webrtc && window.__webrtc.done", timeout=15_000)
+                page.wait_for_function("window.__webrtc && window.__webrtc.done", timeout=60_000)
                 flags_only.listen(1.5)
                 state = page.evaluate("window.__webrtc")
             finally:
