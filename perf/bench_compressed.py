@@ -39,7 +39,7 @@ Projection at paper scale (388,548 pages of 768 tokens): storage of exact and of
 from its bytes per page vector, and the compute ratio assuming a contender's stage costs scale as
 measured (index: candidates per query are fixed, so the ratio grows with the corpus).
 
-Goal (issue 25): a configuration with recall of exact top-100 >= 0.99 at >= 10x less search compute
+Goal: a configuration with recall of exact top-100 >= 0.99 at >= 10x less search compute
 (CPU seconds) and >= 3x less storage. This is a script, not a timed test.
 """
 

@@ -266,8 +266,8 @@ class ScriptedVLM:
         first, last = ids[0], ids[-1]
         if behaviour == "rate_limited" and self.seen[key] == 1:
             return Reply(status=429, headers={"Retry-After": "0"})
-        if behaviour == "timeout":
-            return Reply(delay_s=0.9)
+        if behaviour == "timeout":  # held a minute (a server that allows it): only the client's timeout ends it
+            return Reply(delay_s=60)
         if behaviour == "missing_splitter":
             return Reply(json.dumps([{"question": "Who?", "answer": "x", "evidence": [first]}]))
         if behaviour == "bad_json":

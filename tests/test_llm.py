@@ -9,6 +9,7 @@ import email.utils
 import json
 import logging
 import pickle
+import threading
 import time
 
 import pytest
@@ -162,12 +163,20 @@ def test_server_down_without_cache_is_an_error_per_item(tmp_path):
 
 
 def test_concurrency_is_bounded_and_order_kept():
-    with ChatServer(responder=lambda r: Reply(r.text().upper(), delay_s=0.15)) as server:
-        llm = client(server.url, concurrency=3, timeout_s=2)
+    """Each answer waits until three requests are in flight at once (a barrier, not a delay that a
+    loaded machine could outlast), so the client must send three at a time, and never more."""
+    together = threading.Barrier(3, timeout=60)  # a bound against hanging: a client sending fewer fails
+
+    def answer(request):
+        together.wait()
+        return Reply(request.text().upper())
+
+    with ChatServer(responder=answer) as server:
+        llm = client(server.url, concurrency=3, timeout_s=120)  # longer than the barrier's bound
         results = llm.complete_many([ask(f"q{i}") for i in range(12)], progress=True)
     assert [r.content for r in results] == [f"Q{i}" for i in range(12)]
-    assert len(server.requests) == 12
-    assert 2 <= server.max_in_flight <= 3
+    assert len(server.requests) == 12 and all(r.attempts == 1 for r in results)
+    assert server.max_in_flight == 3
 
 
 def test_identical_requests_are_sent_once():
@@ -279,9 +288,9 @@ def test_an_oversized_answer_is_not_read_whole(tmp_path):
     either way the client hangs up, so the server cannot deliver the rest."""
     huge = "y" * (40 << 20)
     with ChatServer([Reply(huge), Reply(huge, chunked=True)]) as server:
-        llm = client(server.url, tmp_path / "llm", max_answer_bytes=1000, timeout_s=5)
+        llm = client(server.url, tmp_path / "llm", max_answer_bytes=1000)
         results = [llm.complete(ask("one")), llm.complete(ask("two"))]
-        assert server.wait_idle()
+        assert server.wait_idle(timeout_s=60)  # a bound against hanging: it is idle once the pipes break
     assert [r.error_kind for r in results] == ["oversized", "oversized"]
     assert all(r.content is None and r.attempts == 1 for r in results)
     assert server.cut_off == 2, "the client stopped reading both bodies"

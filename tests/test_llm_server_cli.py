@@ -87,13 +87,13 @@ def test_the_command_line_serves_a_real_openai_client_and_stops_on_ctrl_c(tmp_pa
         stderr=subprocess.PIPE,
         text=True,
     )
-    watchdog = threading.Timer(120, server.kill)  # a server that never answers cannot hang the suite
+    watchdog = threading.Timer(180, server.kill)  # a server that never answers cannot hang the suite
     watchdog.start()
     try:
         banner = server.stdout.readline()  # the server prints its address once it listens
         assert banner.startswith("serving 1 recorded answers by 'stand-in-vlm' at http://127.0.0.1:"), banner
         url = banner.split(" at ")[1].split()[0]
-        client = openai.OpenAI(base_url=url, api_key="EMPTY", timeout=5, max_retries=0)
+        client = openai.OpenAI(base_url=url, api_key="EMPTY", timeout=60, max_retries=0)  # generous: no answer is late
         assert [m.id for m in client.models.list()] == ["stand-in-vlm"]
         answer = client.chat.completions.create(model="stand-in-vlm", messages=known, max_tokens=16)
         assert answer.choices[0].message.content == "A red square." and answer.choices[0].finish_reason == "stop"
@@ -101,7 +101,7 @@ def test_the_command_line_serves_a_real_openai_client_and_stops_on_ctrl_c(tmp_pa
             client.chat.completions.create(model="stand-in-vlm", messages=question("Something else?"))
         with pytest.raises(openai.NotFoundError, match="'gpt-4o' is not served here"):
             client.chat.completions.create(model="gpt-4o", messages=known)
-        ChatClient(model="stand-in-vlm", base_url=url, timeout_s=5).check_server()  # what a build asks first
+        ChatClient(model="stand-in-vlm", base_url=url, timeout_s=60).check_server()  # what a build asks first
         server.send_signal(signal.SIGINT)
         out, err = server.communicate(timeout=90)  # generous: a loaded CI machine (load 20) is slow, not wrong
     finally:

@@ -4,9 +4,10 @@
 Three of its jobs need the page store at the same time (a base job and both ctx jobs) and the two
 base jobs need the same run. Then the same sweep meets a job that is killed with SIGKILL while it
 holds claims: the test holds one shard's claim itself, so that the job is known to be waiting for
-it, still holding the base run's claim, when it is killed. Claims last 4 s (``leases.duration_s``)
-and pids are not checked (``leases.check_local_pid=false``, as for a job on another node), so the
-killed job's claim ends by expiry; the sweep takes it over.
+it, still holding the base run's claim, when it is killed. Claims last 20 s (``leases.duration_s``):
+a job's heartbeat renews them every 5 s, and a claim is given up only after 15 s without renewal, which
+no load on the machine makes a job miss; pids are not checked (``leases.check_local_pid=false``, as for
+a job on another node), so the killed job's claim ends by expiry; the sweep takes it over.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def test_a_sweep_encodes_and_computes_each_unit_once_also_past_a_killed_job(
         *tiny_overrides("colqwen25", tiny),
         f"dataset.source={subset_dir}",
         f"retriever.model.shard_size={SHARD_SIZE}",
-        "leases.duration_s=4",
+        "leases.duration_s=20",
         "leases.check_local_pid=false",
     ]
     sweep = ["-m", *common, *SWEEP, "hydra/launcher=submitit_local"]
@@ -104,7 +105,7 @@ def test_a_sweep_encodes_and_computes_each_unit_once_also_past_a_killed_job(
     store, _ = instantiate(cfg.retriever.model).page_store(
         open_benchmark(cfg.dataset, cfg.paths.cache_dir), ArtifactCache(Path(cfg.paths.cache_dir))
     )
-    leases = Leases(root / "cache" / LEASES_DIR, duration_s=4)  # renewed by this process's heartbeat
+    leases = Leases(root / "cache" / LEASES_DIR, duration_s=60)  # renewed by this process's heartbeat
     held = leases.claim(shard_unit(store, 1))
     env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
 

@@ -264,7 +264,7 @@ def test_a_build_reports_every_documents_warnings_and_survives_sources_whose_onl
     index.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def build(out: Path, url: str):
-        client = ChatClient(model="test-vlm", base_url=url, cache_dir=tmp_path / "llm", timeout_s=5, max_retries=0)
+        client = ChatClient(model="test-vlm", base_url=url, cache_dir=tmp_path / "llm", timeout_s=60, max_retries=0)
         stage = GeneratedQueries(
             EvidenceSamplingSpec(configs_per_structure=1),
             GenerationSpec(queries_per_config=2),

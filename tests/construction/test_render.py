@@ -482,7 +482,7 @@ def test_webrtc_and_other_udp_cannot_leave_the_browser(tmp_path):
             try:
                 page = bare.new_page()
                 page.goto(control.page(tmp_path / "control").as_uri())
-                control.listen(15, until=lambda c: {"0001", "0003"} <= set(c.datagrams))
+                control.listen(60, until=lambda c: {"0001", "0003"} <= set(c.datagrams))  # a bound against hanging
                 state = page.evaluate("window.__webrtc")
             finally:
                 bare.close()
@@ -494,7 +494,7 @@ def test_webrtc_and_other_udp_cannot_leave_the_browser(tmp_path):
             try:
                 page = ctx.new_page()
                 page.goto(flags_only.page(tmp_path / "flags").as_uri())
-                page.wait_for_function("window.__webrtc && window.__webrtc.done", timeout=15_000)
+                page.wait_for_function("window.__webrtc && window.__webrtc.done", timeout=60_000)
                 flags_only.listen(1.5)
                 state = page.evaluate("window.__webrtc")
             finally:
@@ -621,34 +621,71 @@ def test_timeout_is_reported_and_the_batch_goes_on_then_resumes(docs_dir, tmp_pa
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing re-rendered
 
 
+def test_the_bound_grows_with_height():
+    """A measured document's bound: timeout_s plus timeout_per_page_s per page of its height (rounded
+    up, at least one page)."""
+    cfg = RenderConfig(timeout_s=6.0, timeout_per_page_s=0.5)  # page_height 4000
+    assert [cfg.height_pages(h) for h in (1, 3999, 4000, 4001, 8000, 113150)] == [1, 1, 1, 2, 2, 29]
+    assert cfg.document_bound_s(1) == 6.5 and cfg.document_bound_s(4001) == 7.0
+    assert cfg.document_bound_s(113150) == pytest.approx(6.0 + 0.5 * 29)
+    assert RenderConfig(timeout_s=6.0, timeout_per_page_s=0.5, page_height=2000).height_pages(4001) == 3
+    assert RenderConfig().document_bound_s(113150) == 120.0 + 5.0 * 29  # the defaults
+
+
 @pytest.mark.slow
 @needs_chromium
-def test_the_bound_grows_with_height_and_a_killed_document_leaves_no_pages(tmp_path):
-    """A ~30-page document killed in the middle of its pages (a bound of 6 s + 0.01 s per page)
-    is reported with its id and reason and leaves no file; with the default 5 s per page on the
-    same base the same document renders. Both in worker processes, beside a short document."""
+def test_a_document_past_its_measured_bound_is_killed_in_its_worker_and_leaves_no_pages(tmp_path, monkeypatch):
+    """In worker processes, beside a short document: a multi-page document is measured, its first page
+    written, and then never finishes (the stand-in worker is the real one with the capture of any later
+    page of "long" replaced by a script that spins for ever, so only the watchdog's kill ends it). It
+    fails on the bound its height gave it, reported with its id and reason, and leaves no file; a
+    rerun renders it. The base bound (20 s) is generous, so that no load can make the document time
+    out before it is measured; the test's outcome depends on no speed."""
+    from vldocir.construction.render import batch as batch_mod
+
     html = tmp_path / "long" / "index.html"
     html.parent.mkdir()
-    html.write_text(long_document(50))
+    html.write_text(long_document(8))  # 5 pages
+    stand_in = tmp_path / "hanging_worker.py"
+    stand_in.write_text(
+        "import runpy, sys\n"
+        "from vldocir.construction.render import capture\n"
+        "original = capture.Shooter.page_image\n"
+        "def page_image(self, start, cut):\n"
+        "    if start > 0 and '/long/' in self.page.url:\n"
+        "        self.page.evaluate('() => { for (;;) {} }')  # ended only by the watchdog killing the browser\n"
+        "    return original(self, start, cut)\n"
+        "capture.Shooter.page_image = page_image\n"
+        "runpy.run_module('vldocir.construction.render._worker', run_name='__main__')\n"
+    )
+    monkeypatch.setattr(batch_mod._Worker, "COMMAND", (str(stand_in),))
+    monkeypatch.setattr(batch_mod, "available_cores", lambda: 2)
     docs = [("long", "generic", html), ("short", "generic", DATA / "malformed.html")]
     out = tmp_path / "out"
-    tight = RenderConfig(timeout_s=6.0, timeout_per_page_s=0.01, workers=2)
-    report = render_batch(docs, out, tight, progress=False)
-    assert report.failed == ["long"] and report.rendered == ["short"]
-    assert report.errors["long"].startswith("DocumentTimeout: long:")
-    assert "timeout_per_page_s=0.01" in report.errors["long"]  # killed after it was measured
+    cfg = RenderConfig(timeout_s=20.0, timeout_per_page_s=0.2, workers=2)
+    report = render_batch(docs, out, cfg, progress=False)
+    assert report.workers == 2
+    assert report.failed == ["long"] and report.rendered == ["short"], report.errors
+    error = report.errors["long"]
+    measured = re.fullmatch(
+        r"DocumentTimeout: long: rendering took longer than ([\d.]+) s \(timeout_s=20 \+ "
+        r"timeout_per_page_s=0\.2 x (\d+) pages of its height; browser killed\)",
+        error,
+    )
+    assert measured, error  # killed on the bound its height gave it, not the base bound
     failure = json.loads((out / FAILURES_FILE).read_text().splitlines()[0])
     assert failure["doc_id"] == "long" and failure["error_type"] == "DocumentTimeout"
-    assert failure["elapsed_s"] >= 6.0
+    assert failure["elapsed_s"] >= float(measured.group(1))
     assert not (out / "long").exists()
     assert sorted(p.name for p in out.rglob("*.png")) == ["page-000.png"]  # the short one's only
     assert not [p for p in out.iterdir() if ".staging-" in p.name]
 
-    scaled = RenderConfig(timeout_s=6.0, workers=2)
-    again = render_batch(docs, out, scaled, progress=False)
+    monkeypatch.undo()  # the real worker: the same document renders
+    again = render_batch(docs, out, RenderConfig(workers=2), progress=False)
     assert again.rendered == ["long"] and again.skipped == ["short"], again.errors
     doc = load_layout(out / "long")
-    assert len(doc.pages) >= 20 and doc.timings["total"] > 6.0 + 0.01 * len(doc.pages)
+    assert int(measured.group(2)) == cfg.height_pages(doc.document_height) > 1  # the same layout, measured again
+    assert float(measured.group(1)) == pytest.approx(cfg.document_bound_s(doc.document_height))
     assert sorted(p.name for p in (out / "long").iterdir()) == sorted([p.image for p in doc.pages] + [LAYOUT_FILE])
 
 

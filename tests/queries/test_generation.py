@@ -163,13 +163,19 @@ def client(url: str, cache: Path, **overrides) -> ChatClient:
         model="test-vlm",
         base_url=url,
         cache_dir=cache,
-        timeout_s=0.5,
+        timeout_s=60.0,  # generous: a loaded machine must not turn a prompt local answer into a timeout
         max_retries=1,
         backoff_s=0.01,
         backoff_max_s=0.05,
         concurrency=4,
     )
     return ChatClient(**{**params, **overrides})
+
+
+# The generator's bound: far beyond a prompt answer's time however loaded the machine, far below the
+# minute the "timeout" configuration's answer is held (so only the bound ends it), and short, since that
+# configuration waits for it twice (a retry).
+GENERATOR_TIMEOUT_S = 3.0
 
 
 def stage(url: str, cache: Path, enc) -> GeneratedQueries:
@@ -179,7 +185,7 @@ def stage(url: str, cache: Path, enc) -> GeneratedQueries:
         spec,
         QueryCleaningSpec(),
         describer=client(url, cache),
-        generator=client(url, cache),
+        generator=client(url, cache, timeout_s=GENERATOR_TIMEOUT_S),
         judge=client(url, cache),
         encoder=enc,
         progress=False,
@@ -206,7 +212,7 @@ def test_generation_end_to_end_against_a_server_and_replay_with_the_server_down(
     }
     assert len(set(behaviours)) == 6  # six distinct configurations
     cache = tmp_path / "llm"
-    with ChatServer(responder=ScriptedVLM(behaviours), max_delay_s=1.0) as server:
+    with ChatServer(responder=ScriptedVLM(behaviours), max_delay_s=60) as server:
         first = regenerate_queries(
             small.root, tmp_path / "a", stage(server.url, cache, enc), "small-generated", record_dir=tmp_path / "record"
         )

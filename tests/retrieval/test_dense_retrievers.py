@@ -330,13 +330,35 @@ def test_broken_model_output_names_the_page_and_keeps_finished_shards(subset_dir
     assert [store_.has_shard(s) for s in range(store_.n_shards)] == [True, True, False, False, False]
 
 
+# run.py in a child process that SIGKILLs itself when it starts writing its third shard (the store's
+# write_ragged wrapped, nothing else changed): two shards finished, the third's staging directory made.
+KILLED_AT_THE_THIRD_SHARD = r"""
+import os, runpy, signal, sys
+from vldocir.retrieval import embeddings
+
+write, calls = embeddings.write_ragged, []
+
+def write_ragged(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write(*args, **kwargs)
+
+embeddings.write_ragged = write_ragged
+sys.argv = ["run.py", *sys.argv[1:]]
+runpy.run_path("run.py", run_name="__main__")
+"""
+
+
 @pytest.mark.slow
 def test_encode_job_killed_with_sigkill_resumes_at_the_missing_shards(tiny, isolated_paths):
+    """A run.py encode job is SIGKILLed while it writes its third shard (the kill lands there
+    whatever the machine's speed); the same command resumes at the missing shards and the store is
+    byte-identical to one encoded without interruption."""
     import os
     import signal
     import subprocess
     import sys
-    import time
 
     args = [
         "stage=encode",
@@ -345,24 +367,20 @@ def test_encode_job_killed_with_sigkill_resumes_at_the_missing_shards(tiny, isol
         "retriever.model.shard_size=8",
         "retriever.model.encoder.batch_size=1",
     ]
-    job = subprocess.Popen(
-        [sys.executable, "run.py", *args],
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_THE_THIRD_SHARD, *args],
         cwd=REPO_ROOT,
-        env=os.environ.copy(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        env={**os.environ, "HYDRA_FULL_ERROR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    shards = isolated_paths / "cache" / "page-embeddings"
-    deadline = time.monotonic() + 300
-    while len(list(shards.glob("*/shards/*/shard.json"))) < 2:
-        assert job.poll() is None and time.monotonic() < deadline, "the job ended before two shards were written"
-        time.sleep(0.05)
-    job.send_signal(signal.SIGKILL)
-    job.wait()
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     (store_dir,) = page_store_dirs(isolated_paths / "cache")
     before = {p.parent.name: p.stat().st_mtime_ns for p in store_dir.glob("shards/*/vectors.npy")}
     n_shards = -(-len(pq.read_table(MINI_DIR / "pages.parquet", columns=["page_id"])) // 8)  # shard_size=8
-    assert 2 <= len(before) < n_shards and not (store_dir / "artifact.json").exists()
+    assert sorted(before) == ["00000", "00001"] and n_shards > 3 and not (store_dir / "artifact.json").exists()
+    assert [d.name.split(".staging-")[0] for d in (store_dir / "shards").glob(".*")] == [".00002"]  # the debris
 
     done = run_py(*args)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -371,6 +389,7 @@ def test_encode_job_killed_with_sigkill_resumes_at_the_missing_shards(tiny, isol
     (record,) = (store_dir / "tasks").iterdir()
     encoded = json.loads(record.read_text())["encode"]
     assert encoded["shards_reused"] == len(before) and encoded["shards_encoded"] == n_shards - len(before)
+    assert not list((store_dir / "shards").glob(".*")), "the killed job's staging directory is removed"
 
     # ... and the resumed store is byte-identical to one encoded without interruption.
     cfg = compose_cfg(*args[1:], f"paths.cache_dir={isolated_paths / 'fresh'}")

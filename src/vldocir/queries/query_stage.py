@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 class Replay:
     """Recorded answers for the requests about to be sent, served by :func:`replay_server`."""
 
-    SECTIONS = ("describe", "generate", "clean")
-
     def __init__(self, path: str | Path, clients: list[ChatClient]):
         self.path = Path(path)
         try:

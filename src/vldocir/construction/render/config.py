@@ -150,6 +150,16 @@ class RenderConfig:
             (r, source) for r in self.page_rules.get(source, []) if source != "*"
         ]
 
+    def height_pages(self, document_height: int) -> int:
+        """The pages of a document measured ``document_height`` device pixels tall, as its bound counts
+        them: ``document_height / page_height`` rounded up, at least one."""
+        return max(1, int(-(-document_height // self.page_height)))
+
+    def document_bound_s(self, document_height: int) -> float:
+        """A measured document's bound in seconds: ``timeout_s`` plus ``timeout_per_page_s`` per page of
+        its height (:meth:`height_pages`)."""
+        return self.timeout_s + self.timeout_per_page_s * self.height_pages(document_height)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

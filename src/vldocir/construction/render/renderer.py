@@ -253,8 +253,8 @@ class Renderer:
         cfg = self.config
         prep = self._prepare(session, source, html_path, started)
         # Measured: the bound grows with the document's height.
-        n_pages = max(1, -(-prep.doc_h // cfg.page_height))
-        watchdog.seconds = cfg.timeout_s + cfg.timeout_per_page_s * n_pages
+        n_pages = cfg.height_pages(prep.doc_h)
+        watchdog.seconds = cfg.document_bound_s(prep.doc_h)
         self._bound = (
             f"timeout_s={cfg.timeout_s:g} + timeout_per_page_s={cfg.timeout_per_page_s:g} x "
             f"{n_pages} pages of its height"
