@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -149,23 +150,35 @@ def client(tmp_path, **overrides) -> PoliteClient:
 
 
 def test_client_rate_limit_per_host_and_over_all_hosts(tmp_path):
-    """Request starts are spaced by min_interval_s; arrivals add latency, so the test reads the span
-    of four requests (at least three intervals, less a latency allowance)."""
+    """The k-th request is sent no earlier than k intervals after the first could start: a lower
+    bound from a clock read before the first request, so a loaded machine (which only delays
+    requests) cannot fail it, while a limiter that does not wait does."""
+
+    def send_times(http: PoliteClient, urls: list[str]) -> list[float]:
+        sent: list[float] = []
+        http._http.event_hooks["request"].append(lambda request: sent.append(time.monotonic()))
+        start = time.monotonic()
+        for url in urls:
+            http.get(url)
+        return [t - start for t in sent]
+
+    interval = 0.1
     with RecordedServer("sec") as server:
         port = server.base.rsplit(":", 1)[1]
-        with client(tmp_path / "a", min_interval_s=0.1) as http:
-            for cik in (1, 2, 3, 4):
-                http.get(f"{server.base}/submissions/CIK000010000{cik}.json")
-        times = [h.time for h in server.hits()]
-        assert times[-1] - times[0] >= 0.25
+        with client(tmp_path / "a", min_interval_s=interval) as http:
+            sent = send_times(http, [f"{server.base}/submissions/CIK000010000{cik}.json" for cik in (1, 2, 3, 4)])
+        assert all(t >= k * interval for k, t in enumerate(sent)), sent
         assert all(h.headers["user-agent"] == AGENT for h in server.hits())
 
-        server.clear_log()  # two host names of one server: per_host=false spaces them too (EDGAR's rule)
-        with client(tmp_path / "b", min_interval_s=0.1, per_host=False) as http:
-            for cik, host in ((1, "127.0.0.1"), (2, "localhost"), (3, "127.0.0.1"), (4, "localhost")):
-                http.get(f"http://{host}:{port}/submissions/CIK000010000{cik}.json")
-        times = [h.time for h in server.hits()]
-        assert times[-1] - times[0] >= 0.25
+        # two host names of one server: per_host=false spaces them too (EDGAR's rule); per host, not
+        hosts = ("127.0.0.1", "localhost", "127.0.0.1", "localhost")
+        urls = [f"http://{host}:{port}/submissions/CIK000010000{i + 1}.json" for i, host in enumerate(hosts)]
+        with client(tmp_path / "b", min_interval_s=interval, per_host=False) as http:
+            sent = send_times(http, urls)
+        assert all(t >= k * interval for k, t in enumerate(sent)), sent
+        with client(tmp_path / "c", min_interval_s=30) as http:  # per host: the other host need not wait
+            sent = send_times(http, urls[:2])
+        assert sent[1] < 30, sent
 
 
 def test_client_honours_retry_after_and_caps_it(tmp_path, caplog):
