@@ -474,7 +474,7 @@ class _Clock:
     def __init__(self) -> None:
         self.wall = self.cpu = 0.0
 
-    def __enter__(self) -> "_Clock":
+    def __enter__(self) -> _Clock:
         self._wall, self._cpu = time.perf_counter(), time.process_time()
         return self
 

@@ -47,10 +47,11 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from vldocir.errors import VldocirError
 from vldocir.io import atomic_write_json, file_digest, naming_path

@@ -253,7 +253,7 @@ class ChatClient:
         self.__dict__.update(state)
         self._setup()
 
-    def with_base_url(self, base_url: str, answers_from: str | None = None) -> "ChatClient":
+    def with_base_url(self, base_url: str, answers_from: str | None = None) -> ChatClient:
         """The same client (model, sampling, retries, cache) talking to the server at ``base_url``.
         ``answers_from`` names where that server's answers come from (e.g. a recording's hash): it
         becomes part of every cache key (:meth:`cache_params`), so answers replayed from one
@@ -433,15 +433,17 @@ class ChatClient:
         import openai
 
         try:
-            with self._slots:
-                with self._openai().chat.completions.with_streaming_response.create(
+            with (
+                self._slots,
+                self._openai().chat.completions.with_streaming_response.create(
                     model=self.model,
                     messages=list(messages),
                     temperature=self.temperature,
                     max_tokens=self.max_tokens,
                     **self.params,
-                ) as response:
-                    body = self._read_body(response, time.monotonic() + self.timeout_s)
+                ) as response,
+            ):
+                body = self._read_body(response, time.monotonic() + self.timeout_s)
         except openai.APITimeoutError as error:
             raise Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
         except openai.APIConnectionError as error:
@@ -528,7 +530,7 @@ class ChatClient:
             result = ChatResult(
                 error=f"{error.kind}: {error.detail} (after {error.attempts} attempts)", error_kind=error.kind
             )
-        except Exception as error:  # noqa: BLE001 - one bad request must not end a batch
+        except Exception as error:  # one bad request must not end a batch
             result = ChatResult(
                 error=f"bad_response: {type(error).__name__}: {self._scrub(str(error))[:500]}",
                 error_kind="bad_response",

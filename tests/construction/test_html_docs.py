@@ -124,7 +124,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> tuple[Path, list[SyntheticDocument]]:
     root = tmp_path_factory.mktemp("html_corpus")
-    spec = HtmlCorpusSpec(seed=11, documents={s: 2 for s in SOURCE_DOMAINS}, pages=SMALL_PAGES)
+    spec = HtmlCorpusSpec(seed=11, documents=dict.fromkeys(SOURCE_DOMAINS, 2), pages=SMALL_PAGES)
     return root, write_corpus(spec, root)
 
 
@@ -139,7 +139,7 @@ def _one(tmp_path, source: str, pages: int, seed: int = 0, **kw) -> SyntheticDoc
 
 
 def test_same_seed_gives_byte_identical_files_and_different_seeds_differ(tmp_path):
-    spec = HtmlCorpusSpec(seed=5, documents={s: 1 for s in SOURCE_DOMAINS}, pages=SMALL_PAGES, quirks=True)
+    spec = HtmlCorpusSpec(seed=5, documents=dict.fromkeys(SOURCE_DOMAINS, 1), pages=SMALL_PAGES, quirks=True)
     write_corpus(spec, tmp_path / "a")
     write_corpus(spec, tmp_path / "b")
     a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
@@ -336,7 +336,7 @@ def test_no_url_without_quirks_and_every_image_exists(corpus):
         html = doc.html_path.read_text()
         assert not URL.findall(html), f"{doc.doc_id} names a URL"
         page = parse(doc)
-        assert not page.having(None, **{"data_quirk": "lazy-image"})
+        assert not page.having(None, data_quirk="lazy-image")
         for img in page.having("img"):
             assert (doc.html_path.parent / img["src"]).is_file(), img
             assert (doc.html_path.parent / img["src"]).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

@@ -41,7 +41,7 @@ DOCS = {"pmc-article": "pubmed", "sec-proxy": "sec", "formulas": "generic", "wid
 PAGE_W = 2000
 
 
-from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402,F401
+from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402
 
 # --- helpers -----------------------------------------------------------------------------------
 

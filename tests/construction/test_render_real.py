@@ -103,7 +103,7 @@ def test_nothing_lies_beyond_the_page_sides(rendered, name):
     doc = _doc(rendered, name)
     assert doc.overflow == [], doc.overflow
     for e in doc.elements:
-        assert 0 <= e.doc_bbox[0] and e.doc_bbox[2] <= doc.page_width, (e.element_id, e.doc_bbox)
+        assert e.doc_bbox[0] >= 0 and e.doc_bbox[2] <= doc.page_width, (e.element_id, e.doc_bbox)
 
 
 @pytest.mark.parametrize("name", list(DOCS))

@@ -43,10 +43,10 @@ def _small_spec(**changes) -> SyntheticSpec:
     base = dict(
         name="ocr-test",
         seed=3,
-        documents={s: 2 for s in sources},
+        documents=dict.fromkeys(sources, 2),
         pages={"wikipedia": (8, 10), "arxiv": (8, 10), "pubmed": (8, 10), "sec": (8, 10)},
         queries={
-            s: {e: 2 for e in ("page_single", "page_multi", "doc_adjacent", "doc_near", "doc_far", "cross_doc")}
+            s: dict.fromkeys(("page_single", "page_multi", "doc_adjacent", "doc_near", "doc_far", "cross_doc"), 2)
             for s in sources
         },
     )

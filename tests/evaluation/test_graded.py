@@ -89,7 +89,7 @@ def test_graded_ndcg_by_hand(index):
     row = per_query_metrics(run_table(rows), index, KS).set_index("query_id").loc["g1"]
     # DCG@3 = 2*1 + 0 + 3*(1/2) = 3.5; IDCG@3 = 3 + 2*D2 + 2*D3 (grades 3, 2, 2) = 5.261859507142915.
     assert row["ndcg@3"] == pytest.approx(3.5 / (3 + 2 * D2 + 2 * D3), abs=1e-12)
-    assert 3.5 / (3 + 2 * D2 + 2 * D3) == pytest.approx(0.6651640918, abs=1e-9)
+    assert pytest.approx(0.6651640918, abs=1e-9) == 3.5 / (3 + 2 * D2 + 2 * D3)
     # DCG@5 adds 0 (a3: grade 0 is no gain) and 1*D5; IDCG@5 adds the last evidence grade, 1*D4.
     assert row["ndcg@5"] == pytest.approx((3.5 + D5) / (3 + 2 * D2 + 2 * D3 + D4), abs=1e-12)
     # nDCG@1: a1 (2) where the ideal has a0 (3): 2/3.

@@ -109,7 +109,7 @@ def test_single_evidence_at_rank_2(index):
     # E = {a1} at rank 2: DCG = 1/log2(3), IDCG = 1 -> nDCG = 0.6309297535714575 at every k.
     for k in KS:
         assert_row(row, {f"ndcg@{k}": D2, f"recall@{k}": 1.0, f"recallall@{k}": 1.0, f"ndcgall@{k}": D2})
-    assert D2 == pytest.approx(0.6309297535714575, abs=1e-15)
+    assert pytest.approx(0.6309297535714575, abs=1e-15) == D2
 
 
 def test_single_evidence_at_rank_4(index):
@@ -118,7 +118,7 @@ def test_single_evidence_at_rank_4(index):
     assert_row(row, {"ndcg@3": 0.0, "recall@3": 0.0, "recallall@3": 0.0, "ndcgall@3": 0.0, "pages_found@3": 0})
     for k in (5, 10):
         assert_row(row, {f"ndcg@{k}": D4, f"recall@{k}": 1.0, f"recallall@{k}": 1.0, f"ndcgall@{k}": D4})
-    assert D4 == pytest.approx(0.43067655807339306, abs=1e-15)
+    assert pytest.approx(0.43067655807339306, abs=1e-15) == D4
 
 
 def test_single_evidence_absent(index):
@@ -134,7 +134,7 @@ def test_two_evidence_pages_at_ranks_1_and_4(index):
     # k=3: DCG = 1, IDCG = 1 + 1/log2(3) -> nDCG = 1/1.6309297535714575 = 0.6131471927654584;
     #      Recall = 1/2, but the evidence is incomplete: RecallAll = 0 and nDCGAll = 0.
     assert_row(row, {"ndcg@3": 1 / (1 + D2), "recall@3": 0.5, "recallall@3": 0.0, "ndcgall@3": 0.0})
-    assert 1 / (1 + D2) == pytest.approx(0.6131471927654584, abs=1e-15)
+    assert pytest.approx(0.6131471927654584, abs=1e-15) == 1 / (1 + D2)
     # k=5 and 10: DCG = 1 + 1/log2(5) = 1.430676558073393, IDCG = 1.6309297535714575
     #      -> nDCG = 0.8772153153380491 = nDCGAll; Recall = RecallAll = 1.
     expected = (1 + D4) / (1 + D2)

@@ -106,7 +106,7 @@ def mini():
 @pytest.fixture(scope="module")
 def exported(mini, tmp_path_factory):
     out = tmp_path_factory.mktemp("audit")
-    counts = {structure: 3 for structure in PAPER_COUNTS}
+    counts = dict.fromkeys(PAPER_COUNTS, 3)
     return out, export_review(mini, out, counts, seed=0)
 
 
@@ -168,7 +168,7 @@ def test_import_some_incorrect(mini, exported):
     cross = list(sheet.loc[(sheet["evidence_structure"] == "cross_doc") & (sheet["source"] == "pubmed"), "query_id"])
     single = list(sheet.loc[sheet["evidence_structure"] == "page_single", "query_id"])[:1]
     wrong = cross[:2] + single
-    path, _ = fill(out, {q: "Incorrect " for q in wrong}, issues={cross[0]: "e", single[0]: "F"})
+    path, _ = fill(out, dict.fromkeys(wrong, "Incorrect "), issues={cross[0]: "e", single[0]: "F"})
     acc = import_review(mini, out, path)["accuracy"]
     assert (acc["overall"]["correct"], acc["overall"]["total"]) == (69, 72)
     assert (acc["overall"]["wilson_low"], acc["overall"]["wilson_high"]) == pytest.approx(

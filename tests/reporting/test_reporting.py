@@ -145,7 +145,7 @@ def test_table13_recomputed_from_tables_16_and_2(spec):
         n_evidence_pages=1,
         n_evidence_docs=1,
         **{"pages_found@5": 1, "docs_found@5": 1},
-        **{c: 0.0 for c in metric_columns([5])},
+        **dict.fromkeys(metric_columns([5]), 0.0),
     )
     ensemble["recallall@5"] = per_query["ColNomic (Normal&Ctx&Rank)"]
     aggregates = summarise(ensemble, [5])["aggregates"]

@@ -474,7 +474,7 @@ def test_an_exported_run_round_trips_through_trec_eval(stored, qrels, tmp_path, 
         stored_frame[["query_id", "page_id", "rank"]].astype(back.dtypes[:3].to_dict())
     )
     steps = float32_steps(stored_frame.score.to_numpy()) - float32_steps(back.score.to_numpy())
-    assert (steps >= 0).all() and 0 < (steps > 0).sum() and steps.max() <= 64  # a few float32 steps, never up
+    assert (steps >= 0).all() and (steps > 0).sum() > 0 and steps.max() <= 64  # a few float32 steps, never up
 
     exact = tmp_path / "exact.trec"
     assert store_cli.main(["export", str(entry), str(exact), "--exact-scores"]) == 0

@@ -174,7 +174,7 @@ def build_rendered_benchmark(
     render: RenderConfig | None = None,
     images: ShippedImages | None = None,
     ocr: OcrConfig | None = None,
-    queries: "GeneratedQueries | None" = None,
+    queries: GeneratedQueries | None = None,
 ) -> Benchmark:
     """Build the benchmark of ``spec`` into ``out_dir`` and load it.
 
@@ -247,7 +247,7 @@ def build_rendered_benchmark(
     if queries is None:  # template queries over the planted facts
         rng = np.random.default_rng(spec.seed)
         counts = {
-            s: {e: spec.queries_per_cell for e in EVIDENCE_STRUCTURES} for s in spec.documents if spec.documents[s]
+            s: dict.fromkeys(EVIDENCE_STRUCTURES, spec.queries_per_cell) for s in spec.documents if spec.documents[s]
         }
         query_frame, qrels = sample_queries(rng, infos, facts, counts, spec.near_max_gap, spec.generators)
         query_report = {"method": "templates", "queries_per_cell": spec.queries_per_cell}

@@ -25,9 +25,9 @@ import html
 import logging
 import re
 import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from vldocir.construction.collect.index import DOC_ID
 from vldocir.construction.documents import DocumentRecord

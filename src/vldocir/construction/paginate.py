@@ -23,21 +23,21 @@ element's box, in its padding (the pixels say that nothing is drawn there);
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 __all__ = [
-    "CutDecision",
-    "blank_rows",
-    "ink_rows",
-    "crossing_rows",
-    "box_free_runs",
-    "keep_with_next",
-    "choose_cut",
-    "assign_elements",
     "Assignment",
+    "CutDecision",
+    "assign_elements",
+    "blank_rows",
+    "box_free_runs",
+    "choose_cut",
+    "crossing_rows",
+    "ink_rows",
+    "keep_with_next",
 ]
 
 

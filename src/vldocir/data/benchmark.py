@@ -12,10 +12,10 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa

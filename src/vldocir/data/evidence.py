@@ -10,7 +10,7 @@ build: they live with the tables they read.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 

@@ -8,8 +8,8 @@ Used by the loader (:mod:`vldocir.data.benchmark`) and the fingerprint
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa

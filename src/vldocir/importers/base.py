@@ -62,9 +62,10 @@ import shutil
 import tempfile
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd

@@ -29,9 +29,9 @@ one annotator drew on it) or its ``content_type`` lists two or more kinds. Queri
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd

@@ -37,9 +37,10 @@ configuration (:data:`CONFIG_COLUMNS`), deterministic for a seed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd

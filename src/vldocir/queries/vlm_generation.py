@@ -47,10 +47,11 @@ import html
 import json
 import logging
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -303,7 +304,7 @@ class QueryGenerator:
         """A description is usable when it is not blank (it goes into the generation prompt as written)."""
         return Validator(f"generation.describe/v{PARSER_VERSION}", lambda text: None if text.strip() else "blank")
 
-    def generation_validator(self, item: "ConfigInput") -> Validator:
+    def generation_validator(self, item: ConfigInput) -> Validator:
         """An answer is usable when :func:`parse_output` takes it, against the ids of its own prompt."""
         known, splitter = set(item.known), self.spec.splitter
         return Validator(

@@ -19,10 +19,10 @@ import html
 import json
 import math
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -432,7 +432,7 @@ def census(bench: Benchmark, structures: Sequence[str] | None = None, examples: 
     return {
         "structures": list(structures) if structures else None,
         "spans_recorded": has_spans,
-        "cited_elements": int(len(cited)),
+        "cited_elements": len(cited),
         "elements": {
             check: int(cited[check].sum()) for check in ("spanning", "out_of_range", "page_mismatch", "missing")
         },

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import pandas as pd
 

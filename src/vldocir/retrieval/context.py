@@ -45,11 +45,12 @@ import logging
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -112,7 +113,7 @@ class DocumentContext:
         cache: ArtifactCache,
         progress: bool = True,
         stats: dict | None = None,
-    ) -> "DocumentContextVectors":
+    ) -> DocumentContextVectors:
         doc_ids, page_doc = doc_of_page(bench, store.page_ids())
         return document_context_vectors(
             store,

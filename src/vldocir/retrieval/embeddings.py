@@ -49,9 +49,10 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow.dataset as ds

@@ -187,7 +187,7 @@ class _RankedLists:
     lists: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
     @classmethod
-    def of_runs(cls, runs: Sequence[pa.Table], query_ids: Sequence[str] | None) -> "_RankedLists":
+    def of_runs(cls, runs: Sequence[pa.Table], query_ids: Sequence[str] | None) -> _RankedLists:
         query_codes = [_id_codes(run.column("query_id"), "query") for run in runs]
         page_codes = [_id_codes(run.column("page_id"), "page") for run in runs]
         queries = _output_queries(query_codes, query_ids)

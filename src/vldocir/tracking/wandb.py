@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 

@@ -73,7 +73,7 @@ class Skipped:
     reason: str
 
     @classmethod
-    def already(cls, doc_id: str) -> "Skipped":
+    def already(cls, doc_id: str) -> Skipped:
         return cls(doc_id, ALREADY)
 
 
@@ -103,7 +103,7 @@ class Collector:
         before any request (:func:`.http.check_hosts`)."""
         return {}
 
-    def candidates(self, run: "CollectRun") -> Iterator[Item]:
+    def candidates(self, run: CollectRun) -> Iterator[Item]:
         raise NotImplementedError
 
     def stats(self) -> dict[str, Any]:

@@ -6,9 +6,9 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from vldocir.construction.input_folder import unique_document_ids
 from vldocir.construction.render.batch import render_batch

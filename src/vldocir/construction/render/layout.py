@@ -202,7 +202,7 @@ class RenderedDocument:
         return {**obj, "sha256": layout_digest(obj)}
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any], directory: Path) -> "RenderedDocument":
+    def from_json(cls, obj: dict[str, Any], directory: Path) -> RenderedDocument:
         if obj.get("version") != LAYOUT_VERSION:
             raise CorruptArtifactError(
                 directory / LAYOUT_FILE,

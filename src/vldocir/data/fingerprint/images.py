@@ -80,7 +80,7 @@ def image_dirs(paths: list[str]) -> list[str]:
 
 
 def image_digests(
-    real_root: Path, paths: list[str], memo: "Memo | None", stats: np.ndarray | None = None
+    real_root: Path, paths: list[str], memo: Memo | None, stats: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Per image file: its stat (``stats`` if already taken), its digest (from the memo where the
     stat matches, else hashed now) as an (n, 16) array, and whether the digest may be memoized;
@@ -104,7 +104,7 @@ def image_digests(
     return stats, digests, memoizable, len(todo)
 
 
-def _memo_matches(paths: list[str], stats: np.ndarray, memo: "Memo") -> tuple[np.ndarray, np.ndarray]:
+def _memo_matches(paths: list[str], stats: np.ndarray, memo: Memo) -> tuple[np.ndarray, np.ndarray]:
     """Indices (in ``paths``, in the memo) of files whose memoized stat equals today's."""
     if memo.paths == paths:
         aligned = np.arange(len(paths))

@@ -204,7 +204,7 @@ class SortedTableFile:
         self.n_rows = parquet.metadata.num_rows
 
     @classmethod
-    def open(cls, spec, location: Path, batch_rows: int = STREAM_BATCH_ROWS) -> "SortedTableFile | None":
+    def open(cls, spec, location: Path, batch_rows: int = STREAM_BATCH_ROWS) -> SortedTableFile | None:
         """The table at ``location`` if it can be streamed, else None."""
         if not location.is_file():
             return None  # (a folder of shards: read whole)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -153,7 +154,7 @@ def build_compressed(
         np.save(out / "bag_centroids.npy", centroid_of.astype(np.int32))
         np.save(out / "list_offsets.npy", list_offsets)
         np.save(out / "list_pages.npy", pages_of[order].astype(np.int32))
-        meta.update(n_centroids=len(centroids), list_entries=int(len(pairs)))
+        meta.update(n_centroids=len(centroids), list_entries=len(pairs))
     if mean_codec is not None:
         _save_rows(out, "mean_codes", len(pairs), (int(mean_codec.sa_code_size()), np.uint8))
         bag_token_offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
