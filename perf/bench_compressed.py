@@ -51,6 +51,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -246,7 +247,7 @@ def run(args) -> dict:
                 built[build_key] = (CompressedPages.open(out), report)
             pages, report = built[build_key]
             stats: dict = {}
-            top, wall, cpu, peak = _timed_search(lambda: settings.search(queries, pages, args.depth, False, stats))
+            top, wall, cpu, peak = _timed_search(partial(settings.search, queries, pages, args.depth, False, stats))
             per_vector = (report["bytes"] - pages.meta.get("n_centroids", 0) * args.dim * 4) / max(n_vectors, 1)
             rows.append(
                 {

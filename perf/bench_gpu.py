@@ -658,15 +658,19 @@ def measure_encode(args, retriever, bench, config, device, tmp: Path) -> dict:
         "sweep": [],
     }
     for workers in workers_grid:  # decoding alone, as the store's decode threads do it
-        seconds, _ = _timed(device, lambda: [None for _ in inputs.batches(0, n, max(batch_sizes), workers)])
+        seconds, _ = _timed(
+            device, lambda workers=workers: [None for _ in inputs.batches(0, n, max(batch_sizes), workers)]
+        )
         result["decode"][workers] = n / seconds
     for size in batch_sizes:
         batches = [preloaded[i : i + size] for i in range(0, n, size)]
         encoder.encode_pages(batches[0])  # warm-up at this shape
         _reset_peak(device)
-        seconds, _ = _timed(device, lambda: [encoder.encode_pages(b) for b in batches])
+        seconds, _ = _timed(device, lambda batches=batches: [encoder.encode_pages(b) for b in batches])
         result["preloaded"][size] = {**rate(n, seconds), "peak_gb": _peak_gb(device)}
-        seconds, prepared = _timed(device, lambda: [encoder.processor.process_images(b) for b in batches])
+        seconds, prepared = _timed(
+            device, lambda batches=batches: [encoder.processor.process_images(b) for b in batches]
+        )
         result["processor"][size] = n / seconds
         prepared = [b.to(encoder.model.device) for b in prepared]
         with torch.inference_mode():

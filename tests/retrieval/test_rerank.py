@@ -164,7 +164,7 @@ def test_toy_run_is_reranked_by_hand(bench, text, tmp_path):
         q1: [A.format(1), A.format(0), A.format(2), A.format(3), A.format(4)],  # p000/p002 tie: by page_id
         q2: [W.format(1), W.format(0)],
     }  # fewer than top_n; q3 (absent from the input) and outside: no rows
-    for q, group in out.to_pandas().groupby("query_id"):
+    for _, group in out.to_pandas().groupby("query_id"):
         assert list(group["rank"]) == list(range(1, len(group) + 1))
         assert (np.diff(group["score"].to_numpy()) < 0).all(), "scores strictly decrease down each list"
     assert sorted(p for _, p in reranker.pairs) == sorted(

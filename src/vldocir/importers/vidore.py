@@ -291,7 +291,7 @@ class ViDoReQAImporter(Importer):
         shared = 0
         for batch in _batches(files, wanted):
             pages = []
-            for i, row in enumerate(batch.to_dict("records")):
+            for row in batch.to_dict("records"):
                 page_id = str(row["image_filename"])
                 query_id = str(row["questionId"]) if row.get("questionId") is not None else f"q{len(rows)}"
                 rows.append(

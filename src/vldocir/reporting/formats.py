@@ -76,17 +76,17 @@ def _cell_parts(
     published_ranks = ranks(cells, "published")
     reproduced_ranks = ranks(cells, "reproduced")
     markers = cells["marker"] if "marker" in cells else pd.Series("", index=cells.index)
+
+    def marked(value, rank, decimals):
+        text = _number(value, decimals)
+        return marks[int(rank)].format(text) if not math.isnan(rank) and int(rank) in marks else text
+
     texts = []
     for i, cell in cells.iterrows():
         d = cell["decimals"]
-
-        def marked(value, rank):
-            text = _number(value, d)
-            return marks[int(rank)].format(text) if not math.isnan(rank) and int(rank) in marks else text
-
-        rep = missing if math.isnan(cell["reproduced"]) else marked(cell["reproduced"], reproduced_ranks[i])
+        rep = missing if math.isnan(cell["reproduced"]) else marked(cell["reproduced"], reproduced_ranks[i], d)
         rep += signs.get(markers[i], "") if not math.isnan(cell["reproduced"]) else ""
-        pub = unpublished if math.isnan(cell["published"]) else marked(cell["published"], published_ranks[i])
+        pub = unpublished if math.isnan(cell["published"]) else marked(cell["published"], published_ranks[i], d)
         text = f"{rep} / {pub}"
         if not math.isnan(cell["reproduced"]) and not math.isnan(cell["published"]):
             difference = round(cell["reproduced"] - cell["published"], int(d)) + 0.0  # no "-0.00"

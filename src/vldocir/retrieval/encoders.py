@@ -68,9 +68,10 @@ class Encoder(ABC):
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         """One float32 array (n_tokens, dim) per query."""
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # a hook, not abstract: an encoder without a model has nothing to load
         """Load the model now (called before encoding starts, so that a missing checkpoint fails
-        before any progress bar); models otherwise load on first use."""
+        before any progress bar); models otherwise load on first use. By default: nothing to do."""
+        return
 
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest (resolved revision, visual-token cap, device): after loading."""

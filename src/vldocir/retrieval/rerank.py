@@ -76,8 +76,10 @@ class Reranker(ABC):
     def score(self, queries: Sequence[str], images: Sequence[Any]) -> list[float]:
         """One float per pair ``(queries[i], images[i])`` (RGB ``PIL.Image``); a batch may mix queries."""
 
-    def prepare(self) -> None:
-        """Load the model now (before the first batch); a fully cached rerank never calls it."""
+    def prepare(self) -> None:  # a hook, not abstract: a reranker without a model has nothing to load
+        """Load the model now (before the first batch); a fully cached rerank never calls it. By default:
+        nothing to do."""
+        return
 
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest; never loads the model."""

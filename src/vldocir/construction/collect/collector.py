@@ -24,6 +24,7 @@ import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -238,7 +239,7 @@ def collect(
                     item = (
                         Skipped.already(item.doc_id)
                         if item.doc_id in index
-                        else run.attempt(item.doc_id, lambda: _write_document(item, collector.source, run, assets))
+                        else run.attempt(item.doc_id, partial(_write_document, item, collector.source, run, assets))
                     )
                 _count(summary, item)
                 if isinstance(item, IndexRow):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from vldocir.construction.collect.collector import Collector, CollectRun, Document, Item, Skipped
@@ -108,7 +109,7 @@ class SecCollector(Collector):
             if run.done(doc_id):
                 yield Skipped.already(doc_id)
                 continue
-            yield run.attempt(f"CIK {cik}", lambda: self._latest_filing(run.client, cik, name))
+            yield run.attempt(f"CIK {cik}", partial(self._latest_filing, run.client, cik, name))
 
     # -- companies ----------------------------------------------------------------------------------
     def _companies(self, client: PoliteClient) -> list[tuple[int, str]]:
