@@ -119,7 +119,7 @@ def make_corpus(args, root: Path) -> dict:
     queries = []
     for pages in evidence:
         split = np.array_split(np.arange(args.query_tokens), len(pages))
-        picked = np.concatenate([tokens_of[p][rng.choice(T, len(s))] for p, s in zip(pages, split)])
+        picked = np.concatenate([tokens_of[p][rng.choice(T, len(s))] for p, s in zip(pages, split, strict=True)])
         queries.append(_unit(picked + 2 * args.noise * _unit(rng.standard_normal(picked.shape))))
     return {"shard_dirs": shard_dirs, "queries": RaggedVectors.from_list(queries), "evidence": evidence}
 
@@ -202,12 +202,17 @@ def _timed_search(fn):
 
 def _recall_of(top, exact, k: int) -> float:
     return float(
-        np.mean([len(set(a[:k][a[:k] >= 0]) & set(b[:k][b[:k] >= 0])) / k for a, b in zip(top.indices, exact.indices)])
+        np.mean(
+            [
+                len(set(a[:k][a[:k] >= 0]) & set(b[:k][b[:k] >= 0])) / k
+                for a, b in zip(top.indices, exact.indices, strict=True)
+            ]
+        )
     )
 
 
 def _recall_all(top, evidence: list[list[int]], k: int) -> float:
-    return float(np.mean([set(pages) <= set(row[:k]) for row, pages in zip(top.indices, evidence)]))
+    return float(np.mean([set(pages) <= set(row[:k]) for row, pages in zip(top.indices, evidence, strict=True)]))
 
 
 def run(args) -> dict:

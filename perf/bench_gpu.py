@@ -862,7 +862,7 @@ def resident_search(queries, resident, depth: int, query_batch_size: int, device
                 scores = _maxsim(queries_flat, len(batches[b]), blocks, n_items)
                 best[b] = _merge(best[b][0], best[b][1], scores, indices[None, :], depth)
     top = np.full((len(queries), depth), -1, dtype=np.int64)
-    for batch, (_, idx) in zip(batches, best):
+    for batch, (_, idx) in zip(batches, best, strict=True):
         top[batch, : idx.shape[1]] = idx.cpu().numpy()
     return top
 
@@ -947,7 +947,12 @@ def measure_precisions(search, queries, shard, tokens: int, dim: int, device) ->
                 "seconds": seconds,
                 "tflops": flops / seconds / 1e12,
                 "top10_overlap_with_fp32": float(
-                    np.mean([len(set(a[:10]) & set(b[:10])) / 10 for a, b in zip(top.indices, reference.indices)])
+                    np.mean(
+                        [
+                            len(set(a[:10]) & set(b[:10])) / 10
+                            for a, b in zip(top.indices, reference.indices, strict=True)
+                        ]
+                    )
                 ),
                 "max_score_change": float(np.abs(top.scores[finite] - reference.scores[finite]).max()),
             }
@@ -1020,7 +1025,7 @@ def measure_residency(args, search_cfg: dict, shards: list, queries, device) -> 
         "streamed_tflops": flops / np.median(streamed_s) / 1e12,
         "resident_tflops": flops / np.median(resident_s) / 1e12,
         "speedup": float(np.median(streamed_s) / np.median(resident_s)),
-        "same_top": bool(all(np.array_equal(s.indices, r) for (_, s), (_, r) in zip(streamed, kept))),
+        "same_top": bool(all(np.array_equal(s.indices, r) for (_, s), (_, r) in zip(streamed, kept, strict=True))),
     }
 
 

@@ -159,7 +159,7 @@ def build_context(shards: list, doc_of_page: np.ndarray, n_docs: int, n_ctx: int
 def _overlap(top, base, k: int = OVERLAP_K) -> float:
     """Mean over queries of |top-k ∩ base top-k| / k."""
     a, b = top.indices[:, :k], base.indices[:, :k]
-    return float(np.mean([len(set(x[x >= 0]) & set(y[y >= 0])) / k for x, y in zip(a, b)]))
+    return float(np.mean([len(set(x[x >= 0]) & set(y[y >= 0])) / k for x, y in zip(a, b, strict=True)]))
 
 
 def _source_at(top, source: np.ndarray, k: int = OVERLAP_K) -> float:

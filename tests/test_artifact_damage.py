@@ -89,7 +89,7 @@ class PixelReranker(Reranker):
     def score(self, queries, images):
         return [
             int(hashlib.blake2b(q.encode() + image.resize((8, 8)).tobytes()).hexdigest()[:8], 16) / 2**32
-            for q, image in zip(queries, images)
+            for q, image in zip(queries, images, strict=True)
         ]
 
 
@@ -99,7 +99,7 @@ class Readers:
     def __init__(self, subset_dir: Path, other_parent: Path):
         self.bench = load_benchmark(subset_dir)
         self.other_parent = other_parent
-        self.queries = dict(zip(self.bench.queries["query_id"], self.bench.queries["text"]))
+        self.queries = dict(zip(self.bench.queries["query_id"], self.bench.queries["text"], strict=True))
         self.dense = {}
         for dtype in ("float16", "bfloat16"):
             cfg = compose_cfg(

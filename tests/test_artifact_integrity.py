@@ -50,7 +50,7 @@ def search(
     for name, value in options.items():
         setattr(retriever, name, value)
     bench = load_benchmark(subset_dir)
-    queries = dict(zip(bench.queries["query_id"], bench.queries["text"]))
+    queries = dict(zip(bench.queries["query_id"], bench.queries["text"], strict=True))
     run = retriever.retrieve(bench, queries, 21, cache).to_pandas()
     return run, retriever, cache
 

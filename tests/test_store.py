@@ -177,7 +177,12 @@ def test_variants_get_their_own_entries_and_are_listed(isolated_paths, small_ben
         evaluate(*_bench(small_bench_dir), "retriever.model.k1=0.9")
     assert "holds a run of dom_bm25/base with other parameters; both are kept" in caplog.text
     index = store.list_runs(results)
-    assert sorted(zip(index.depth, index.ks)) == [(20, (3, 5, 10)), (100, (1, 3)), (100, (3, 5, 10)), (100, (3, 5, 10))]
+    assert sorted(zip(index.depth, index.ks, strict=True)) == [
+        (20, (3, 5, 10)),
+        (100, (1, 3)),
+        (100, (3, 5, 10)),
+        (100, (3, 5, 10)),
+    ]
     assert index.run_key.nunique() == 3  # depth 20 and k1 0.9 are other runs; ks [1,3] re-evaluates the first
     for row in index.itertuples():
         manifest = json.loads((row.path / store.MANIFEST_FILE).read_text())

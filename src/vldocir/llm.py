@@ -573,10 +573,10 @@ class ChatClient:
         validators = list(validate) if isinstance(validate, Sequence) else [validate] * len(requests)
         if len(validators) != len(requests):
             raise ValueError(f"{len(validators)} validators for {len(requests)} requests")
-        keys = [self.cache_key(messages, check) for messages, check in zip(requests, validators)]
+        keys = [self.cache_key(messages, check) for messages, check in zip(requests, validators, strict=True)]
         results: dict[str, ChatResult] = {}
         todo: dict[str, tuple[Sequence[Mapping[str, Any]], Validator | None]] = {}
-        for key, messages, check in zip(keys, requests, validators):
+        for key, messages, check in zip(keys, requests, validators, strict=True):
             if key in results or key in todo:
                 continue
             cached = self._cached(key)
@@ -629,7 +629,7 @@ def _secret_free(value: Any, redacted: Any) -> Any:
                     out[k] = kept
         return out
     if isinstance(value, list) and isinstance(redacted, list) and len(value) == len(redacted):
-        return [_secret_free(v, r) for v, r in zip(value, redacted) if _kept(v, r)]
+        return [_secret_free(v, r) for v, r in zip(value, redacted, strict=True) if _kept(v, r)]
     return value
 
 
@@ -649,7 +649,7 @@ def _secret_values(params: Any) -> list[str]:
             for k, v in value.items():
                 walk(v, redacted.get(k))
         elif isinstance(value, list) and isinstance(redacted, list) and len(value) == len(redacted):
-            for v, r in zip(value, redacted):
+            for v, r in zip(value, redacted, strict=True):
                 walk(v, r)
         elif isinstance(value, (Mapping, list)):
             values.extend(str(leaf) for leaf in _leaves(value))

@@ -390,7 +390,7 @@ def test_target_pages_controls_length(tmp_path, source, targets):
     facts = [len(d.facts) for d in docs]
     assert sizes == sorted(sizes) and len(set(sizes)) == 3, sizes
     assert facts == sorted(facts) and len(set(facts)) == 3, facts
-    for doc, n in zip(docs, targets):
+    for doc, n in zip(docs, targets, strict=True):
         assert 0.85 * n <= doc.estimated_pages <= 1.15 * n + 0.1, (n, doc.estimated_pages)
         assert 3 * n <= len(doc.facts) <= 10 * n, (n, len(doc.facts))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -227,7 +229,7 @@ def bordered_table(top: int, n_rows: int, row_h: int, rule: int = 2):
     it shares with the row above (``rule`` rows of ink straddling the boundary), vertical rules at
     the table's sides, a line of text in each row 10 px below its top."""
     bounds = [top + i * row_h for i in range(n_rows + 1)]
-    boxes = np.array([[0, a, WIDTH, b] for a, b in zip(bounds[:-1], bounds[1:])], dtype=float)
+    boxes = np.array([[0, a, WIDTH, b] for a, b in pairwise(bounds)], dtype=float)
     end = bounds[-1] + 40
     px = white(end)
     px[top - rule // 2 : bounds[-1] + rule - rule // 2, 0:2] = 0

@@ -54,7 +54,7 @@ def test_pages_become_images_text_and_elements(pdfs, tmp_path):
         assert page.width == 500 and abs(page.height - expected_height) <= 1
         assert (page.width_pt, page.height_pt) == (306.0, 396.0)  # 4.25 x 5.5 inches in points
     # The text layer is what the PDF holds: each page's lines, in the order written, nothing else.
-    for page, lines in zip(doc.pages, PAGE_LINES):
+    for page, lines in zip(doc.pages, PAGE_LINES, strict=True):
         assert page.text.splitlines() == lines
     assert [p.text for p in doc.pages] == page_texts(pdfs["good"])
     assert doc.has_text_layer and report.no_text_layer == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -324,7 +325,7 @@ def test_lazy_images_resolve_and_failed_ones_are_listed(rendered):
     images = [e for e in doc.elements if e.element_type == "image"]
     colours = [(20, 160, 60), (40, 70, 200), None, (200, 120, 20)]  # fig1, fig2-large, fig3 (missing), fig4
     assert len(images) == 4
-    for e, colour in zip(images, colours):
+    for e, colour in zip(images, colours, strict=True):
         if colour is not None:
             assert _near(_pixels_of(doc, e)[2:-2, 2:-2], colour).all(), e.element_id
     sec = rendered["sec-proxy"]
@@ -444,7 +445,7 @@ def test_cuts_run_through_background_rows(rendered):
     first row of the next are background-coloured."""
     for doc in rendered.values():
         bg = np.array(doc.background)
-        for p, q in zip(doc.pages, doc.pages[1:]):
+        for p, q in pairwise(doc.pages):
             last = _image(doc.directory / p.image)[p.content_height - 1].astype(int)
             first = _image(doc.directory / q.image)[0].astype(int)
             assert not (np.abs(last - bg) > 8).any() and not (np.abs(first - bg) > 8).any(), (doc.doc_id, p.page_index)

@@ -56,7 +56,7 @@ def qrels(grades: dict[str, dict[str, int]] = GRADES) -> pd.DataFrame:
 
 
 def run_table(rows: list[tuple[str, str, float]]) -> pa.Table:
-    q, p, s = zip(*rows)
+    q, p, s = zip(*rows, strict=True)
     return pa.table(
         {"query_id": pa.array(q, pa.string()), "page_id": pa.array(p, pa.string()), "score": pa.array(s, pa.float32())}
     )
@@ -77,7 +77,7 @@ def trec_eval(index: EvidenceIndex, run: pa.Table, graded: dict[str, dict[str, i
     way for both (trec_eval breaks ties by docno, descending)."""
     qcode, pcode, rank = rank_run(run, index)
     as_dict: dict[str, dict[str, float]] = {}
-    for q, p, r in zip(qcode, pcode, rank):
+    for q, p, r in zip(qcode, pcode, rank, strict=True):
         as_dict.setdefault(index.query_ids[q], {})[index.page_ids[p]] = float(10_000 - r)
     cuts = ",".join(map(str, ks))
     return pytrec_eval.RelevanceEvaluator(graded, {f"ndcg_cut.{cuts}", f"recall.{cuts}"}).evaluate(as_dict)
@@ -159,7 +159,9 @@ def test_graded_equals_trec_eval_on_random_runs(small_bench, seed):
         candidates.append(kept + others)
         scores.append(rng.integers(0, 6, len(kept) + len(others)).astype(np.float64))  # many ties
     run = make_run(list(small_bench.queries["query_id"]), candidates, scores)
-    graded = {q: dict(zip(g["page_id"], g["grade"].astype(int).tolist())) for q, g in frame.groupby("query_id")}
+    graded = {
+        q: dict(zip(g["page_id"], g["grade"].astype(int).tolist(), strict=True)) for q, g in frame.groupby("query_id")
+    }
     ours = per_query_metrics(run, index, KS).set_index("query_id")
     theirs = trec_eval(index, run, graded)
     assert index.evidence_grades is not None and 0 < ours["recallall@10"].mean() < 1

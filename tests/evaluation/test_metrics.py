@@ -70,7 +70,7 @@ def index() -> EvidenceIndex:
 
 def run_table(rows: list[tuple[str, str, float]]) -> pa.Table:
     """A run in exactly the given row order (no rank column: ranks are always derived)."""
-    q, p, s = zip(*rows) if rows else ((), (), ())
+    q, p, s = zip(*rows, strict=True) if rows else ((), (), ())
     return pa.table(
         {"query_id": pa.array(q, pa.string()), "page_id": pa.array(p, pa.string()), "score": pa.array(s, pa.float32())}
     )
@@ -246,7 +246,7 @@ def test_rank_run_orders_by_score_then_page_id(index):
         ("q_adj", "a1", 0.7),
     ]
     qcode, pcode, rank = rank_run(run_table(rows), index)
-    got = [(index.query_ids[q], index.page_ids[p], int(r)) for q, p, r in zip(qcode, pcode, rank)]
+    got = [(index.query_ids[q], index.page_ids[p], int(r)) for q, p, r in zip(qcode, pcode, rank, strict=True)]
     # Queries in benchmark order (q_single before q_adj); within a query score desc, then page_id asc.
     assert got == [
         ("q_single", "a2", 0),
@@ -263,7 +263,7 @@ def _random_rows(seed: int, ties: bool) -> list[tuple[str, str, float]]:
     for query in EVIDENCE:
         pages = rng.choice(PAGES["page_id"].to_numpy(), size=int(rng.integers(1, 13)), replace=False)
         scores = rng.integers(0, 4, size=len(pages)) if ties else rng.permutation(len(pages))
-        rows += [(query, str(p), float(s)) for p, s in zip(pages, scores)]
+        rows += [(query, str(p), float(s)) for p, s in zip(pages, scores, strict=True)]
     return rows
 
 
@@ -305,7 +305,7 @@ def _random_benchmark_run(bench, seed: int, n_candidates: int = 25):
         score = rng.permutation(len(pages)).astype(np.float64) * 3.0 + 1.0  # distinct, float32-exact
         candidates.append(pages)
         scores.append(score)
-        as_dict[query] = {str(p): float(s) for p, s in zip(pages, score)}
+        as_dict[query] = {str(p): float(s) for p, s in zip(pages, score, strict=True)}
     run = make_run(query_ids, candidates, scores)
     qrels = {q: {str(p): 1 for p in pages} for q, pages in evidence.items()}
     return run, as_dict, qrels

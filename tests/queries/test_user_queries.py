@@ -79,7 +79,7 @@ def check_against_cases(queries, qrels, cases):
         first_doc = next(iter(pages)).split("-p")[0]  # the first evidence item's document
         assert query["domain"] == DOCUMENTS.set_index("doc_id").at[first_doc, "domain"]
         mine = qrels[qrels["query_id"] == query["query_id"]]
-        assert {p: list(e) for p, e in zip(mine["page_id"], mine["element_ids"])} == pages
+        assert {p: list(e) for p, e in zip(mine["page_id"], mine["element_ids"], strict=True)} == pages
         assert set(mine["doc_id"]) == {p.split("-p")[0] for p in pages}
 
 

@@ -98,7 +98,7 @@ def test_table13_recomputed_from_tables_16_and_2(spec):
 
     cells = [
         (spec.source_id(source), spec.structure_id(label), int(n))
-        for label, row in zip(t2["evidence_structure"], t2.to_dict("records"))
+        for label, row in zip(t2["evidence_structure"], t2.to_dict("records"), strict=True)
         for source, n in row.items()
         if source not in ("evidence_structure", "total")
     ]
@@ -165,7 +165,7 @@ def test_published_figures_agree_with_the_tables(spec):
 
     ensemble = t16[t16["model"] == "ColNomic (Normal&Ctx&Rank)"][spec.structures].mean()
     t5 = spec.csv("table5_structure.csv")
-    for label, value in zip(t5["evidence_structure"], t5["recallall@5"]):
+    for label, value in zip(t5["evidence_structure"], t5["recallall@5"], strict=True):
         assert ensemble[spec.structure_id(label)] == pytest.approx(value, abs=0.051)
 
 

@@ -109,7 +109,7 @@ def test_candidates_are_the_best_pages_by_centroid_interaction(tmp_path):
     probed = [set(np.argsort(-row)[:2]) for row in scores]
     bound = [np.sort(row)[-3] for row in scores]  # the best centroid not probed
     by_probe = {
-        p: sum(max([row[c] for c in bag & best] + [b]) for row, best, b in zip(scores, probed, bound))
+        p: sum(max([row[c] for c in bag & best] + [b]) for row, best, b in zip(scores, probed, bound, strict=True))
         for p, bag in enumerate(bags)
         if bag
     }
@@ -134,7 +134,7 @@ def test_codecs_store_fewer_bytes_and_decode_close(tmp_path):
     queries = queries_of(rng, pages)
     top = search.search(queries, sq8, 10, progress=False)
     want = exact_search(queries, shards_of(pages), 10, device="cpu", progress=False)
-    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top.indices, want.indices)]) >= 0.9
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top.indices, want.indices, strict=True)]) >= 0.9
     indexed, search = built(tmp_path / "indexed", pages, codec="SQ8", n_centroids=8, candidates=40)
     top = search.search(queries, indexed, 10, progress=False)  # rescored over the codes' levels, not decoded
     want = exact_search(queries, indexed.decoded_shards(), 10, device="cpu", progress=False)
@@ -245,7 +245,7 @@ def test_token_pooling_keeps_at_most_a_factor_of_the_tokens():
     rng = np.random.default_rng(4)
     pages = clustered_pages(rng, 8, tokens=(6, 14))
     pooled = pool_pages(pages, 3)
-    for page, out in zip(pages, pooled):
+    for page, out in zip(pages, pooled, strict=True):
         if len(page) <= 1:
             np.testing.assert_array_equal(out, page)  # one token (or none) is kept as it is
         else:

@@ -103,7 +103,7 @@ def random_runs(rng: np.random.Generator, n_runs: int) -> list[pa.Table]:
             n = int(rng.integers(0, 14))
             chosen = rng.choice(pages, size=n, replace=True)  # duplicates allowed
             scores = rng.integers(0, 4, n).astype(float)  # tied scores
-            ranked = sorted(zip(chosen, scores), key=lambda x: (-x[1], x[0]))
+            ranked = sorted(zip(chosen, scores, strict=True), key=lambda x: (-x[1], x[0]))
             rows += [(f"q{q}", str(p), i + 1, float(s)) for i, (p, s) in enumerate(ranked)]
         run = table(rows, with_rank=rng.random() < 0.7)
         if rng.random() < 0.5:

@@ -45,7 +45,7 @@ def bench(subset_dir):
 
 @pytest.fixture(scope="module")
 def queries(bench) -> dict[str, str]:
-    return dict(zip(bench.queries.query_id, bench.queries.text))
+    return dict(zip(bench.queries.query_id, bench.queries.text, strict=True))
 
 
 def question(request: Recorded) -> str:

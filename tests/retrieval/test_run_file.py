@@ -60,7 +60,7 @@ def mini():
 def qrels(mini) -> dict[str, dict[str, int]]:
     """trec_eval's qrels, from the benchmark's qrels table (every evidence page has gain 1)."""
     out: dict[str, dict[str, int]] = {}
-    for query, page in zip(mini.qrels["query_id"], mini.qrels["page_id"]):
+    for query, page in zip(mini.qrels["query_id"], mini.qrels["page_id"], strict=True):
         out.setdefault(str(query), {})[str(page)] = 1
     return out
 
@@ -135,7 +135,7 @@ def tied_float64_rows(bench, seed: int = 0, n_queries: int = 120) -> list[tuple[
             scores = rng.integers(0, 4, len(candidates)).astype(float)
         else:
             scores = rng.integers(0, 4, len(candidates)) + rng.permutation(len(candidates)) % 3 * 1e-9
-        rows += [(query, page, float(score)) for page, score in zip(candidates, scores)]
+        rows += [(query, page, float(score)) for page, score in zip(candidates, scores, strict=True)]
     return rows
 
 
@@ -289,7 +289,7 @@ def test_trec_run_with_ties_and_float64_scores_equals_trec_eval(stored, mini, qr
     # vldocir's tie rule as an independent oracle: rank by (score desc, page_id asc), give trec_eval the ranks.
     ranked = frame.sort_values(["query_id", "score", "page_id"], ascending=[True, False, True])
     ranked["position"] = ranked.groupby("query_id").cumcount()
-    by_rule = {q: dict(zip(g.page_id, -g.position.astype(float))) for q, g in ranked.groupby("query_id")}
+    by_rule = {q: dict(zip(g.page_id, -g.position.astype(float), strict=True)) for q, g in ranked.groupby("query_id")}
     assert same_as_trec_eval(ours, trec_eval(qrels, by_rule), in_file) == []
 
     absent = [q for q in mini.queries["query_id"] if q not in set(in_file)]
@@ -322,7 +322,7 @@ def test_depth_cuts_each_query_at_the_files_own_order(stored, mini, tmp_path):
     run = read_run(result.entry / store.RUN_FILE).to_pandas()
     frame = pd.DataFrame(tied_float64_rows(mini), columns=["query_id", "page_id", "score"])
     top = frame.sort_values(["query_id", "score", "page_id"], ascending=[True, False, True]).groupby("query_id").head(5)
-    assert sorted(zip(run.query_id, run.page_id)) == sorted(zip(top.query_id, top.page_id))
+    assert sorted(zip(run.query_id, run.page_id, strict=True)) == sorted(zip(top.query_id, top.page_id, strict=True))
     assert run.groupby("query_id")["rank"].apply(list).map(lambda r: r == [1, 2, 3, 4, 5]).all()
     assert result.manifest["retrieval"]["rows_beyond_depth"] == len(frame) - len(top)
 

@@ -232,7 +232,11 @@ def test_tiny_jina_v4_is_hub_code_with_the_models_encode_interface(tmp_path):
     for vectors in (*multi, *query, torch.stack(single)):
         torch.testing.assert_close(vectors.norm(dim=-1), torch.ones(vectors.shape[0]))
     for other in results[1:]:
-        assert all(torch.equal(a, b) for got, want in zip(other, results[0]) for a, b in zip(got, want))
+        assert all(
+            torch.equal(a, b)
+            for got, want in zip(other, results[0], strict=True)
+            for a, b in zip(got, want, strict=True)
+        )
 
     model = models[0]
     tasks = {t: model.encode_text(texts=[QUERY], task=t)[0] for t in JINA_V4_TASKS}

@@ -232,7 +232,7 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig | None 
                 except OcrError as error:
                     failures[i] = error
                     texts.append(None)
-        for (i, key, _), text in zip(prepared, texts):
+        for (i, key, _), text in zip(prepared, texts, strict=True):
             if text is not None:
                 store(i, key, text)
 

@@ -150,7 +150,7 @@ def box_free_runs(boxes: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
     padded = np.concatenate([[False], free, [False]])
     edges = np.flatnonzero(padded[1:] != padded[:-1])
     starts, ends = edges[0::2], edges[1::2] - 1
-    return [(int(lo + a), int(lo + b)) for a, b in zip(starts[::-1], ends[::-1])]
+    return [(int(lo + a), int(lo + b)) for a, b in zip(starts[::-1], ends[::-1], strict=True)]
 
 
 def _shrunk(boxes: np.ndarray, slack: float) -> np.ndarray:

@@ -205,7 +205,7 @@ class SyntheticSpec:
 
 
 # Confusions typical of OCR on rendered text: similar glyphs swapped (l/1/I, O/0, S/5, B/8, e/c, ...).
-_OCR_CONFUSIONS = dict(zip(b"lI1O0oS5B8ecigZ2", b"1ll0O05S8Bcelq2Z"))
+_OCR_CONFUSIONS = dict(zip(b"lI1O0oS5B8ecigZ2", b"1ll0O05S8Bcelq2Z", strict=True))
 _OCR_TABLE = np.arange(256, dtype=np.uint8)
 for _glyph, _read_as in _OCR_CONFUSIONS.items():
     _OCR_TABLE[_glyph] = _read_as

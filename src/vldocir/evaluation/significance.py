@@ -59,7 +59,7 @@ class _Target:
 
     def vector(self, n: int) -> np.ndarray:
         w = np.zeros(n)
-        for idx, weight in zip(self.cells, self.weights):
+        for idx, weight in zip(self.cells, self.weights, strict=True):
             w[idx] = weight / len(idx)
         return w
 
@@ -165,7 +165,7 @@ def _resampled(values: np.ndarray, targets: list[_Target], n_resamples: int, see
     result = {}
     for t in targets:
         total = np.zeros((n_resamples, values.shape[1]))
-        for idx, weight in zip(t.cells, t.weights):
+        for idx, weight in zip(t.cells, t.weights, strict=True):
             if id(idx) not in cache:
                 cache[id(idx)] = _cell_resamples(values, idx, n_resamples, rng)
             total += weight * cache[id(idx)]

@@ -250,7 +250,8 @@ class _PageWriter:
                 self.n_images += 1
             self.seen.add(page_id)
             self.numbers[doc_id].add(number)
-            for column, value in zip(self.META, (page_id, doc_id, number, path, width, height)):
+            # has_text is appended below, for the chunk's kept rows at once
+            for column, value in zip(self.META[:-1], (page_id, doc_id, number, path, width, height), strict=True):
                 self.meta[column].append(value)
             kept.append(position)
         extra = [c for c in chunk.columns if c not in _PAGE_INPUT_COLUMNS]

@@ -185,7 +185,7 @@ class ViDoReImporter(Importer):
                 number = batch["page_number_in_doc"] if "page_number_in_doc" in batch else None
             elif "image_filename" in batch:
                 parsed = [document_from_filename(n) for n in batch["image_filename"]]
-                doc_id = pd.Series([p[0] if p else f"page-{i}" for p, i in zip(parsed, page_id)])
+                doc_id = pd.Series([p[0] if p else f"page-{i}" for p, i in zip(parsed, page_id, strict=True)])
                 number = pd.Series([p[1] if p else 0 for p in parsed])
             else:
                 doc_id, number = page_id, 0  # each page its own document

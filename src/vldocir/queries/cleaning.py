@@ -679,7 +679,11 @@ def clean_generated_queries(
     classifier = predictions["llm_classifier"] if "classifier" in tasks else np.zeros(n, dtype=bool)
     removed = rating | classifier
     failed = Counter(
-        c for s, r in zip(judgements.scores, rating) if r and s for c, v in s.items() if v <= spec.threshold + 1e-9
+        c
+        for s, r in zip(judgements.scores, rating, strict=True)
+        if r and s
+        for c, v in s.items()
+        if v <= spec.threshold + 1e-9
     )
     report.update(
         {

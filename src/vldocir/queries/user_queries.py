@@ -203,9 +203,11 @@ class UserQueries:
         needed: the queries are the file's)."""
         rows = read_query_file(self.path)
         docs = documents.set_index("doc_id")
-        page_ids = {(d, int(i)): p for d, i, p in zip(pages["doc_id"], pages["page_index"], pages["page_id"])}
+        page_ids = {
+            (d, int(i)): p for d, i, p in zip(pages["doc_id"], pages["page_index"], pages["page_id"], strict=True)
+        }
         columns = ("doc_id", "element_id", "page_index", "element_type")
-        located = {(d, e): (int(i), t) for d, e, i, t in zip(*(elements[c] for c in columns))}
+        located = {(d, e): (int(i), t) for d, e, i, t in zip(*(elements[c] for c in columns), strict=True)}
         evidence, qrels, types = [], [], {}
         for row in rows:
             cited: dict[tuple[str, int], list[str]] = {}

@@ -327,7 +327,7 @@ class QueryGenerator:
     def config_input(
         self, config: Mapping[str, Any], elements_by_page: Mapping[tuple[str, int], pd.DataFrame]
     ) -> ConfigInput:
-        pages = [(str(d), int(p)) for d, p in zip(config["doc_ids"], config["page_indices"])]
+        pages = [(str(d), int(p)) for d, p in zip(config["doc_ids"], config["page_indices"], strict=True)]
         cross = config["structure"] == "cross_doc"
         docs = list(dict.fromkeys(d for d, _ in pages))
         labels = {d: (NEUTRAL_DOC_IDS[i] if cross else "") for i, d in enumerate(docs)}
@@ -442,8 +442,8 @@ def generate_queries(
     their qrels, every candidate with its fate, and the report (counts per reason, tokens, cost).
     """
     spec = generator.spec
-    titles = dict(zip(documents["doc_id"], documents["title"].fillna("").astype(str)))
-    domains = dict(zip(documents["doc_id"], documents["domain"]))
+    titles = dict(zip(documents["doc_id"], documents["title"].fillna("").astype(str), strict=True))
+    domains = dict(zip(documents["doc_id"], documents["domain"], strict=True))
     elements = elements.copy()
     elements["element_id"] = elements["element_id"].astype(str)
     if "text" not in elements.columns:
@@ -454,11 +454,11 @@ def generate_queries(
     }  # resolve per document, not per corpus
     boxes = {
         (str(d), str(e)): [float(x) for x in b]
-        for d, e, b in zip(elements["doc_id"], elements["element_id"], elements["bbox"])
+        for d, e, b in zip(elements["doc_id"], elements["element_id"], elements["bbox"], strict=True)
     }
     types = {
         (str(d), str(e)): str(t)
-        for d, e, t in zip(elements["doc_id"], elements["element_id"], elements["element_type"])
+        for d, e, t in zip(elements["doc_id"], elements["element_id"], elements["element_type"], strict=True)
     }
 
     rows = configs.to_dict("records")
@@ -481,7 +481,7 @@ def generate_queries(
             "describe pages",
             generator.description_validator(),
         )
-        for pid, answer in zip(needed, answers):
+        for pid, answer in zip(needed, answers, strict=True):
             usable = answer.ok and not answer.unusable
             descriptions[pid] = answer.content if usable else None
             describe_failed += not usable
@@ -506,7 +506,7 @@ def generate_queries(
     )
 
     outputs, candidates = [], []
-    for item, answer in zip(inputs, answers):
+    for item, answer in zip(inputs, answers, strict=True):
         parsed = _parse_answer(answer, spec.splitter, set(item.known))
         config_id = item.config["config_id"]
         outputs.append(

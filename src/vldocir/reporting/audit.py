@@ -377,7 +377,7 @@ def census(bench: Benchmark, structures: Sequence[str] | None = None, examples: 
 
     box_bad = cited["bbox"].map(outside)
     box = np.array(
-        [list(b) if not bad else [np.nan] * 4 for b, bad in zip(cited["bbox"], box_bad)], dtype=float
+        [list(b) if not bad else [np.nan] * 4 for b, bad in zip(cited["bbox"], box_bad, strict=True)], dtype=float
     ).reshape(-1, 4)
     width, height = cited["width"].to_numpy(float), cited["height"].to_numpy(float)
     with np.errstate(invalid="ignore"):

@@ -285,7 +285,7 @@ def render(result: dict, params: Params, baseline: StoredRun) -> tuple[str, str]
             "run value": table["run_value"].map("{:.2f}".format),
             f"diff [{pct} CI]": [
                 f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-                for d, lo, hi in zip(table["difference"], table["diff_low"], table["diff_high"])
+                for d, lo, hi in zip(table["difference"], table["diff_low"], table["diff_high"], strict=True)
             ],
             "p rand": table["p_randomization"].map(_format_p),
             "p t": table["p_t"].map(_format_p),

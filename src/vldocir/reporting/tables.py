@@ -469,7 +469,7 @@ def layout_audit(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> 
         ours = _accuracy(reproduced["correct"], reproduced["total"], confidence) if reproduced else (None, None, None)
         # The paper's decimals (93.25%, 91.3-94.8); OK within half a unit of the last printed digit.
         for column, pub, rep, decimals in zip(
-            ("Accuracy (%)", f"Wilson {level} low", f"Wilson {level} high"), published, ours, (2, 1, 1)
+            ("Accuracy (%)", f"Wilson {level} low", f"Wilson {level} high"), published, ours, (2, 1, 1), strict=True
         ):
             cells.add(row, column, pub, rep, source, None, decimals=decimals, tolerance=0.5 * 10**-decimals, why=why)
     return ["Source", "Evidence structure"], cells.frame()

@@ -422,7 +422,7 @@ class PageInputs:
             for n, (a, b) in enumerate(spans):
                 current, pending = pending, (submit(*spans[n + 1]) if n + 1 < len(spans) else [])
                 inputs, bad = [], []
-                for page_id, future in zip(ids[a:b], current):
+                for page_id, future in zip(ids[a:b], current, strict=True):
                     try:
                         inputs.append(future.result())
                     except Exception as error:  # any decoder failure: report the page, keep going

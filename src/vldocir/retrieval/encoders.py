@@ -155,7 +155,7 @@ def _split_by_mask(embeddings, mask) -> list[np.ndarray]:
     """
     embeddings = embeddings.float().cpu().numpy()
     mask = mask.bool().cpu().numpy()
-    return [e[m] for e, m in zip(embeddings, mask)]
+    return [e[m] for e, m in zip(embeddings, mask, strict=True)]
 
 
 class ColEngineEncoder(TorchEncoder):

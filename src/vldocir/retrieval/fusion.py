@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -87,7 +88,7 @@ class _Codes:
             return self.indices[0].astype(np.int32, copy=False)  # a dictionary of distinct ids, as written
         out = np.empty(len(self), dtype=np.int32)
         row = 0
-        for lookup, indices in zip(lookups, self.indices):
+        for lookup, indices in zip(lookups, self.indices, strict=True):
             np.take(lookup, indices, out=out[row : row + len(indices)])
             row += len(indices)
         return out
@@ -200,7 +201,7 @@ class _RankedLists:
         page_rank[by_id] = np.arange(len(by_id))
         union_rank = page_rank[union.indices.to_numpy()]
         lists, offset = [], 0
-        for run, q_ids, p_ids in zip(runs, query_codes, page_codes):
+        for run, q_ids, p_ids in zip(runs, query_codes, page_codes, strict=True):
             page = p_ids.codes(union_rank[offset : offset + len(p_ids.values)])
             offset += len(p_ids.values)
             # queries outside query_ids get codes past the output's, and are left out below
@@ -406,4 +407,4 @@ def ranked_lists(run: pa.Table) -> dict[str, list[str]]:
     pages = lists.pages.take(page).to_pylist()
     bounds = np.append(_block_starts(query), len(query))
     names = lists.queries.take(query[bounds[:-1]]).to_pylist()
-    return {name: pages[start:end] for name, start, end in zip(names, bounds.tolist(), bounds[1:].tolist())}
+    return {name: pages[start:end] for name, (start, end) in zip(names, pairwise(bounds.tolist()), strict=True)}

@@ -167,7 +167,7 @@ class QuerySplit(Setting):
             progress="Q-Split: sub-queries" if self.progress else False,
             validate=self.validator(),
         )
-        return {q: self._parsed(a) for q, a in zip(query_ids, answers)}
+        return {q: self._parsed(a) for q, a in zip(query_ids, answers, strict=True)}
 
     def validator(self) -> Validator:
         """What the client caches: answers :func:`parse_subqueries` takes (the limit only cuts)."""

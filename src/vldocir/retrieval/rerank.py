@@ -209,7 +209,7 @@ class JinaRerankerM0(Reranker):
 
     def score(self, queries: Sequence[str], images: Sequence[Any]) -> list[float]:
         self.prepare()
-        pairs = [[query, image] for query, image in zip(queries, images)]
+        pairs = [[query, image] for query, image in zip(queries, images, strict=True)]
         output = self.model.compute_score(pairs, batch_size=len(pairs), max_length=self.max_length, doc_type="image")
         return _as_scores(output, len(pairs), f"{self.checkpoint.hub_id} compute_score")
 
@@ -272,13 +272,13 @@ class ColEngineReranker(Reranker):
         self.prepare()
         pages = self.encoder.encode_pages(list(images))  # (n_tokens, dim) float32 per page
         distinct = list(dict.fromkeys(queries))
-        vectors = dict(zip(distinct, self.encoder.encode_queries(distinct)))
+        vectors = dict(zip(distinct, self.encoder.encode_queries(distinct), strict=True))
         device = getattr(self.encoder, "device", "cpu")
         scores = [
             BaseVisualRetrieverProcessor.score_multi_vector(
                 [torch.from_numpy(vectors[q])], [torch.from_numpy(p)], device=device
             )[0, 0].item()
-            for q, p in zip(queries, pages)
+            for q, p in zip(queries, pages, strict=True)
         ]
         return _as_scores(scores, len(queries), f"{type(self.encoder).__name__} MaxSim")
 
@@ -574,7 +574,7 @@ class Rerank(Setting):
             for n, batch in enumerate(batches):
                 current, upcoming = upcoming, (decode(batches[n + 1]) if n + 1 < len(batches) else [])
                 good, bad = [], []
-                for pair, future in zip(batch, current):
+                for pair, future in zip(batch, current, strict=True):
                     try:
                         good.append((pair, future.result()))
                     except UnknownPageError:
@@ -592,7 +592,7 @@ class Rerank(Setting):
                     tick = time.perf_counter()
                     values = self.reranker.score([texts[pair] for pair, _ in good], [image for _, image in good])
                     stats["score_s"] += time.perf_counter() - tick
-                    store.add([(q, p, v) for ((q, p), _), v in zip(good, values)])
+                    store.add([(q, p, v) for ((q, p), _), v in zip(good, values, strict=True)])
                     stats["pairs_scored"] += len(good)
                 finished = n * size + len(batch)
                 bar.update(sum(1 for end in last_pair if n * size < end <= finished))

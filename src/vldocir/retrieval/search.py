@@ -245,7 +245,7 @@ def _page_blocks(
         groups.append(order[start:stop])
         start = stop
     layout = [shard.padded_rows(members) if len(shard.vectors) else (None, 1) for members in groups]
-    n_rows = sum(len(members) * width for members, (_, width) in zip(groups, layout))
+    n_rows = sum(len(members) * width for members, (_, width) in zip(groups, layout, strict=True))
     dtype = _operand_dtype(precision, device)
     flat = (
         buffers.get("pages", n_rows * shard.dim, dtype)
@@ -260,7 +260,7 @@ def _page_blocks(
     else:
         flat.zero_()
     blocks, row = [], 0
-    for members, (_, width) in zip(groups, layout):
+    for members, (_, width) in zip(groups, layout, strict=True):
         block = flat[row : row + len(members) * width].view(len(members), width, shard.dim)
         row += len(members) * width
         empty = lengths[members] == 0
@@ -499,7 +499,7 @@ def exact_search(
 
     indices = np.full((n_queries, depth), -1, dtype=np.int64)
     values = np.full((n_queries, depth), -np.inf, dtype=np.float32)
-    for batch, (scores, idx) in zip(batches, best):
+    for batch, (scores, idx) in zip(batches, best, strict=True):
         scores, idx = scores.cpu().numpy(), idx.cpu().numpy()
         valid = np.isfinite(scores)
         idx = np.where(valid, idx, -1)

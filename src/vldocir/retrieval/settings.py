@@ -332,8 +332,8 @@ def scope_to_documents(
         "rows_kept": conversion["rows_kept"],
     }
     flags = {
-        "scope_pages": dict(zip(query_ids, scope_pages.astype(np.int64).tolist())),
-        "scope_pages_ranked": dict(zip(query_ids, ranked.tolist())),
+        "scope_pages": dict(zip(query_ids, scope_pages.astype(np.int64).tolist(), strict=True)),
+        "scope_pages_ranked": dict(zip(query_ids, ranked.tolist(), strict=True)),
     }
     return scoped, stats, flags
 

@@ -183,5 +183,9 @@ class SecCollector(Collector):
         columns = [arrays[f] for f in _FIELDS]
         if len({len(c) for c in columns}) != 1:
             raise client.malformed(url, "filing arrays of different lengths")
-        matches = [dict(zip(_FIELDS, map(str, values))) for values in zip(*columns) if values[0] == self.form]
+        matches = [
+            dict(zip(_FIELDS, map(str, values), strict=True))
+            for values in zip(*columns, strict=True)
+            if values[0] == self.form
+        ]
         return max(matches, key=lambda filing: filing["filingDate"]) if matches else None

@@ -234,7 +234,7 @@ class WikipediaCollector(Collector):
         results = self.llm.complete_many([self.messages(seed, page, batch) for batch in batches], validate=TITLES)
         relevant: list[str] = []
         outcomes: list[Item] = []
-        for number, (batch, result) in enumerate(zip(batches, results)):
+        for number, (batch, result) in enumerate(zip(batches, results, strict=True)):
             key = f"{page} (links, batch {number})"
             if not result.ok:
                 outcomes.append(Failed(key, "llm_request_failed", str(result.error)))

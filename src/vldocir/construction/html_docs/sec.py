@@ -176,7 +176,8 @@ def _sec(doc: _Doc, target_height: float) -> str:
         rows = []
         for proposal in _SEC_PROPOSALS:
             counts = [
-                _near(doc.rng, _base("sec", f"{proposal}|{c}", lo, hi)) for c, (lo, hi) in zip(_SEC_VOTES[1:], ranges)
+                _near(doc.rng, _base("sec", f"{proposal}|{c}", lo, hi))
+                for c, (lo, hi) in zip(_SEC_VOTES[1:], ranges, strict=True)
             ]
             rows.append(([proposal, *(f"{int(n):,}" for n in counts)], None))
         doc.table(_SEC_VOTES, rows, caption="Voting results", cls="vote-results")

@@ -95,7 +95,7 @@ def image_digests(
     todo = np.flatnonzero(~memoizable)
     if len(todo):
         started = time.time_ns()
-        for i, (digest, st) in zip(todo.tolist(), _hash_files(real_root, [paths[i] for i in todo])):
+        for i, (digest, st) in zip(todo.tolist(), _hash_files(real_root, [paths[i] for i in todo]), strict=True):
             digests[i] = np.frombuffer(digest, dtype=np.uint8)
             # Missing, or modified too recently to trust its mtime: hash it again next time.
             if st is not None and st[1] <= started - RACY_WINDOW_NS:
