@@ -48,7 +48,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,10 +118,8 @@ def _last_touched(path: Path) -> float:
     """Latest mtime of the directory and its entries (a file being written updates its own mtime)."""
     times = [path.stat().st_mtime]
     for child in path.iterdir():
-        try:
+        with suppress(FileNotFoundError):
             times.append(child.stat().st_mtime)
-        except FileNotFoundError:
-            pass
     return max(times)
 
 

@@ -233,10 +233,7 @@ class Lease:
         # A lost claim's file stays: a taker's epoch may follow it, and a gap below that epoch
         # would let a new claim in beside the taker's.
         if not self.lost and self.leases.read(self.unit, self.epoch + 1) is None:
-            try:
-                self.path.unlink()
-            except FileNotFoundError:
-                pass
+            self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> Lease:
         return self

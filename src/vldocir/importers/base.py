@@ -441,7 +441,7 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     documents = pd.concat([documents, pd.DataFrame({"doc_id": missing})], ignore_index=True)
     documents = _keep(documents, documents["doc_id"].isin(pages["doc_id"]), data, "documents", "no_pages")
     for column in ("source", "domain", "title", "url", "license"):
-        documents[column] = documents[column] if column in documents else None
+        documents[column] = documents.get(column)
     documents["source"] = documents["source"].fillna(data.source)
     documents["n_pages"] = documents["doc_id"].map(pages.groupby("doc_id").size()).astype("int32")
 
@@ -475,7 +475,7 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
         inherited = queries["query_id"].map(first_doc).map(doc_info[column])
         queries[column] = queries[column].fillna(inherited) if column in queries else inherited
     for column in ("answer", "generator", "language"):
-        queries[column] = queries[column] if column in queries else None
+        queries[column] = queries.get(column)
     if "evidence_types" not in queries:
         queries["evidence_types"] = [[] for _ in range(len(queries))]
 

@@ -158,9 +158,13 @@ def _positions(query: np.ndarray, rank_key: np.ndarray, page: np.ndarray) -> tup
     new[0] = True
     np.not_equal(query[1:], query[:-1], out=new[1:])
     grouped = np.count_nonzero(new) == np.count_nonzero(np.bincount(query))  # each query's rows in one block
-    if grouped and rank_key.dtype.kind in "iu" and rank_key[0] == 1:
-        if np.where(new[1:], rank_key[1:] == 1, rank_key[1:] == rank_key[:-1] + 1).all():
-            return None, (rank_key - 1).astype(np.int32)  # ranked 1, 2, ... down each query, as written
+    if (
+        grouped
+        and rank_key.dtype.kind in "iu"
+        and rank_key[0] == 1
+        and np.where(new[1:], rank_key[1:] == 1, rank_key[1:] == rank_key[:-1] + 1).all()
+    ):
+        return None, (rank_key - 1).astype(np.int32)  # ranked 1, 2, ... down each query, as written
     same = ~new[1:]
     later, earlier = rank_key[1:][same], rank_key[:-1][same]
     in_order = (later > earlier) | ((later == earlier) & (page[1:][same] >= page[:-1][same]))

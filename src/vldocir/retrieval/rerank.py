@@ -384,7 +384,8 @@ class ScoreCache:
         if self._segment is None:
             host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "unknown"
             name = f"{time.time_ns():020d}-{host}-{os.getpid()}.jsonl"
-            self._segment = open(self.directory / "segments" / name, "a", encoding="utf-8")
+            # one append handle for the store's lifetime (every add() fsyncs it); close() closes it
+            self._segment = open(self.directory / "segments" / name, "a", encoding="utf-8")  # noqa: SIM115
         self._segment.write(
             "".join(
                 json.dumps({"q": q, "p": p, "s": s, "h": line_checksum(self.key, q, p, s)}) + "\n" for q, p, s in rows

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import shutil
+from contextlib import suppress
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -208,10 +209,8 @@ def kill_process_tree(pid: int) -> None:
     except psutil.NoSuchProcess:
         return
     for child in family:
-        try:
+        with suppress(psutil.NoSuchProcess):
             child.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 @dataclass
@@ -261,10 +260,8 @@ def new_session(browser: Any, cfg: RenderConfig) -> Session:
     context.add_init_script(script=NO_WEBRTC_SCRIPT)
     context.add_init_script(script=SCROLL_HOOKS_SCRIPT)
     context.route("**/*", handle)
-    try:
+    with suppress(Exception):  # older Playwright: websockets are still stopped by the resolver rules
         context.route_web_socket("**/*", lambda ws: ws.close())
-    except Exception:  # older Playwright: websockets are still stopped by the resolver rules
-        pass
     session.page = context.new_page()
     session.page.on("dialog", lambda d: d.dismiss())
     session.cdp = context.new_cdp_session(session.page)

@@ -11,6 +11,7 @@ import os
 import shutil
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,10 +236,8 @@ class Renderer:
     def _drop_session(self) -> None:
         session, self._session = self._session, None
         if session is not None:
-            try:
+            with suppress(Exception):
                 session.context.close()
-            except Exception:
-                pass
 
     def _render_in(
         self,
