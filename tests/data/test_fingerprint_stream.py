@@ -37,7 +37,7 @@ def _pages(n: int, seed: int = 0) -> pa.Table:
             "page_index": pa.array([i % 5 for i in range(n)], pa.int32()),
             "image": pa.array(images, IMAGE_TYPE),
             "width": pa.array([None if m else i for i, m in enumerate(maybe[2])], pa.int32()),
-            "height": pa.array([i for i in range(n)], pa.int32()),
+            "height": pa.array(list(range(n)), pa.int32()),
             "dom_text": texts(maybe[3], "dom"),
             "ocr_text": pa.array([None] * n, pa.string()),
             "page_number": pa.array(range(n), pa.int64()),

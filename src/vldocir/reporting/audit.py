@@ -184,7 +184,8 @@ def export_review(bench: Benchmark, out_dir: str | Path, counts: Mapping[str, in
     review.mkdir(parents=True, exist_ok=True)
     images = PageImages(data, review)
     body, position = [], 0
-    by_stratum = {key: group for key, group in sample.groupby(["source", "evidence_structure"], sort=False)}
+    # iter(): a GroupBy has a .keys attribute (the grouping columns), which dict() would take for a mapping's
+    by_stratum = dict(iter(sample.groupby(["source", "evidence_structure"], sort=False)))
     for stratum in strata:
         note = (
             f' <span class="short">(only {stratum.available} queries: all taken, {stratum.requested} asked for)</span>'

@@ -107,9 +107,9 @@ class BenchmarkRuns:
 
 def section_ks(runs: list[StoredRun], ks) -> list[int]:
     """The paper's ks, plus those of the runs evaluated without one of them (so that each run shows numbers)."""
-    shown = set(int(k) for k in ks)
+    shown = {int(k) for k in ks}
     for run in runs:
-        if not shown >= set(run.ks) and not set(run.ks) >= set(int(k) for k in ks):
+        if not shown >= set(run.ks) and not set(run.ks) >= {int(k) for k in ks}:
             shown |= set(run.ks)
     return sorted(shown)
 
