@@ -76,7 +76,7 @@ for ax, label in zip(axes[0], runs, strict=True):
                 bottom=bottom,
                 color=colors[split],
                 hatch=".." if level == "document" else None,
-                label=f"{split} ({level})" if label == list(runs)[0] else None,
+                label=f"{split} ({level})" if label == next(iter(runs)) else None,
             )
             bottom += values
     ax.set_xticks([x + 0.2 for x in range(len(sources))], sources)

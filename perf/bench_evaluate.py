@@ -80,7 +80,7 @@ def _source_domains() -> dict[str, list[str]]:
 
 
 def _scaled(n: int, scale: float, minimum: int = 0) -> int:
-    return max(minimum, int(round(n * scale)))
+    return max(minimum, round(n * scale))
 
 
 def _strings(prefix: str, numbers: np.ndarray, width: int) -> pa.Array:
@@ -98,7 +98,7 @@ def build_tables(scale: float, seed: int) -> tuple[dict[str, pa.Table], dict]:
     # Documents: per source, page counts with the paper's average (1 + a gamma-weighted multinomial).
     doc_ids, doc_source, doc_domain_name, doc_pages = [], [], [], []
     totals = {s: _scaled(n, scale, 2) * avg for s, (n, avg) in PAPER_DOCUMENTS.items()}
-    totals = {s: int(round(t)) for s, t in totals.items()}
+    totals = {s: round(t) for s, t in totals.items()}
     if scale == 1.0:  # the averages are rounded: put the difference on the largest source
         totals["arxiv"] += PAPER_PAGES - sum(totals.values())
     for s_code, source in enumerate(sources):
@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     best = None
     for _ in range(max(1, args.repeat)):
         gc.collect()
-        times, metrics, per_query, info = evaluate_ours(run_path, queries, qrels, pages)
+        times, _metrics, per_query, info = evaluate_ours(run_path, queries, qrels, pages)
         if best is None or times["total"] < best["total"]:
             best = times
     figures["ours"] = best

@@ -196,7 +196,7 @@ def write_runs(args, directory: Path) -> dict:
 
 
 def _queries_of(args, fraction: float) -> int:
-    return max(1, int(round(args.queries * fraction)))
+    return max(1, round(args.queries * fraction))
 
 
 # -- the measurements, one subprocess each ----------------------------------------------------------

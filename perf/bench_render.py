@@ -206,7 +206,7 @@ class TreeMeter:
     def _sample(self) -> None:
         ps = self._psutil
         try:
-            procs = [self._root] + self._root.children(recursive=True)
+            procs = [self._root, *self._root.children(recursive=True)]
         except ps.NoSuchProcess:
             return
         memory = time.monotonic() - self._last_memory >= self._memory_every

@@ -116,7 +116,7 @@ def test_sigkill_at_any_step_of_a_reevaluation(isolated_paths, small_bench_dir, 
     results = isolated_paths / "results"
     evaluate(*_bench(small_bench_dir))
     (first,) = _entries(results)
-    before = {f: (first / f).read_bytes() for f in store.VOUCHED_FILES + (store.MANIFEST_FILE,)}
+    before = {f: (first / f).read_bytes() for f in (*store.VOUCHED_FILES, store.MANIFEST_FILE)}
 
     _kill_at(step, when, [*_bench(small_bench_dir), "eval.ks=[1,20]"])
     assert {f: (first / f).read_bytes() for f in before} == before, "the first entry is untouched"
@@ -142,7 +142,7 @@ def test_full_disk_at_any_step_publishes_nothing_and_the_rerun_is_right(
         return real(staging, name, write)
 
     monkeypatch.setattr(store, "_write_file", full_disk)
-    with pytest.raises(store.StoreError, match="the disk is full. Nothing was published"):
+    with pytest.raises(store.StoreError, match=r"the disk is full\. Nothing was published"):
         evaluate(*_bench(small_bench_dir))
     setting_dir = results / "runs" / "test-small" / "dom_bm25" / "base"
     assert list(setting_dir.iterdir()) == [], "no entry and no staging debris"
@@ -302,7 +302,7 @@ def test_parallel_sweeps_keep_every_point(isolated_paths, small_bench_dir):
         for args in sweeps
     ]
     for proc in procs:
-        out, err = proc.communicate(timeout=900)
+        _out, err = proc.communicate(timeout=900)
         assert proc.returncode == 0, err[-3000:]
     index = store.list_runs(isolated_paths / "results")
     points = sorted((row.depth, row.ks) for row in index.itertuples())
@@ -461,7 +461,7 @@ def test_a_reused_run_that_changes_before_it_is_linked_is_refused_in_one_line(is
     first = evaluate(*_bench(small_bench_dir))
     reused = store.find_run(first.entry.parent, first.manifest["run"]["key"])
     _flip_middle(first.entry / store.RUN_FILE)  # after find_run verified it, before publish links it
-    with pytest.raises(store.StoreError, match="run.parquet changed after it was verified") as error:
+    with pytest.raises(store.StoreError, match=r"run\.parquet changed after it was verified") as error:
         store.publish(
             first.entry.parent,
             first.entry.name.replace("k3-5-10", "k1"),

@@ -66,7 +66,7 @@ def _element(doc, fact: str):
 
 def _pixels_of(doc, e) -> np.ndarray:
     px = _image(doc.directory / doc.pages[e.page_index].image)
-    x0, y0, x1, y1 = (int(round(v)) for v in e.bbox)
+    x0, y0, x1, y1 = (round(v) for v in e.bbox)
     return px[y0:y1, x0:x1]
 
 
@@ -351,7 +351,7 @@ PMC_CHROME = {  # text that must be gone -> the colour its element had
 def test_pmc_reader_chrome_is_gone_from_text_and_image(rendered):
     doc = rendered["pmc-article"]
     text, lines = _all_text(doc), _lines(doc)
-    painted = _colours_anywhere(doc, list(PMC_CHROME.values()) + [(156, 39, 176)], tol=6)
+    painted = _colours_anywhere(doc, [*PMC_CHROME.values(), (156, 39, 176)], tol=6)
     for chrome, colour in PMC_CHROME.items():
         assert chrome not in text, chrome
         assert painted[colour] == 0, (chrome, colour)

@@ -31,7 +31,7 @@ HOUR_AGO_NS = time.time_ns() - 3600 * 10**9
 
 def backdate(root: Path, when_ns: int = HOUR_AGO_NS) -> None:
     """Date every file and folder under ``root`` (and ``root``) at ``when_ns``, deepest first."""
-    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True) + [root]:
+    for path in [*sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True), root]:
         if not path.is_symlink():
             os.utime(path, ns=(when_ns, when_ns))
 

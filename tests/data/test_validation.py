@@ -731,7 +731,7 @@ def test_unreadable_column_found_after_load_names_table_and_file(bench_copy):
         _ = bench.pages
     assert raised.value.table == "pages" and raised.value.row is None
     assert f"cannot read {t.path('pages')}: not a valid Parquet file" in str(raised.value)
-    with pytest.raises(BenchmarkError, match="cannot read .*pages.parquet"):
+    with pytest.raises(BenchmarkError, match=r"cannot read .*pages\.parquet"):
         bench.arrow("pages", ["page_id", "dom_text"])
 
 

@@ -115,7 +115,7 @@ def test_run_py_on_imported_v3_with_bm25_and_a_tiny_visual_retriever(v3_source, 
     visual, _, _ = evaluate(*dataset, *tiny_overrides("colqwen25", tiny), "depth=19")
     assert _structures(visual) == _structures(metrics) and (root / "benchmark.json").stat().st_mtime_ns == stamp
     assert load_benchmark(root).fingerprint == json.loads((root / "benchmark.json").read_text())["fingerprint"]
-    with pytest.raises(ConfigError, match="imported with another dataset.importer spec"):
+    with pytest.raises(ConfigError, match=r"imported with another dataset\.importer spec"):
         evaluate(*dataset, "retriever=dom_bm25", "dataset.importer.languages=[english]")
 
 
@@ -141,5 +141,5 @@ def test_run_py_on_imported_v1_and_v2_with_a_tiny_visual_retriever(
     visual, _, _ = evaluate(*over, *tiny_overrides("colqwen25", tiny), "depth=10", "eval.ks=[3,5,10]")
     assert _structures(visual) == {s: n for s, n in counts["structures"].items() if n}
     assert visual["n_queries"] == counts["kept"]["queries"]
-    with pytest.raises(ConfigError, match="'dom_text', and benchmark .* has it for no page.*visual retriever"):
+    with pytest.raises(ConfigError, match=r"'dom_text', and benchmark .* has it for no page.*visual retriever"):
         evaluate(*over, "retriever=dom_bm25")

@@ -299,7 +299,7 @@ def test_counts_per_source_and_structure_follow_the_budget(mini, sampled):
 
 
 def test_run_writes_parquet_and_manifest(tmp_path, encoder):
-    configs, counts, out_dir = run_evidence_sampling(
+    configs, _counts, out_dir = run_evidence_sampling(
         MINI_DIR, EvidenceSamplingSpec(configs_per_structure=2), encoder, tmp_path
     )
     stored = pd.read_parquet(out_dir / "configs.parquet")

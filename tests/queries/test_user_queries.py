@@ -204,7 +204,7 @@ def test_an_unreadable_file_is_one_error(tmp_path, name, content, message):
         (tmp_path / name).write_text(content)
     with pytest.raises(ConfigError, match=message):
         UserQueries(tmp_path / name).preflight(None)
-    with pytest.raises(ConfigError, match="needs queries.path"):
+    with pytest.raises(ConfigError, match=r"needs queries\.path"):
         UserQueries(None)
 
 

@@ -49,7 +49,7 @@ def test_index_is_built_once_per_key(small_bench, tmp_path):
 
 
 def test_missing_text_column_says_what_to_do(small_bench, tmp_path):
-    with pytest.raises(ConfigError, match="'ocr_text', and benchmark .* has it for no page: run the OCR stage first"):
+    with pytest.raises(ConfigError, match=r"'ocr_text', and benchmark .* has it for no page: run the OCR stage first"):
         BM25Retriever(text_field="ocr_text").retrieve(small_bench, {"q": "x"}, 5, ArtifactCache(tmp_path))
 
 

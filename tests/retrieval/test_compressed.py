@@ -261,7 +261,7 @@ def test_parameters_are_checked():
         CompressedSearch(pool_factor=0)
     with pytest.raises(ValueError, match="nprobe must be an integer >= 0"):
         CompressedSearch(nprobe=-1)
-    with pytest.raises(ValueError, match="coded=residuals .* needs an index"):
+    with pytest.raises(ValueError, match=r"coded=residuals .* needs an index"):
         CompressedSearch(codec="SQ4", coded="residuals")
     with pytest.raises(ValueError, match="and a faiss codec"):
         CompressedSearch(n_centroids=8, coded="residuals")
@@ -284,7 +284,7 @@ def test_parameters_are_checked():
 
 def test_a_codec_for_another_dimension_fails_before_the_training(tmp_path):
     pages = clustered_pages(np.random.default_rng(9), 20)
-    with pytest.raises(ValueError, match="codec 'PQ32x4' cannot code the pages' 16-dimensional vectors .*multiple"):
+    with pytest.raises(ValueError, match=r"codec 'PQ32x4' cannot code the pages' 16-dimensional vectors .*multiple"):
         built(tmp_path, pages, codec="PQ32x4", n_centroids=4, coded="residuals")
 
 

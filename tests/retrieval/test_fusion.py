@@ -167,8 +167,9 @@ def test_round_robin_by_hand():
     b = table([("q", "p2", 1, 9), ("q", "p2", 2, 8), ("q", "p4", 3, 7), ("s", "y", 1, 1)])
     # turn 1: p1 (a), p2 (b); turn 2: a's p2 taken, b's duplicate p2 taken; turn 3: p3 (a), p4 (b)
     merged = round_robin([a, b], depth=10, query_ids=["s", "q", "none"])
-    assert rows_of(merged) == [("s", "y", 1, 1.0)] + expected_rows("q", ["p1", "p2", "p3", "p4"])
-    assert rows_of(round_robin([b, a], depth=3)) == expected_rows("q", ["p2", "p1", "p4"]) + [
+    assert rows_of(merged) == [("s", "y", 1, 1.0), *expected_rows("q", ["p1", "p2", "p3", "p4"])]
+    assert rows_of(round_robin([b, a], depth=3)) == [
+        *expected_rows("q", ["p2", "p1", "p4"]),
         ("s", "y", 1, 1.0),
         ("r", "x", 1, 1.0),
     ]

@@ -355,13 +355,13 @@ def test_unknown_ids_are_an_error_or_dropped_and_counted(stored, mini, tmp_path)
 
 
 def test_bad_values_fail_in_one_line(stored, tmp_path):
-    with pytest.raises(ConfigError, match="retriever.path is not set: name the run file"):
+    with pytest.raises(ConfigError, match=r"retriever\.path is not set: name the run file"):
         evaluate("retriever=run_file", *paths(tmp_path))
     with pytest.raises(RunFileError, match="no such file"):
         evaluate_file(tmp_path, tmp_path / "missing.trec")
-    with pytest.raises(RunFileError, match="retriever.format must be one of auto, trec, parquet"):
+    with pytest.raises(RunFileError, match=r"retriever\.format must be one of auto, trec, parquet"):
         evaluate_file(tmp_path, stored["trec"], "retriever.format=csv")
-    with pytest.raises(RunFileError, match="retriever.on_unknown_ids must be one of error, drop"):
+    with pytest.raises(RunFileError, match=r"retriever\.on_unknown_ids must be one of error, drop"):
         evaluate_file(tmp_path, stored["trec"], "retriever.on_unknown_ids=keep")
     bad = tmp_path / "bad.trec"
     bad.write_text("q0000000 Q0 arxiv-00000-p000 1 1.0 t\nq0000000 Q0 arxiv-00000-p001 2 1.0\n")
@@ -415,7 +415,7 @@ def test_a_changed_file_is_a_new_run_and_nothing_is_overwritten(stored, mini, tm
     )
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before, "the user's file is only read"
 
-    changed = write_lines(path, rows[:-1] + [(rows[-1][0], rows[-1][1], rows[-1][2] + 1.0)])
+    changed = write_lines(path, [*rows[:-1], (rows[-1][0], rows[-1][1], rows[-1][2] + 1.0)])
     second = evaluate_file(tmp_path, changed)
     assert second.manifest["run"]["key"] != first.manifest["run"]["key"] and not second.manifest["run"]["reused"]
     index = store.list_runs(tmp_path / "results")

@@ -499,7 +499,7 @@ def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
     if cfg.unparsed_as not in ("keep", "remove"):
         raise ConfigError(f"cleaning.unparsed_as must be keep or remove, got {cfg.unparsed_as!r}")
     thresholds = [float(t) for t in cfg.thresholds]
-    if any(t not in SCALE for t in thresholds + [float(cfg.combined_threshold)]):
+    if any(t not in SCALE for t in [*thresholds, float(cfg.combined_threshold)]):
         raise ConfigError(f"cleaning.thresholds and combined_threshold must be on the grid {SCALE}")
     path = Path(cfg.labelled)
     labelled = load_labelled(path)

@@ -382,7 +382,7 @@ class QueryGenerator:
         return [{"role": "user", "content": content}]
 
     def describe(self) -> dict[str, Any]:
-        prompts = ["describe"] + sorted({prompt_name(s, e) for s in SOURCES for e in FAMILIES})
+        prompts = ["describe", *sorted({prompt_name(s, e) for s in SOURCES for e in FAMILIES})]
         return {
             "spec": {k: v for k, v in asdict(self.spec).items() if k != "prices_per_million_tokens"},
             "describer": self.describer.cache_params(),

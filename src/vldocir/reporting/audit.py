@@ -410,7 +410,7 @@ def census(bench: Benchmark, structures: Sequence[str] | None = None, examples: 
         return result
 
     details = []
-    for check in CENSUS_CHECKS + ("missing",):
+    for check in (*CENSUS_CHECKS, "missing"):
         if check == "spanning" and not has_spans:
             continue
         rows = cited[cited[check]].drop_duplicates("query_id").head(examples)

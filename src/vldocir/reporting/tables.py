@@ -189,7 +189,7 @@ def layout_structure_view(name: str, entry: dict, spec: PaperSpec, view: Results
     ref = RunRef.from_entry(entry["run"])
     run = view.get(ref)
     cells = _Cells(entry, spec, view)
-    value_column = [c for c in csv.columns if c not in ("evidence_structure", "queries")][0]
+    value_column = next(c for c in csv.columns if c not in ("evidence_structure", "queries"))
     for record in csv.to_dict("records"):
         structure = spec.structure_id(record["evidence_structure"])
         count = value = None

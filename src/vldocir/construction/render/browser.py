@@ -92,7 +92,8 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     # connections that the interception never sees, even to IP literals: WebTransport (QUIC over
     # UDP, from pages and workers alike) and TURN over TCP.
     "--host-resolver-rules=MAP * ~NOTFOUND",
-) + NO_WEBRTC_ARGS
+    *NO_WEBRTC_ARGS,
+)
 """Flags for every launch (``--no-sandbox`` is added when running as root, see RenderConfig)."""
 
 SYSTEM_CHROMIUM_PATHS: tuple[str, ...] = ("/usr/bin/chromium",)
@@ -233,7 +234,7 @@ def new_session(browser: Any, cfg: RenderConfig) -> Session:
     context = browser.new_context(
         viewport={
             "width": int(cfg.viewport_width_css),
-            "height": int(math.ceil(cfg.page_height / cfg.device_scale_factor)) + 1,
+            "height": math.ceil(cfg.page_height / cfg.device_scale_factor) + 1,
         },
         device_scale_factor=cfg.device_scale_factor,
         service_workers="block",

@@ -370,7 +370,7 @@ class _Skeleton:
 
         message = u32(0)
         # Message: version, header_type, header, bodyLength; RecordBatch: length, nodes, buffers.
-        version, header_type, header, body_length = (fields(message) + [0] * 4)[:4]
+        _version, header_type, header, body_length = (fields(message) + [0] * 4)[:4]
         if not (header_type and header and body_length) or meta[message + header_type] != 3:
             raise pa.ArrowInvalid("the one-row stream's batch metadata lacks a field")
         batch = message + header + u32(message + header)
