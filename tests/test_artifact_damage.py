@@ -269,7 +269,7 @@ def attempt(reference, kind: str, cache_dir: Path):
         return None, error
 
 
-@pytest.mark.parametrize("kind, name, how", CASES)
+@pytest.mark.parametrize(("kind", "name", "how"), CASES)
 def test_damage_is_repaired_or_named_never_other_numbers(kind, name, how, reference, tmp_path, monkeypatch, caplog):
     cache_dir = tmp_path / "cache"
     shutil.copytree(reference["cache"], cache_dir)
@@ -342,7 +342,7 @@ def test_a_stale_unrecorded_file_and_a_copied_record_are_damage(tmp_path):
     assert cache.lookup("kind", "b") == tmp_path / "kind" / "b"
 
 
-@pytest.mark.parametrize("integrity, found", [("full", True), ("auto", True), ("cheap", False)])
+@pytest.mark.parametrize(("integrity", "found"), [("full", True), ("auto", True), ("cheap", False)])
 def test_digests_are_checked_as_the_integrity_policy_says(integrity, found, tmp_path):
     cache = ArtifactCache(tmp_path, integrity=integrity)
     with cache.build("kind", "k", {}) as staging:

@@ -292,7 +292,7 @@ def test_values_that_overflow_float16_fail_at_write_time_naming_the_item(tmp_pat
 
 
 @pytest.mark.parametrize(
-    "missing, says",
+    ("missing", "says"),
     [
         (("files",), "lacks dtype / n_items / n_tokens / dim / files"),
         (("dim",), "lacks dtype / n_items / n_tokens / dim / files"),

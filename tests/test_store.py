@@ -93,7 +93,7 @@ def _entries(results: Path) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "step, when", KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
+    ("step", "when"), KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
 )
 def test_sigkill_at_any_step_of_a_first_publish(isolated_paths, small_bench_dir, reference, step, when):
     results = isolated_paths / "results"
@@ -109,7 +109,7 @@ def test_sigkill_at_any_step_of_a_first_publish(isolated_paths, small_bench_dir,
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "step, when", KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
+    ("step", "when"), KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
 )
 def test_sigkill_at_any_step_of_a_reevaluation(isolated_paths, small_bench_dir, reference, step, when):
     """The second evaluation links the stored run into its entry; a kill there harms neither."""

@@ -381,7 +381,7 @@ def test_quirks_can_be_chosen_one_by_one(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "source,targets",
+    ("source", "targets"),
     [("wikipedia", (1, 4, 10)), ("arxiv", (5, 12, 25)), ("pubmed", (5, 12, 25)), ("sec", (20, 40, 60))],
 )
 def test_target_pages_controls_length(tmp_path, source, targets):

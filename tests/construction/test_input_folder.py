@@ -83,7 +83,7 @@ def test_ids_are_safe_and_deterministic():
 
 
 @pytest.mark.parametrize(
-    "files, clash",
+    ("files", "clash"),
     [
         (["a.html", "a.pdf"], ("a.html", "a.pdf")),
         (["a/index.html", "a.html"], ("a.html", "a")),  # (listed by name: a.html before the folder a)

@@ -52,7 +52,7 @@ def test_blank_rows_tolerance_and_alpha():
     grey = np.full((2, 4, 3), 240, np.uint8)
     assert blank_rows(grey, background=(240, 240, 240)).all()
     assert not blank_rows(grey).any()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"pixels must be \(H, W, 3\|4\)"):
         blank_rows(np.zeros((3, 3), np.uint8))
 
 
@@ -386,9 +386,9 @@ def test_assign_elements_with_slack():
 
 
 def test_assign_elements_rejects_bad_cuts():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cuts must be strictly increasing"):
         assign_elements(np.zeros((1, 4)), [0])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cuts must be strictly increasing"):
         assign_elements(np.zeros((1, 4)), [0, 100, 100])
     a = assign_elements(np.zeros((0, 4)), [0, 10])
     assert a.page_index.shape == (0,) and a.bbox.shape == (0, 4)

@@ -132,7 +132,7 @@ def test_every_rule_names_the_page_feature_it_targets():
         "pubmed"
     )
     assert cfg.page_rules == {k: list(v) for k, v in DEFAULT_PAGE_RULES.items()}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="fit_min_text_scale must be in"):
         RenderConfig(fit_min_text_scale=0)
 
 

@@ -27,7 +27,7 @@ PAPER_COUNTS = {"page_single": 30, "page_multi": 30, "doc_adjacent": 30, "doc_ne
 
 
 # -- Wilson ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("successes,n", [(746, 800), (0, 10), (10, 10), (1, 1), (40, 50), (177, 200), (3, 7)])
+@pytest.mark.parametrize(("successes", "n"), [(746, 800), (0, 10), (10, 10), (1, 1), (40, 50), (177, 200), (3, 7)])
 def test_wilson_matches_statsmodels(successes, n):
     expected = proportion_confint(successes, n, alpha=0.05, method="wilson")
     assert wilson_interval(successes, n) == pytest.approx(expected, abs=1e-12)

@@ -414,7 +414,7 @@ def _printed_command(line: str) -> tuple[str, list[str]]:
     return path, rest.split("python run.py ", 1)[1].split("   # ", 1)[0].split()
 
 
-@pytest.mark.parametrize("benchmark, dataset", [("vl-docir-mini", "mini"), ("vl-docir", "vldocir")])
+@pytest.mark.parametrize(("benchmark", "dataset"), [("vl-docir-mini", "mini"), ("vl-docir", "vldocir")])
 def test_missing_run_commands_run_as_printed_on_the_benchmark_of_their_row(spec, empty_results, benchmark, dataset):
     """Each printed command composes with the real config into the run its row names: the
     benchmark's own dataset (the mini's for a store of mini runs), its reduced corpus for Table 18's

@@ -183,7 +183,8 @@ def test_residuals_code_offsets_from_bag_means_and_decode_closer_than_the_codec_
 
 
 @pytest.mark.parametrize(
-    "qtype, dim", [("QT_8bit", 16), ("QT_4bit", 16), ("QT_4bit", 15), ("QT_8bit_uniform", 15), ("QT_4bit_uniform", 16)]
+    ("qtype", "dim"),
+    [("QT_8bit", 16), ("QT_4bit", 16), ("QT_4bit", 15), ("QT_8bit_uniform", 15), ("QT_4bit_uniform", 16)],
 )
 def test_affine_reading_of_a_scalar_quantizer_equals_its_decoded_products(qtype, dim):
     """Products over the codes' levels (no decoding) equal products with faiss's decoded vectors,

@@ -142,7 +142,7 @@ def test_merges_equal_the_reference_on_random_runs(packed, monkeypatch):
             assert ranked_lists(run) == reference_lists(run)
 
 
-@pytest.mark.parametrize("k, n_runs", [(60, 3), (0, 2)])
+@pytest.mark.parametrize(("k", "n_runs"), [(60, 3), (0, 2)])
 def test_rrf_equals_ranx_fuse(k, n_runs):
     """ranx adds the terms in another order: with three runs, equal sums can differ in the last bit
     at k=0, so k=0 is checked on two runs (a + b == b + a exactly)."""

@@ -305,7 +305,7 @@ def test_page_missing_from_the_benchmark_is_named(bench, tmp_path):
 
 # -- configuration ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "reranker, setting_id, reranker_class",
+    ("reranker", "setting_id", "reranker_class"),
     [("jina_m0", "rerank", JinaRerankerM0), ("colqwen25", "rerank-colqwen25", ColEngineReranker)],
 )
 def test_setting_files_compose_and_instantiate(reranker, setting_id, reranker_class, tmp_path):
@@ -336,7 +336,7 @@ def test_tiny_overrides_compose(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    ("kwargs", "message"),
     [
         ({"top_n": 0}, "top_n"),
         ({"top_n": True}, "top_n"),

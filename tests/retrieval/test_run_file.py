@@ -200,7 +200,7 @@ def test_read_trec_run_formats(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content, problem",
+    ("content", "problem"),
     [
         (
             "q1 Q0 p1 1 2.5 run\nq1 Q0 p2 2 1.5\n",

@@ -178,10 +178,12 @@ def _from_hub_code(obj) -> bool:
 def _remote(loader, directory: Path, **kwargs):
     """``loader.from_pretrained`` with the opt-in, whose class comes from the checkpoint's own code;
     without the opt-in that code never runs (transformers refuses, or falls back to its own class)."""
+    refusal = None
     try:
         assert not _from_hub_code(loader.from_pretrained(directory, trust_remote_code=False, **kwargs))
     except ValueError as refused:
-        assert "trust_remote_code" in str(refused)
+        refusal = str(refused)
+    assert refusal is None or "trust_remote_code" in refusal, refusal
     loaded = loader.from_pretrained(directory, trust_remote_code=True, **kwargs)
     assert _from_hub_code(loaded), "the class comes from the checkpoint's code"
     return loaded
