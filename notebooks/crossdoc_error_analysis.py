@@ -62,7 +62,7 @@ display(completeness.round(1))
 # %%
 fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 3.5), squeeze=False)
 colors = {"all": "#2ca02c", "partial": "#ffbf00", "none": "#d62728"}
-for ax, label in zip(axes[0], runs):
+for ax, label in zip(axes[0], runs, strict=True):
     part = completeness.loc[label].unstack("level")
     sources = list(part.index)
     for i, level in enumerate(("page", "document")):
@@ -76,7 +76,7 @@ for ax, label in zip(axes[0], runs):
                 bottom=bottom,
                 color=colors[split],
                 hatch=".." if level == "document" else None,
-                label=f"{split} ({level})" if label == list(runs)[0] else None,
+                label=f"{split} ({level})" if label == next(iter(runs)) else None,
             )
             bottom += values
     ax.set_xticks([x + 0.2 for x in range(len(sources))], sources)

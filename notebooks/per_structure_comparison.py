@@ -101,7 +101,7 @@ for label in runs:
 
 # %%
 fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.5), squeeze=False)
-for ax, (label, run) in zip(axes[0], runs.items()):
+for ax, (label, run) in zip(axes[0], runs.items(), strict=True):
     for structure in EVIDENCE_STRUCTURES:
         ax.plot(run.ks, [run.structure(structure, f"recallall@{k}") for k in run.ks], marker="o", label=structure)
     ax.set_title(label)

@@ -82,7 +82,7 @@ def agreement(before: list[str], after: list[str]) -> dict:
     return {
         "sequence": 2 * sum(c[0] for c in counts) / total if total else 1.0,
         "bag": 2 * sum(c[1] for c in counts) / total if total else 1.0,
-        "identical_pages": sum(a == b for a, b in zip(before, after)),
+        "identical_pages": sum(a == b for a, b in zip(before, after, strict=True)),
         "pages": len(before),
         "words_before": sum(len(t.split()) for t in before),
         "words_after": sum(len(t.split()) for t in after),

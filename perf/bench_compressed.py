@@ -51,6 +51,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,7 @@ def make_corpus(args, root: Path) -> dict:
     queries = []
     for pages in evidence:
         split = np.array_split(np.arange(args.query_tokens), len(pages))
-        picked = np.concatenate([tokens_of[p][rng.choice(T, len(s))] for p, s in zip(pages, split)])
+        picked = np.concatenate([tokens_of[p][rng.choice(T, len(s))] for p, s in zip(pages, split, strict=True)])
         queries.append(_unit(picked + 2 * args.noise * _unit(rng.standard_normal(picked.shape))))
     return {"shard_dirs": shard_dirs, "queries": RaggedVectors.from_list(queries), "evidence": evidence}
 
@@ -201,12 +202,17 @@ def _timed_search(fn):
 
 def _recall_of(top, exact, k: int) -> float:
     return float(
-        np.mean([len(set(a[:k][a[:k] >= 0]) & set(b[:k][b[:k] >= 0])) / k for a, b in zip(top.indices, exact.indices)])
+        np.mean(
+            [
+                len(set(a[:k][a[:k] >= 0]) & set(b[:k][b[:k] >= 0])) / k
+                for a, b in zip(top.indices, exact.indices, strict=True)
+            ]
+        )
     )
 
 
 def _recall_all(top, evidence: list[list[int]], k: int) -> float:
-    return float(np.mean([set(pages) <= set(row[:k]) for row, pages in zip(top.indices, evidence)]))
+    return float(np.mean([set(pages) <= set(row[:k]) for row, pages in zip(top.indices, evidence, strict=True)]))
 
 
 def run(args) -> dict:
@@ -246,7 +252,7 @@ def run(args) -> dict:
                 built[build_key] = (CompressedPages.open(out), report)
             pages, report = built[build_key]
             stats: dict = {}
-            top, wall, cpu, peak = _timed_search(lambda: settings.search(queries, pages, args.depth, False, stats))
+            top, wall, cpu, peak = _timed_search(partial(settings.search, queries, pages, args.depth, False, stats))
             per_vector = (report["bytes"] - pages.meta.get("n_centroids", 0) * args.dim * 4) / max(n_vectors, 1)
             rows.append(
                 {

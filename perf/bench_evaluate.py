@@ -80,7 +80,7 @@ def _source_domains() -> dict[str, list[str]]:
 
 
 def _scaled(n: int, scale: float, minimum: int = 0) -> int:
-    return max(minimum, int(round(n * scale)))
+    return max(minimum, round(n * scale))
 
 
 def _strings(prefix: str, numbers: np.ndarray, width: int) -> pa.Array:
@@ -98,7 +98,7 @@ def build_tables(scale: float, seed: int) -> tuple[dict[str, pa.Table], dict]:
     # Documents: per source, page counts with the paper's average (1 + a gamma-weighted multinomial).
     doc_ids, doc_source, doc_domain_name, doc_pages = [], [], [], []
     totals = {s: _scaled(n, scale, 2) * avg for s, (n, avg) in PAPER_DOCUMENTS.items()}
-    totals = {s: int(round(t)) for s, t in totals.items()}
+    totals = {s: round(t) for s, t in totals.items()}
     if scale == 1.0:  # the averages are rounded: put the difference on the largest source
         totals["arxiv"] += PAPER_PAGES - sum(totals.values())
     for s_code, source in enumerate(sources):
@@ -436,7 +436,7 @@ def _read_plain(run_path: Path):
         if name == "query_id":  # within a chunk by dictionary index, across chunks by string
             new_query = np.ones(max(len(values) - 1, 0), dtype=bool)
             row = 0
-            for part, change in zip(parts, changes):
+            for part, change in zip(parts, changes, strict=True):
                 if len(part):
                     if row:
                         new_query[row - 1] = values[row - 1] != values[row]
@@ -449,21 +449,23 @@ def _read_plain(run_path: Path):
 def dict_run(run_path: Path) -> dict:
     """{query_id: {page_id: score}} built from the Parquet run (rows grouped by query)."""
     query_ids, page_ids, scores, new_query = _read_plain(run_path)
+    if not len(query_ids):
+        return {}
     bounds = np.flatnonzero(new_query) + 1
     starts = np.concatenate(([0], bounds)).tolist()
     ends = np.concatenate((bounds, [len(query_ids)])).tolist()
-    heads = query_ids[starts].tolist() if len(query_ids) else []
+    heads = query_ids[starts].tolist()
     page_list = page_ids.tolist()
     score_list = scores.tolist()
     run = {}
-    for q, s, e in zip(heads, starts, ends):
-        run.setdefault(q, {}).update(zip(page_list[s:e], score_list[s:e]))
+    for q, s, e in zip(heads, starts, ends, strict=True):
+        run.setdefault(q, {}).update(zip(page_list[s:e], score_list[s:e], strict=True))
     return run
 
 
 def dict_qrels(qrels) -> dict:
     out: dict = {}
-    for q, p in zip(qrels["query_id"].tolist(), qrels["page_id"].tolist()):
+    for q, p in zip(qrels["query_id"].tolist(), qrels["page_id"].tolist(), strict=True):
         out.setdefault(q, {})[p] = 1
     return out
 
@@ -474,7 +476,7 @@ class _Clock:
     def __init__(self) -> None:
         self.wall = self.cpu = 0.0
 
-    def __enter__(self) -> "_Clock":
+    def __enter__(self) -> _Clock:
         self._wall, self._cpu = time.perf_counter(), time.process_time()
         return self
 
@@ -527,7 +529,7 @@ def evaluate_ranx(run_path: Path, qrels_frame) -> tuple[dict, dict]:
     with evaluating:
         scores = evaluate(qrels, run, metrics, return_mean=False)
     query_ids = list(run.get_query_ids())
-    per_query = {m: dict(zip(query_ids, np.asarray(v).tolist())) for m, v in scores.items()}
+    per_query = {m: dict(zip(query_ids, np.asarray(v).tolist(), strict=True)) for m, v in scores.items()}
     del run, qrels
     return _peer_times(convert, evaluating), per_query
 
@@ -604,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     best = None
     for _ in range(max(1, args.repeat)):
         gc.collect()
-        times, metrics, per_query, info = evaluate_ours(run_path, queries, qrels, pages)
+        times, _metrics, per_query, info = evaluate_ours(run_path, queries, qrels, pages)
         if best is None or times["total"] < best["total"]:
             best = times
     figures["ours"] = best

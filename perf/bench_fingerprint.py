@@ -47,14 +47,14 @@ def build(root: Path, n_pages: int, seed: int = 0) -> None:
     index = np.arange(n_pages) % PAGES_PER_DOC
     doc_ids = [f"doc-{d:06d}" for d in range(n_docs)]
     n_pages_of = np.bincount(doc_of, minlength=n_docs)
-    page_ids = [f"{doc_ids[d]}-p{i:03d}" for d, i in zip(doc_of, index)]
-    paths = [f"pages/{doc_ids[d]}/page-{i:03d}.png" for d, i in zip(doc_of, index)]
+    page_ids = [f"{doc_ids[d]}-p{i:03d}" for d, i in zip(doc_of, index, strict=True)]
+    paths = [f"pages/{doc_ids[d]}/page-{i:03d}.png" for d, i in zip(doc_of, index, strict=True)]
     started = time.perf_counter()
     for d in range(n_docs):
         (root / "pages" / doc_ids[d]).mkdir(parents=True, exist_ok=True)
     sizes = rng.integers(*IMAGE_BYTES, size=n_pages)
     blob = rng.bytes(int(IMAGE_BYTES[1]) * 64)
-    for k, (relative, size) in enumerate(zip(paths, sizes)):
+    for k, (relative, size) in enumerate(zip(paths, sizes, strict=True)):
         offset = (k * 7919) % (len(blob) - int(size))
         with open(root / relative, "wb") as file:
             file.write(k.to_bytes(8, "little") + blob[offset : offset + int(size) - 8])

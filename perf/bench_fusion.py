@@ -191,12 +191,12 @@ def write_runs(args, directory: Path) -> dict:
         )
         for label, fraction in fractions.items():
             write_run(run.slice(0, _queries_of(args, fraction) * args.depth), directory / f"{name}-{label}.parquet")
-    overlap = np.mean([len(np.intersect1d(x, y)) for x, y in zip(a[:1000], b[:1000])]) / args.depth
+    overlap = np.mean([len(np.intersect1d(x, y)) for x, y in zip(a[:1000], b[:1000], strict=True)]) / args.depth
     return {"overlap": float(overlap)}
 
 
 def _queries_of(args, fraction: float) -> int:
-    return max(1, int(round(args.queries * fraction)))
+    return max(1, round(args.queries * fraction))
 
 
 # -- the measurements, one subprocess each ----------------------------------------------------------
@@ -288,7 +288,9 @@ def _ranx_runs(runs):
             np.concatenate(([True], frame["query_id"].to_numpy()[1:] != frame["query_id"].to_numpy()[:-1]))
         )
         ends = np.append(bounds[1:], len(q)).tolist()
-        inputs.append(Run({q[i]: dict(zip(p[i:j], s[i:j])) for i, j in zip(bounds.tolist(), ends)}))
+        inputs.append(
+            Run({q[i]: dict(zip(p[i:j], s[i:j], strict=True)) for i, j in zip(bounds.tolist(), ends, strict=True)})
+        )
     return inputs
 
 
@@ -300,7 +302,7 @@ def _ranx_matrix(fused: dict, pages, n_queries: int, depth: int) -> np.ndarray:
     index = {p: i for i, p in enumerate(pages.to_pylist())}
     out = np.full((n_queries, depth), -1, dtype=np.int32)
     queries = pc.index_in(pa.array(list(fused), pa.string()), value_set=query_ids(n_queries)).to_pylist()
-    for row, scores in zip(queries, fused.values()):
+    for row, scores in zip(queries, fused.values(), strict=True):
         # exact sums, not rounded: with two runs ranx adds the same two terms (a + b == b + a), and
         # sums equal in exact arithmetic can differ in the last bit (1/63 + 1/140 and 1/84 + 1/90),
         # which ours orders by value, as the code it replaced did
@@ -312,7 +314,7 @@ def _ranx_matrix(fused: dict, pages, n_queries: int, depth: int) -> np.ndarray:
 def reference_top(a: np.ndarray, b: np.ndarray, method: str) -> np.ndarray:
     """The top ``CHECKED_TOP`` of every query by the definitions, on plain Python lists."""
     out = np.full((len(a), CHECKED_TOP), -1, dtype=np.int32)
-    for row, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+    for row, (x, y) in enumerate(zip(a.tolist(), b.tolist(), strict=True)):
         if method == "rr":
             top = before_round_robin_lists([x, y], CHECKED_TOP)
         else:

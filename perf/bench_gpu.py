@@ -658,15 +658,19 @@ def measure_encode(args, retriever, bench, config, device, tmp: Path) -> dict:
         "sweep": [],
     }
     for workers in workers_grid:  # decoding alone, as the store's decode threads do it
-        seconds, _ = _timed(device, lambda: [None for _ in inputs.batches(0, n, max(batch_sizes), workers)])
+        seconds, _ = _timed(
+            device, lambda workers=workers: [None for _ in inputs.batches(0, n, max(batch_sizes), workers)]
+        )
         result["decode"][workers] = n / seconds
     for size in batch_sizes:
         batches = [preloaded[i : i + size] for i in range(0, n, size)]
         encoder.encode_pages(batches[0])  # warm-up at this shape
         _reset_peak(device)
-        seconds, _ = _timed(device, lambda: [encoder.encode_pages(b) for b in batches])
+        seconds, _ = _timed(device, lambda batches=batches: [encoder.encode_pages(b) for b in batches])
         result["preloaded"][size] = {**rate(n, seconds), "peak_gb": _peak_gb(device)}
-        seconds, prepared = _timed(device, lambda: [encoder.processor.process_images(b) for b in batches])
+        seconds, prepared = _timed(
+            device, lambda batches=batches: [encoder.processor.process_images(b) for b in batches]
+        )
         result["processor"][size] = n / seconds
         prepared = [b.to(encoder.model.device) for b in prepared]
         with torch.inference_mode():
@@ -858,7 +862,7 @@ def resident_search(queries, resident, depth: int, query_batch_size: int, device
                 scores = _maxsim(queries_flat, len(batches[b]), blocks, n_items)
                 best[b] = _merge(best[b][0], best[b][1], scores, indices[None, :], depth)
     top = np.full((len(queries), depth), -1, dtype=np.int64)
-    for batch, (_, idx) in zip(batches, best):
+    for batch, (_, idx) in zip(batches, best, strict=True):
         top[batch, : idx.shape[1]] = idx.cpu().numpy()
     return top
 
@@ -943,7 +947,12 @@ def measure_precisions(search, queries, shard, tokens: int, dim: int, device) ->
                 "seconds": seconds,
                 "tflops": flops / seconds / 1e12,
                 "top10_overlap_with_fp32": float(
-                    np.mean([len(set(a[:10]) & set(b[:10])) / 10 for a, b in zip(top.indices, reference.indices)])
+                    np.mean(
+                        [
+                            len(set(a[:10]) & set(b[:10])) / 10
+                            for a, b in zip(top.indices, reference.indices, strict=True)
+                        ]
+                    )
                 ),
                 "max_score_change": float(np.abs(top.scores[finite] - reference.scores[finite]).max()),
             }
@@ -1016,7 +1025,7 @@ def measure_residency(args, search_cfg: dict, shards: list, queries, device) -> 
         "streamed_tflops": flops / np.median(streamed_s) / 1e12,
         "resident_tflops": flops / np.median(resident_s) / 1e12,
         "speedup": float(np.median(streamed_s) / np.median(resident_s)),
-        "same_top": bool(all(np.array_equal(s.indices, r) for (_, s), (_, r) in zip(streamed, kept))),
+        "same_top": bool(all(np.array_equal(s.indices, r) for (_, s), (_, r) in zip(streamed, kept, strict=True))),
     }
 
 

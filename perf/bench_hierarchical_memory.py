@@ -38,7 +38,7 @@ def rss_anon_bytes() -> int:
 class PeakSampler:
     """The highest :func:`rss_anon_bytes` seen while the ``with`` block runs."""
 
-    def __enter__(self) -> "PeakSampler":
+    def __enter__(self) -> PeakSampler:
         self.peak, self._stop = rss_anon_bytes(), threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()

@@ -357,7 +357,7 @@ def measure(args) -> dict:
         r = results[f"ours_tile_{tile}"] = run_with_adjacent_matmul(args, "ours", args.pages)
         args.tile = 0
         default = results[f"ours_{args.pages}"]["top10"]
-        r["top10_agree_default"] = sum(a == b for a, b in zip(r["top10"], default)) / len(default)
+        r["top10_agree_default"] = sum(a == b for a, b in zip(r["top10"], default, strict=True)) / len(default)
         print(
             f"ours, {args.pages:>6} pages, tiles of {tile} scores (default {CPU_TILE_SCORES}): {r['seconds']:7.1f} s  "
             f"{r['gflops']:6.1f} GFLOP/s  ({r['gflops'] / peak:.0%} of matmul; "
@@ -382,7 +382,9 @@ def measure(args) -> dict:
     if not args.smoke:
         results["ratio_rss_2n_n"] = results[f"ours_{2 * args.pages}"]["peak_rss_mb"] / ours["peak_rss_mb"]
     if colpali_pages == args.pages:  # equal-length pages: colpali-engine's zero padding is inert
-        results["top10_agree"] = sum(a == b for a, b in zip(ours["top10"], r["top10"])) / len(ours["top10"])
+        results["top10_agree"] = sum(a == b for a, b in zip(ours["top10"], r["top10"], strict=True)) / len(
+            ours["top10"]
+        )
     print(
         f"ours / matmul: {results['ratio_matmul']:.2f} (adjacent: {results['ratio_adjacent']:.2f})   "
         f"ours / colpali-engine: {results['ratio_colpali']:.2f}x"

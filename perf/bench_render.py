@@ -84,7 +84,7 @@ def real_documents(root: Path, repeat: int) -> list[tuple[str, str, str]]:
 def generated_documents(workdir: Path, per_source: int) -> list[tuple[str, str, str]]:
     from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
 
-    spec = HtmlCorpusSpec(seed=0, documents={s: per_source for s in MINI_PAGES}, pages=dict(MINI_PAGES))
+    spec = HtmlCorpusSpec(seed=0, documents=dict.fromkeys(MINI_PAGES, per_source), pages=dict(MINI_PAGES))
     return [(d.doc_id, d.source, str(d.html_path)) for d in write_corpus(spec, workdir / "generated-html")]
 
 
@@ -206,7 +206,7 @@ class TreeMeter:
     def _sample(self) -> None:
         ps = self._psutil
         try:
-            procs = [self._root] + self._root.children(recursive=True)
+            procs = [self._root, *self._root.children(recursive=True)]
         except ps.NoSuchProcess:
             return
         memory = time.monotonic() - self._last_memory >= self._memory_every
@@ -235,7 +235,7 @@ class TreeMeter:
     def cpu_s(self) -> float:
         return sum(self._cpu.values())
 
-    def start(self) -> "TreeMeter":
+    def start(self) -> TreeMeter:
         self._thread.start()
         return self
 

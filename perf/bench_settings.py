@@ -159,7 +159,7 @@ def build_context(shards: list, doc_of_page: np.ndarray, n_docs: int, n_ctx: int
 def _overlap(top, base, k: int = OVERLAP_K) -> float:
     """Mean over queries of |top-k ∩ base top-k| / k."""
     a, b = top.indices[:, :k], base.indices[:, :k]
-    return float(np.mean([len(set(x[x >= 0]) & set(y[y >= 0])) / k for x, y in zip(a, b)]))
+    return float(np.mean([len(set(x[x >= 0]) & set(y[y >= 0])) / k for x, y in zip(a, b, strict=True)]))
 
 
 def _source_at(top, source: np.ndarray, k: int = OVERLAP_K) -> float:
@@ -276,7 +276,7 @@ def part_a(args) -> dict:
             faiss.omp_set_num_threads(1)
             try:
                 built, build_s, _ = _clock(
-                    lambda: build_context(shards, doc_of_page, n_docs, n_ctx, args.kmeans_iterations)
+                    lambda n_ctx=n_ctx: build_context(shards, doc_of_page, n_docs, n_ctx, args.kmeans_iterations)
                 )
             finally:
                 faiss.omp_set_num_threads(default_threads)
@@ -304,7 +304,7 @@ def part_a(args) -> dict:
         for g, members in enumerate(groups):
             for name, context in contenders[g % len(contenders) :] + contenders[: g % len(contenders)]:
                 top, wall, cpu = _clock(
-                    lambda: exact_search(
+                    lambda members=members, context=context: exact_search(
                         queries, [shards[i] for i in members], args.depth, context=context, **search_kw
                     )
                 )
@@ -370,13 +370,16 @@ def part_a(args) -> dict:
             n_doc_vectors = int(doc_vectors.offsets[-1])
             # stage 1 alone (hierarchical_search's first call), to split its time from stage 2's
             _, stage1_s, _, stage1_base, _, after, _ = bracketed(
-                lambda: exact_search(queries, [doc_vectors], min(max(args.top_docs), n_docs), **search_kw), brackets[-1]
+                lambda doc_vectors=doc_vectors: exact_search(
+                    queries, [doc_vectors], min(max(args.top_docs), n_docs), **search_kw
+                ),
+                brackets[-1],
             )
             brackets.append(after)
             for top_docs in args.top_docs:
                 stats: dict = {}
                 top, wall, cpu, base_wall, base_cpu, after, spread = bracketed(
-                    lambda: hierarchical_search(
+                    lambda doc_vectors=doc_vectors, top_docs=top_docs, stats=stats: hierarchical_search(
                         queries,
                         doc_vectors,
                         doc_of_page,

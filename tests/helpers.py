@@ -92,7 +92,7 @@ def mini_subset(dest: Path, doc_ids: list[str], *, corrupt_page: str | None = No
     docs = mini.arrow("documents").filter(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))
     pages = mini.arrow("pages").filter(pc.is_in(pc.field("doc_id"), pa.array(doc_ids)))
     images = []
-    for page_id, image in zip(pages.column("page_id").to_pylist(), pages.column("image").to_pylist()):
+    for page_id, image in zip(pages.column("page_id").to_pylist(), pages.column("image").to_pylist(), strict=True):
         data = (MINI_DIR / image["path"]).read_bytes()
         images.append({"bytes": data[: len(data) // 3] if page_id == corrupt_page else data, "path": None})
     pages = pages.set_column(

@@ -89,7 +89,7 @@ class PixelReranker(Reranker):
     def score(self, queries, images):
         return [
             int(hashlib.blake2b(q.encode() + image.resize((8, 8)).tobytes()).hexdigest()[:8], 16) / 2**32
-            for q, image in zip(queries, images)
+            for q, image in zip(queries, images, strict=True)
         ]
 
 
@@ -99,7 +99,7 @@ class Readers:
     def __init__(self, subset_dir: Path, other_parent: Path):
         self.bench = load_benchmark(subset_dir)
         self.other_parent = other_parent
-        self.queries = dict(zip(self.bench.queries["query_id"], self.bench.queries["text"]))
+        self.queries = dict(zip(self.bench.queries["query_id"], self.bench.queries["text"], strict=True))
         self.dense = {}
         for dtype in ("float16", "bfloat16"):
             cfg = compose_cfg(
@@ -269,7 +269,7 @@ def attempt(reference, kind: str, cache_dir: Path):
         return None, error
 
 
-@pytest.mark.parametrize("kind, name, how", CASES)
+@pytest.mark.parametrize(("kind", "name", "how"), CASES)
 def test_damage_is_repaired_or_named_never_other_numbers(kind, name, how, reference, tmp_path, monkeypatch, caplog):
     cache_dir = tmp_path / "cache"
     shutil.copytree(reference["cache"], cache_dir)
@@ -333,7 +333,7 @@ def test_a_stale_unrecorded_file_and_a_copied_record_are_damage(tmp_path):
             (staging / "data.json").write_text(json.dumps([key]))
     check_artifact(tmp_path / "kind" / "a", "kind", "a")
     (tmp_path / "kind" / "a" / "extra.npy").write_bytes(b"from another key")
-    with pytest.raises(CorruptArtifactError, match="extra.npy: is not one of the files"):
+    with pytest.raises(CorruptArtifactError, match=r"extra\.npy: is not one of the files"):
         check_artifact(tmp_path / "kind" / "a", "kind", "a")
     shutil.copyfile(tmp_path / "kind" / "b" / DONE_FILE, tmp_path / "kind" / "a" / DONE_FILE)
     with pytest.raises(CorruptArtifactError, match="is the record of"):
@@ -342,7 +342,7 @@ def test_a_stale_unrecorded_file_and_a_copied_record_are_damage(tmp_path):
     assert cache.lookup("kind", "b") == tmp_path / "kind" / "b"
 
 
-@pytest.mark.parametrize("integrity, found", [("full", True), ("auto", True), ("cheap", False)])
+@pytest.mark.parametrize(("integrity", "found"), [("full", True), ("auto", True), ("cheap", False)])
 def test_digests_are_checked_as_the_integrity_policy_says(integrity, found, tmp_path):
     cache = ArtifactCache(tmp_path, integrity=integrity)
     with cache.build("kind", "k", {}) as staging:

@@ -50,7 +50,7 @@ def search(
     for name, value in options.items():
         setattr(retriever, name, value)
     bench = load_benchmark(subset_dir)
-    queries = dict(zip(bench.queries["query_id"], bench.queries["text"]))
+    queries = dict(zip(bench.queries["query_id"], bench.queries["text"], strict=True))
     run = retriever.retrieve(bench, queries, 21, cache).to_pandas()
     return run, retriever, cache
 
@@ -292,7 +292,7 @@ def test_values_that_overflow_float16_fail_at_write_time_naming_the_item(tmp_pat
 
 
 @pytest.mark.parametrize(
-    "missing, says",
+    ("missing", "says"),
     [
         (("files",), "lacks dtype / n_items / n_tokens / dim / files"),
         (("dim",), "lacks dtype / n_items / n_tokens / dim / files"),

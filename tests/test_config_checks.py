@@ -75,7 +75,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("overrides, message", BAD, ids=[" ".join(o[-2:]) for o, _ in BAD])
+@pytest.mark.parametrize(("overrides", "message"), BAD, ids=[" ".join(o[-2:]) for o, _ in BAD])
 def test_bad_override_fails_before_any_work(isolated_paths, overrides, message):
     cfg = compose_cfg(*overrides)
     with pytest.raises(ConfigError) as raised:

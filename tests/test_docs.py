@@ -300,7 +300,7 @@ def test_every_module_make_target_and_config_named_exists():
 
 
 @pytest.mark.parametrize(
-    "group, pages",
+    ("group", "pages"),
     [
         ("retriever", ("README.md", "docs/retrieval.md")),
         ("setting", ("README.md", "docs/retrieval.md")),

@@ -45,7 +45,7 @@ def test_a_recording_is_read_by_request_digest(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content, message",
+    ("content", "message"),
     [
         (None, "cannot read"),
         ("{not json", "cannot read"),

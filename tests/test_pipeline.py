@@ -155,7 +155,7 @@ def test_changing_ks_reevaluates_without_searching(run_eval):
 def test_overwrite_policy_recomputes(run_eval):
     first_metrics, first, _, run_dir = run_eval()
     _age(run_dir / store.RUN_FILE)
-    metrics, manifest, printed, again_dir = run_eval("cache_policy=overwrite")
+    metrics, manifest, _printed, again_dir = run_eval("cache_policy=overwrite")
     assert ("run", "overwrite") in _events(manifest)
     assert ("bm25-index", "overwrite") in _events(manifest)
     assert manifest["run"]["key"] == first["run"]["key"] and metrics == first_metrics

@@ -93,7 +93,7 @@ def _entries(results: Path) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "step, when", KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
+    ("step", "when"), KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
 )
 def test_sigkill_at_any_step_of_a_first_publish(isolated_paths, small_bench_dir, reference, step, when):
     results = isolated_paths / "results"
@@ -109,14 +109,14 @@ def test_sigkill_at_any_step_of_a_first_publish(isolated_paths, small_bench_dir,
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "step, when", KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
+    ("step", "when"), KILL_POINTS, ids=[f"{w}-{STEPS[s - 1].replace(' ', '-')}" for s, w in KILL_POINTS]
 )
 def test_sigkill_at_any_step_of_a_reevaluation(isolated_paths, small_bench_dir, reference, step, when):
     """The second evaluation links the stored run into its entry; a kill there harms neither."""
     results = isolated_paths / "results"
     evaluate(*_bench(small_bench_dir))
     (first,) = _entries(results)
-    before = {f: (first / f).read_bytes() for f in store.VOUCHED_FILES + (store.MANIFEST_FILE,)}
+    before = {f: (first / f).read_bytes() for f in (*store.VOUCHED_FILES, store.MANIFEST_FILE)}
 
     _kill_at(step, when, [*_bench(small_bench_dir), "eval.ks=[1,20]"])
     assert {f: (first / f).read_bytes() for f in before} == before, "the first entry is untouched"
@@ -142,7 +142,7 @@ def test_full_disk_at_any_step_publishes_nothing_and_the_rerun_is_right(
         return real(staging, name, write)
 
     monkeypatch.setattr(store, "_write_file", full_disk)
-    with pytest.raises(store.StoreError, match="the disk is full. Nothing was published"):
+    with pytest.raises(store.StoreError, match=r"the disk is full\. Nothing was published"):
         evaluate(*_bench(small_bench_dir))
     setting_dir = results / "runs" / "test-small" / "dom_bm25" / "base"
     assert list(setting_dir.iterdir()) == [], "no entry and no staging debris"
@@ -177,7 +177,12 @@ def test_variants_get_their_own_entries_and_are_listed(isolated_paths, small_ben
         evaluate(*_bench(small_bench_dir), "retriever.model.k1=0.9")
     assert "holds a run of dom_bm25/base with other parameters; both are kept" in caplog.text
     index = store.list_runs(results)
-    assert sorted(zip(index.depth, index.ks)) == [(20, (3, 5, 10)), (100, (1, 3)), (100, (3, 5, 10)), (100, (3, 5, 10))]
+    assert sorted(zip(index.depth, index.ks, strict=True)) == [
+        (20, (3, 5, 10)),
+        (100, (1, 3)),
+        (100, (3, 5, 10)),
+        (100, (3, 5, 10)),
+    ]
     assert index.run_key.nunique() == 3  # depth 20 and k1 0.9 are other runs; ks [1,3] re-evaluates the first
     for row in index.itertuples():
         manifest = json.loads((row.path / store.MANIFEST_FILE).read_text())
@@ -297,7 +302,7 @@ def test_parallel_sweeps_keep_every_point(isolated_paths, small_bench_dir):
         for args in sweeps
     ]
     for proc in procs:
-        out, err = proc.communicate(timeout=900)
+        _out, err = proc.communicate(timeout=900)
         assert proc.returncode == 0, err[-3000:]
     index = store.list_runs(isolated_paths / "results")
     points = sorted((row.depth, row.ks) for row in index.itertuples())
@@ -456,7 +461,7 @@ def test_a_reused_run_that_changes_before_it_is_linked_is_refused_in_one_line(is
     first = evaluate(*_bench(small_bench_dir))
     reused = store.find_run(first.entry.parent, first.manifest["run"]["key"])
     _flip_middle(first.entry / store.RUN_FILE)  # after find_run verified it, before publish links it
-    with pytest.raises(store.StoreError, match="run.parquet changed after it was verified") as error:
+    with pytest.raises(store.StoreError, match=r"run\.parquet changed after it was verified") as error:
         store.publish(
             first.entry.parent,
             first.entry.name.replace("k3-5-10", "k1"),

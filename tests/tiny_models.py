@@ -617,7 +617,7 @@ def _unigram_vocab() -> list[tuple[str, float]]:
     run to run, which would break the byte-for-byte reproducible builds."""
     words = sorted({word for text in CORPUS for word in text.split()})
     chars = sorted({char for text in CORPUS for char in text if not char.isspace()})
-    pieces = {"▁": -8.0, **{char: -10.0 for char in chars}, **{f"▁{char}": -10.0 for char in chars}}
+    pieces = {"▁": -8.0, **dict.fromkeys(chars, -10.0), **{f"▁{char}": -10.0 for char in chars}}
     pieces.update({f"▁{word}": -5.0 for word in words})
     return list(pieces.items())
 

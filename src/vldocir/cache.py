@@ -47,10 +47,11 @@ import logging
 import os
 import shutil
 import time
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from vldocir.errors import VldocirError
 from vldocir.io import atomic_write_json, file_digest, naming_path
@@ -117,10 +118,8 @@ def _last_touched(path: Path) -> float:
     """Latest mtime of the directory and its entries (a file being written updates its own mtime)."""
     times = [path.stat().st_mtime]
     for child in path.iterdir():
-        try:
+        with suppress(FileNotFoundError):
             times.append(child.stat().st_mtime)
-        except FileNotFoundError:
-            pass
     return max(times)
 
 

@@ -8,8 +8,9 @@ is one line naming the key, what it holds and what is allowed.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 

@@ -55,10 +55,11 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from vldocir.errors import VldocirError
 
@@ -232,10 +233,7 @@ class Lease:
         # A lost claim's file stays: a taker's epoch may follow it, and a gap below that epoch
         # would let a new claim in beside the taker's.
         if not self.lost and self.leases.read(self.unit, self.epoch + 1) is None:
-            try:
-                self.path.unlink()
-            except FileNotFoundError:
-                pass
+            self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> Lease:
         return self

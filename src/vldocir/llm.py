@@ -253,7 +253,7 @@ class ChatClient:
         self.__dict__.update(state)
         self._setup()
 
-    def with_base_url(self, base_url: str, answers_from: str | None = None) -> "ChatClient":
+    def with_base_url(self, base_url: str, answers_from: str | None = None) -> ChatClient:
         """The same client (model, sampling, retries, cache) talking to the server at ``base_url``.
         ``answers_from`` names where that server's answers come from (e.g. a recording's hash): it
         becomes part of every cache key (:meth:`cache_params`), so answers replayed from one
@@ -433,15 +433,17 @@ class ChatClient:
         import openai
 
         try:
-            with self._slots:
-                with self._openai().chat.completions.with_streaming_response.create(
+            with (
+                self._slots,
+                self._openai().chat.completions.with_streaming_response.create(
                     model=self.model,
                     messages=list(messages),
                     temperature=self.temperature,
                     max_tokens=self.max_tokens,
                     **self.params,
-                ) as response:
-                    body = self._read_body(response, time.monotonic() + self.timeout_s)
+                ) as response,
+            ):
+                body = self._read_body(response, time.monotonic() + self.timeout_s)
         except openai.APITimeoutError as error:
             raise Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
         except openai.APIConnectionError as error:
@@ -528,7 +530,7 @@ class ChatClient:
             result = ChatResult(
                 error=f"{error.kind}: {error.detail} (after {error.attempts} attempts)", error_kind=error.kind
             )
-        except Exception as error:  # noqa: BLE001 - one bad request must not end a batch
+        except Exception as error:  # one bad request must not end a batch
             result = ChatResult(
                 error=f"bad_response: {type(error).__name__}: {self._scrub(str(error))[:500]}",
                 error_kind="bad_response",
@@ -571,10 +573,10 @@ class ChatClient:
         validators = list(validate) if isinstance(validate, Sequence) else [validate] * len(requests)
         if len(validators) != len(requests):
             raise ValueError(f"{len(validators)} validators for {len(requests)} requests")
-        keys = [self.cache_key(messages, check) for messages, check in zip(requests, validators)]
+        keys = [self.cache_key(messages, check) for messages, check in zip(requests, validators, strict=True)]
         results: dict[str, ChatResult] = {}
         todo: dict[str, tuple[Sequence[Mapping[str, Any]], Validator | None]] = {}
-        for key, messages, check in zip(keys, requests, validators):
+        for key, messages, check in zip(keys, requests, validators, strict=True):
             if key in results or key in todo:
                 continue
             cached = self._cached(key)
@@ -627,7 +629,7 @@ def _secret_free(value: Any, redacted: Any) -> Any:
                     out[k] = kept
         return out
     if isinstance(value, list) and isinstance(redacted, list) and len(value) == len(redacted):
-        return [_secret_free(v, r) for v, r in zip(value, redacted) if _kept(v, r)]
+        return [_secret_free(v, r) for v, r in zip(value, redacted, strict=True) if _kept(v, r)]
     return value
 
 
@@ -647,7 +649,7 @@ def _secret_values(params: Any) -> list[str]:
             for k, v in value.items():
                 walk(v, redacted.get(k))
         elif isinstance(value, list) and isinstance(redacted, list) and len(value) == len(redacted):
-            for v, r in zip(value, redacted):
+            for v, r in zip(value, redacted, strict=True):
                 walk(v, r)
         elif isinstance(value, (Mapping, list)):
             values.extend(str(leaf) for leaf in _leaves(value))

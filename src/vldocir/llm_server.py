@@ -38,16 +38,15 @@ import json
 import logging
 import re
 import signal
-import socket
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +114,7 @@ class ChatServer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> "ChatServer":
+    def start(self) -> ChatServer:
         server = ThreadingHTTPServer((self.host, self.port), _handler(self))
         server.daemon_threads = True
         self._server = server
@@ -133,7 +132,7 @@ class ChatServer:
             self._thread.join(timeout=5)
             self._server = None
 
-    def __enter__(self) -> "ChatServer":
+    def __enter__(self) -> ChatServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -227,7 +226,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                     )
                     return
                 self._send(200, _completion(request.body, reply, server.served), reply.headers, reply.chunked)
-            except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            except (TimeoutError, BrokenPipeError, ConnectionResetError):
                 cut_off = True  # the client gave up (its timeout, or an answer too long to read) mid-reply
             finally:
                 server._done(cut_off)

@@ -263,9 +263,7 @@ def redact_overrides(overrides: list[str]) -> list[str]:
     redacted = []
     for override in overrides:
         key, sep, value = override.partition("=")
-        if sep and value and is_secret_key(override_key(override)):
-            redacted.append(f"{key}={REDACTED}")
-        elif sep and inline_secret_names(value):
+        if sep and ((value and is_secret_key(override_key(override))) or inline_secret_names(value)):
             redacted.append(f"{key}={REDACTED}")
         else:
             redacted.append(redact_text(override, secrets))

@@ -132,7 +132,7 @@ def test_every_app_turns_a_bad_input_into_one_line(small_bench_dir, tmp_path):
     }
     assert set(cases) == {"run", *APPS}, "give every app a case here"
     with ThreadPoolExecutor(2) as pool:  # (two cores: each process mostly starts Python and Hydra)
-        done = dict(zip(cases, pool.map(lambda c: run(c[0], env), cases.values())))
+        done = dict(zip(cases, pool.map(lambda c: run(c[0], env), cases.values()), strict=True))
     for app, (_, says) in cases.items():
         line = one_line(done[app])
         for text in says:

@@ -98,7 +98,7 @@ def test_ctrl_c_is_one_line_and_status_130(capsys):
 
 def test_an_os_error_names_its_path(tmp_path, capsys):
     missing = tmp_path / "no" / "such.csv"
-    status, lines = stopped_with("audit", lambda: open(missing), capsys)
+    status, lines = stopped_with("audit", missing.read_text, capsys)
     assert status == ERROR_STATUS and lines == [f"audit error: No such file or directory: {missing}"]
 
 
@@ -160,7 +160,7 @@ def test_a_short_write_without_an_errno_names_the_file_and_the_free_space(tmp_pa
 
 def test_a_write_error_that_names_its_file_passes_unchanged(tmp_path):
     with pytest.raises(FileNotFoundError) as raised, naming_path(tmp_path / "elsewhere"):
-        open(tmp_path / "no" / "dir" / "file", "w")
+        (tmp_path / "no" / "dir" / "file").write_text("")
     assert raised.value.filename == str(tmp_path / "no" / "dir" / "file")
 
 

@@ -70,7 +70,7 @@ class RecordedServer:
         self._lock = threading.Lock()
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> "RecordedServer":
+    def start(self) -> RecordedServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -83,7 +83,7 @@ class RecordedServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "RecordedServer":
+    def __enter__(self) -> RecordedServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -226,7 +226,7 @@ def test_client_malformed_body_names_the_url_and_is_fetched_again(tmp_path):
         url = f"{server.base}/files/company_tickers.json"
         with client(tmp_path) as http:
             with pytest.raises(
-                MalformedResponse, match="company_tickers.json: malformed response: not JSON"
+                MalformedResponse, match=r"company_tickers\.json: malformed response: not JSON"
             ) as failure:
                 http.get_json(url)
             assert failure.value.reason == "malformed_response"
@@ -284,7 +284,7 @@ def test_index_checks_ids_and_survives_a_cut_line(tmp_path):
     reopened.add(_row("pubmed-PMC3"))
     assert [r.doc_id for r in read_index(path)] == ["pubmed-PMC1", "pubmed-PMC3"]
     path.write_text(path.read_text() + "not json\n")
-    with pytest.raises(IndexFileError, match="index.jsonl:3"):
+    with pytest.raises(IndexFileError, match=r"index\.jsonl:3"):
         read_index(path)
 
 
@@ -346,7 +346,7 @@ def test_localize_rewrites_references_and_keeps_the_page_when_an_asset_fails(tmp
     css = (tmp_path / "assets" / page.assets["https://cdn.example/s/a.css"]).read_text()
     assert css == f'body{{background:url("{page.assets["https://cdn.example/img/bg.png"]}")}}'
     assert f'url("assets/{page.assets["https://site.example/doc/f/tile.gif"]}")' in html
-    with pytest.raises(MalformedResponse, match="https://site.example/empty"):
+    with pytest.raises(MalformedResponse, match=r"https://site\.example/empty"):
         localize("<html><body>  </body></html>", "https://site.example/empty", fetch, tmp_path, AssetSpec())
 
 
@@ -731,7 +731,7 @@ def test_sec_requires_a_contact_user_agent_and_its_rate_limit(tmp_path):
         ):
             with pytest.raises(ConfigError, match=message):
                 collect_from_config(sec(server, tmp_path / "sec", override))
-        with pytest.raises(ConfigError, match="min_interval_s >= 0.1"):
+        with pytest.raises(ConfigError, match=r"min_interval_s >= 0\.1"):
             collect_from_config(sec(server, tmp_path / "sec", "collect.collector.max_requests_per_s=10"))
         with pytest.raises(ConfigError, match="ticker 'NOPE'"):
             collect_from_config(sec(server, tmp_path / "sec", "collect.collector.companies=[EXMP,NOPE]"))
@@ -762,10 +762,10 @@ def test_no_request_leaves_loopback(tmp_path, network_guard):
     from hydra.utils import instantiate
 
     spec = HttpSpec(user_agent=AGENT, min_interval_s=0.1, per_host=False, max_retries=3, trust_env=False)
-    with pytest.raises(ConfigError, match="collect.collector.tickers_url: host www.sec.gov does not resolve"):
+    with pytest.raises(ConfigError, match=r"collect\.collector\.tickers_url: host www\.sec\.gov does not resolve"):
         collect(instantiate(compose("sec", out).collector), out, spec)
     assert network_guard == ["www.sec.gov"] and not out.exists()
-    with PoliteClient(spec) as http, pytest.raises(FetchError, match="host www.sec.gov does not resolve") as error:
+    with PoliteClient(spec) as http, pytest.raises(FetchError, match=r"host www\.sec\.gov does not resolve") as error:
         http.get("https://www.sec.gov/files/company_tickers.json")
     assert error.value.reason == "connection" and http.stats["retries"] == 0
 

@@ -124,7 +124,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> tuple[Path, list[SyntheticDocument]]:
     root = tmp_path_factory.mktemp("html_corpus")
-    spec = HtmlCorpusSpec(seed=11, documents={s: 2 for s in SOURCE_DOMAINS}, pages=SMALL_PAGES)
+    spec = HtmlCorpusSpec(seed=11, documents=dict.fromkeys(SOURCE_DOMAINS, 2), pages=SMALL_PAGES)
     return root, write_corpus(spec, root)
 
 
@@ -139,7 +139,7 @@ def _one(tmp_path, source: str, pages: int, seed: int = 0, **kw) -> SyntheticDoc
 
 
 def test_same_seed_gives_byte_identical_files_and_different_seeds_differ(tmp_path):
-    spec = HtmlCorpusSpec(seed=5, documents={s: 1 for s in SOURCE_DOMAINS}, pages=SMALL_PAGES, quirks=True)
+    spec = HtmlCorpusSpec(seed=5, documents=dict.fromkeys(SOURCE_DOMAINS, 1), pages=SMALL_PAGES, quirks=True)
     write_corpus(spec, tmp_path / "a")
     write_corpus(spec, tmp_path / "b")
     a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
@@ -336,7 +336,7 @@ def test_no_url_without_quirks_and_every_image_exists(corpus):
         html = doc.html_path.read_text()
         assert not URL.findall(html), f"{doc.doc_id} names a URL"
         page = parse(doc)
-        assert not page.having(None, **{"data_quirk": "lazy-image"})
+        assert not page.having(None, data_quirk="lazy-image")
         for img in page.having("img"):
             assert (doc.html_path.parent / img["src"]).is_file(), img
             assert (doc.html_path.parent / img["src"]).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
@@ -381,7 +381,7 @@ def test_quirks_can_be_chosen_one_by_one(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "source,targets",
+    ("source", "targets"),
     [("wikipedia", (1, 4, 10)), ("arxiv", (5, 12, 25)), ("pubmed", (5, 12, 25)), ("sec", (20, 40, 60))],
 )
 def test_target_pages_controls_length(tmp_path, source, targets):
@@ -390,7 +390,7 @@ def test_target_pages_controls_length(tmp_path, source, targets):
     facts = [len(d.facts) for d in docs]
     assert sizes == sorted(sizes) and len(set(sizes)) == 3, sizes
     assert facts == sorted(facts) and len(set(facts)) == 3, facts
-    for doc, n in zip(docs, targets):
+    for doc, n in zip(docs, targets, strict=True):
         assert 0.85 * n <= doc.estimated_pages <= 1.15 * n + 0.1, (n, doc.estimated_pages)
         assert 3 * n <= len(doc.facts) <= 10 * n, (n, len(doc.facts))
 

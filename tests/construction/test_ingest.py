@@ -98,7 +98,7 @@ def test_index_is_read_from_a_folder_or_a_file_and_paths_are_resolved(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "rows, message",
+    ("rows", "message"),
     [
         ([ROWS[0], {**ROWS[1], "doc_id": "orbel"}], r"index.jsonl:2: duplicate document id 'orbel'"),
         (

@@ -83,7 +83,7 @@ def test_ids_are_safe_and_deterministic():
 
 
 @pytest.mark.parametrize(
-    "files, clash",
+    ("files", "clash"),
     [
         (["a.html", "a.pdf"], ("a.html", "a.pdf")),
         (["a/index.html", "a.html"], ("a.html", "a")),  # (listed by name: a.html before the folder a)
@@ -102,12 +102,12 @@ def test_two_documents_with_one_id_are_one_error_naming_both(tmp_path, files, cl
 
 
 def test_folder_problems_are_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="no document index in this folder .* and no documents in it"):
+    with pytest.raises(ConfigError, match=r"no document index in this folder .* and no documents in it"):
         load_documents(tmp_path, "arxiv")
     (tmp_path / "a.html").write_text("<p>x</p>")
     with pytest.raises(ConfigError, match="folder.source='blog' is not a source; valid sources: " + ", ".join(SOURCES)):
         load_documents(tmp_path, "blog")
-    with pytest.raises(ConfigError, match="no folder.source"):
+    with pytest.raises(ConfigError, match=r"no folder\.source"):
         load_documents(tmp_path)
 
 

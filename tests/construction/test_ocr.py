@@ -38,7 +38,7 @@ def test_unreadable_image_is_named_and_the_rest_is_kept(tmp_path):
     good = _page(tmp_path / "good.png", "Board members 11")
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"not an image")
-    with pytest.raises(RuntimeError, match="broken.png"):
+    with pytest.raises(RuntimeError, match=r"broken\.png"):
         ocr_pages([good, bad], tmp_path / "cache")
     assert len(list((tmp_path / "cache" / "ocr").rglob("*.json"))) == 1
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,7 @@ def test_blank_rows_tolerance_and_alpha():
     grey = np.full((2, 4, 3), 240, np.uint8)
     assert blank_rows(grey, background=(240, 240, 240)).all()
     assert not blank_rows(grey).any()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"pixels must be \(H, W, 3\|4\)"):
         blank_rows(np.zeros((3, 3), np.uint8))
 
 
@@ -227,7 +229,7 @@ def bordered_table(top: int, n_rows: int, row_h: int, rule: int = 2):
     it shares with the row above (``rule`` rows of ink straddling the boundary), vertical rules at
     the table's sides, a line of text in each row 10 px below its top."""
     bounds = [top + i * row_h for i in range(n_rows + 1)]
-    boxes = np.array([[0, a, WIDTH, b] for a, b in zip(bounds[:-1], bounds[1:])], dtype=float)
+    boxes = np.array([[0, a, WIDTH, b] for a, b in pairwise(bounds)], dtype=float)
     end = bounds[-1] + 40
     px = white(end)
     px[top - rule // 2 : bounds[-1] + rule - rule // 2, 0:2] = 0
@@ -384,9 +386,9 @@ def test_assign_elements_with_slack():
 
 
 def test_assign_elements_rejects_bad_cuts():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cuts must be strictly increasing"):
         assign_elements(np.zeros((1, 4)), [0])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cuts must be strictly increasing"):
         assign_elements(np.zeros((1, 4)), [0, 100, 100])
     a = assign_elements(np.zeros((0, 4)), [0, 10])
     assert a.page_index.shape == (0,) and a.bbox.shape == (0, 4)

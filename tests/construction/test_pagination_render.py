@@ -11,6 +11,7 @@ Browser tests are ``slow``; they skip, saying why, without Chromium or without t
 from __future__ import annotations
 
 import os
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ def cut_problems(doc) -> list[str]:
     heading, described; ``[]`` when all is well."""
     problems = []
     bg = np.array(doc.background, dtype=np.int16)
-    for p, q in zip(doc.pages[:-1], doc.pages[1:]):
+    for p, q in pairwise(doc.pages):
         a, b = _image(doc.directory / p.image), _image(doc.directory / q.image)
         rows = np.concatenate([a[p.content_height - 3 : p.content_height], b[:2]]).astype(np.int16)
         ink = (np.abs(rows - bg) > 8).any(axis=2)  # rows cut-3 .. cut+1

@@ -54,7 +54,7 @@ def test_pages_become_images_text_and_elements(pdfs, tmp_path):
         assert page.width == 500 and abs(page.height - expected_height) <= 1
         assert (page.width_pt, page.height_pt) == (306.0, 396.0)  # 4.25 x 5.5 inches in points
     # The text layer is what the PDF holds: each page's lines, in the order written, nothing else.
-    for page, lines in zip(doc.pages, PAGE_LINES):
+    for page, lines in zip(doc.pages, PAGE_LINES, strict=True):
         assert page.text.splitlines() == lines
     assert [p.text for p in doc.pages] == page_texts(pdfs["good"])
     assert doc.has_text_layer and report.no_text_layer == []
@@ -79,7 +79,7 @@ def test_a_damaged_pdf_is_one_line_naming_it_and_the_batch_goes_on(pdfs, tmp_pat
     assert "\n" not in broken and "absent.pdf" in report.failed["absent"]
     logged = [r.getMessage() for r in caplog.records if "broken.pdf" in r.getMessage()]
     assert len(logged) == 1 and "\n" not in logged[0]
-    with pytest.raises(PdfError, match="broken.pdf: damaged or unreadable PDF") as raised:
+    with pytest.raises(PdfError, match=r"broken\.pdf: damaged or unreadable PDF") as raised:
         rasterize_pdf(pdfs["broken"], tmp_path / "pdf")
     assert isinstance(raised.value, VldocirError)  # the apps print it as one line
     assert not [p for p in (tmp_path / "pdf").iterdir() if ".staging-" in p.name]  # nothing half-written left
@@ -137,9 +137,9 @@ def test_ocr_reads_the_rendered_page(pdfs, tmp_path):
 
 
 def test_config_and_text_cleaning():
-    with pytest.raises(ConfigError, match="pdf.image_format"):
+    with pytest.raises(ConfigError, match=r"pdf\.image_format"):
         PdfConfig(image_format="gif")
-    with pytest.raises(ConfigError, match="pdf.width"):
+    with pytest.raises(ConfigError, match=r"pdf\.width"):
         PdfConfig(width=0)
     assert PdfConfig(png_compress_level=6, image_format="png").page_settings() == {"width": 1000, "image_format": "png"}
     assert clean_text("a\r\nb\rc\x00d\x02\te\ufffe") == "a\nb\ncd\te"

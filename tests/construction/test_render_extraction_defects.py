@@ -60,7 +60,7 @@ def _element(doc, fact: str):
 
 
 def _crop(doc, e) -> np.ndarray:
-    x0, y0, x1, y1 = (int(round(v)) for v in e.bbox)
+    x0, y0, x1, y1 = (round(v) for v in e.bbox)
     return _pixels(doc, e.page_index)[y0:y1, x0:x1]
 
 
@@ -81,7 +81,7 @@ def _uncovered(doc, page_index: int = 0, margin: int = 4) -> np.ndarray:
     covered = np.zeros_like(drawn)
     for e in doc.elements:
         if e.page_index == page_index:
-            x0, y0, x1, y1 = (int(round(v)) for v in e.bbox)
+            x0, y0, x1, y1 = (round(v) for v in e.bbox)
             covered[max(0, y0 - margin) : y1 + margin, max(0, x0 - margin) : x1 + margin] = True
     return np.argwhere(drawn & ~covered)
 

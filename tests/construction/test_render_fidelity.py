@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ DOCS = {"pmc-article": "pubmed", "sec-proxy": "sec", "formulas": "generic", "wid
 PAGE_W = 2000
 
 
-from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402,F401
+from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402
 
 # --- helpers -----------------------------------------------------------------------------------
 
@@ -65,7 +66,7 @@ def _element(doc, fact: str):
 
 def _pixels_of(doc, e) -> np.ndarray:
     px = _image(doc.directory / doc.pages[e.page_index].image)
-    x0, y0, x1, y1 = (int(round(v)) for v in e.bbox)
+    x0, y0, x1, y1 = (round(v) for v in e.bbox)
     return px[y0:y1, x0:x1]
 
 
@@ -131,7 +132,7 @@ def test_every_rule_names_the_page_feature_it_targets():
         "pubmed"
     )
     assert cfg.page_rules == {k: list(v) for k, v in DEFAULT_PAGE_RULES.items()}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="fit_min_text_scale must be in"):
         RenderConfig(fit_min_text_scale=0)
 
 
@@ -324,7 +325,7 @@ def test_lazy_images_resolve_and_failed_ones_are_listed(rendered):
     images = [e for e in doc.elements if e.element_type == "image"]
     colours = [(20, 160, 60), (40, 70, 200), None, (200, 120, 20)]  # fig1, fig2-large, fig3 (missing), fig4
     assert len(images) == 4
-    for e, colour in zip(images, colours):
+    for e, colour in zip(images, colours, strict=True):
         if colour is not None:
             assert _near(_pixels_of(doc, e)[2:-2, 2:-2], colour).all(), e.element_id
     sec = rendered["sec-proxy"]
@@ -350,7 +351,7 @@ PMC_CHROME = {  # text that must be gone -> the colour its element had
 def test_pmc_reader_chrome_is_gone_from_text_and_image(rendered):
     doc = rendered["pmc-article"]
     text, lines = _all_text(doc), _lines(doc)
-    painted = _colours_anywhere(doc, list(PMC_CHROME.values()) + [(156, 39, 176)], tol=6)
+    painted = _colours_anywhere(doc, [*PMC_CHROME.values(), (156, 39, 176)], tol=6)
     for chrome, colour in PMC_CHROME.items():
         assert chrome not in text, chrome
         assert painted[colour] == 0, (chrome, colour)
@@ -444,7 +445,7 @@ def test_cuts_run_through_background_rows(rendered):
     first row of the next are background-coloured."""
     for doc in rendered.values():
         bg = np.array(doc.background)
-        for p, q in zip(doc.pages, doc.pages[1:]):
+        for p, q in pairwise(doc.pages):
             last = _image(doc.directory / p.image)[p.content_height - 1].astype(int)
             first = _image(doc.directory / q.image)[0].astype(int)
             assert not (np.abs(last - bg) > 8).any() and not (np.abs(first - bg) > 8).any(), (doc.doc_id, p.page_index)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import os
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +104,7 @@ def test_nothing_lies_beyond_the_page_sides(rendered, name):
     doc = _doc(rendered, name)
     assert doc.overflow == [], doc.overflow
     for e in doc.elements:
-        assert 0 <= e.doc_bbox[0] and e.doc_bbox[2] <= doc.page_width, (e.element_id, e.doc_bbox)
+        assert e.doc_bbox[0] >= 0 and e.doc_bbox[2] <= doc.page_width, (e.element_id, e.doc_bbox)
 
 
 @pytest.mark.parametrize("name", list(DOCS))
@@ -143,7 +144,7 @@ def test_every_cut_runs_through_background_rows(rendered, name):
     doc = _doc(rendered, name)
     bg = np.array(doc.background)
     bad = []
-    for p, q in zip(doc.pages, doc.pages[1:]):
+    for p, q in pairwise(doc.pages):
         with Image.open(doc.directory / p.image) as a, Image.open(doc.directory / q.image) as b:
             last = np.asarray(a.convert("RGB"))[p.content_height - 1].astype(int)
             first = np.asarray(b.convert("RGB"))[0].astype(int)

@@ -24,7 +24,7 @@ def test_ocr_like_misreads_only_look_alike_glyphs_and_drops_only_spaces():
     # Spaces are only dropped, never added: without them the two texts align character by character.
     original, read = TEXT.replace(" ", ""), noisy.replace(" ", "")
     assert len(original) == len(read)
-    for char, got in zip(original, read):
+    for char, got in zip(original, read, strict=True):
         if got != char:
             assert ord(char) < 128 and _OCR_CONFUSIONS[ord(char)] == ord(got), (char, got)
     assert "ö" in noisy and "—" in noisy and "ü" in noisy  # non-ASCII is never touched
@@ -43,10 +43,10 @@ def _small_spec(**changes) -> SyntheticSpec:
     base = dict(
         name="ocr-test",
         seed=3,
-        documents={s: 2 for s in sources},
+        documents=dict.fromkeys(sources, 2),
         pages={"wikipedia": (8, 10), "arxiv": (8, 10), "pubmed": (8, 10), "sec": (8, 10)},
         queries={
-            s: {e: 2 for e in ("page_single", "page_multi", "doc_adjacent", "doc_near", "doc_far", "cross_doc")}
+            s: dict.fromkeys(("page_single", "page_multi", "doc_adjacent", "doc_near", "doc_far", "cross_doc"), 2)
             for s in sources
         },
     )
@@ -61,7 +61,12 @@ def test_generated_ocr_text_is_the_dom_text_misread_and_leaves_the_rest_unchange
     assert p.dom_text.tolist() == n.dom_text.tolist()  # the OCR draws do not disturb the rest
     assert plain.queries.equals(noisy.queries) and plain.qrels.equals(noisy.qrels)
     confusable = sum(ch.isascii() and ord(ch) in _OCR_CONFUSIONS for t in n.dom_text for ch in t)
-    misread = sum(a != b for d, o in zip(n.dom_text, n.ocr_text) if len(d) == len(o) for a, b in zip(d, o))
+    misread = sum(
+        a != b
+        for d, o in zip(n.dom_text, n.ocr_text, strict=True)
+        if len(d) == len(o)
+        for a, b in zip(d, o, strict=True)
+    )
     assert 0 < misread < 0.15 * confusable  # about 5% of the look-alikes, on pages that lost no space
     built_by = json.loads((tmp_path / "noisy" / "benchmark.json").read_text())["built_by"]
     assert built_by["ocr_noise"] == 0.05 and built_by["spec"]["ocr_noise"] == 0.05 and built_by["spec"]["seed"] == 3

@@ -37,7 +37,7 @@ def _pages(n: int, seed: int = 0) -> pa.Table:
             "page_index": pa.array([i % 5 for i in range(n)], pa.int32()),
             "image": pa.array(images, IMAGE_TYPE),
             "width": pa.array([None if m else i for i, m in enumerate(maybe[2])], pa.int32()),
-            "height": pa.array([i for i in range(n)], pa.int32()),
+            "height": pa.array(list(range(n)), pa.int32()),
             "dom_text": texts(maybe[3], "dom"),
             "ocr_text": pa.array([None] * n, pa.string()),
             "page_number": pa.array(range(n), pa.int64()),
@@ -76,7 +76,7 @@ def _digests(path, name: str, batch_rows: int) -> tuple[str, str]:
     return digest.hexdigest(), hashlib.blake2b(in_memory, digest_size=16).hexdigest()
 
 
-@pytest.mark.parametrize("n, batch_rows, row_group", [(1, 4096, None), (9, 1, 2), (100, 3, 7), (257, 8, 64)])
+@pytest.mark.parametrize(("n", "batch_rows", "row_group"), [(1, 4096, None), (9, 1, 2), (100, 3, 7), (257, 8, 64)])
 def test_streamed_pages_hash_as_the_in_memory_stream(tmp_path, n, batch_rows, row_group):
     path = tmp_path / "pages.parquet"
     pq.write_table(_pages(n, seed=n), path, row_group_size=row_group)

@@ -31,7 +31,7 @@ HOUR_AGO_NS = time.time_ns() - 3600 * 10**9
 
 def backdate(root: Path, when_ns: int = HOUR_AGO_NS) -> None:
     """Date every file and folder under ``root`` (and ``root``) at ``when_ns``, deepest first."""
-    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True) + [root]:
+    for path in [*sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True), root]:
         if not path.is_symlink():
             os.utime(path, ns=(when_ns, when_ns))
 
@@ -50,7 +50,7 @@ def bench_dir(small_bench_dir, tmp_path, cache_dir) -> Path:
     pages = pq.read_table(root / "pages.parquet")
     rng = np.random.default_rng(0)
     images = []
-    for page_id, doc_id in zip(pages.column("page_id").to_pylist(), pages.column("doc_id").to_pylist()):
+    for page_id, doc_id in zip(pages.column("page_id").to_pylist(), pages.column("doc_id").to_pylist(), strict=True):
         relative = f"pages/{doc_id}/{page_id}.png"
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_bytes(rng.bytes(300))

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +57,7 @@ class Bench:
         data = self.read(table)
         key = TABLES[table].key
         values = [data.column(k)[row].as_py() for k in key]
-        return str(values[0]) if len(key) == 1 else ", ".join(f"{k}={v}" for k, v in zip(key, values))
+        return str(values[0]) if len(key) == 1 else ", ".join(f"{k}={v}" for k, v in zip(key, values, strict=True))
 
     def info(self, **changes) -> None:
         info = json.loads((self.root / "benchmark.json").read_text())

@@ -88,8 +88,8 @@ def check_reduction(parent_root: Path, reduced) -> None:
     elements = read(parent_root, "elements")
     on_kept = elements.merge(parent_pages.reset_index()[["doc_id", "page_index"]], on=["doc_id", "page_index"])
     assert len(reduced.elements) == len(on_kept) < len(elements)
-    assert set(zip(reduced.elements["doc_id"], reduced.elements["element_id"])) == set(
-        zip(on_kept["doc_id"], on_kept["element_id"])
+    assert set(zip(reduced.elements["doc_id"], reduced.elements["element_id"], strict=True)) == set(
+        zip(on_kept["doc_id"], on_kept["element_id"], strict=True)
     )
 
     # queries and qrels unchanged: every query keeps all its evidence pages, all of them present

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -353,7 +353,7 @@ def cross_doc_in_one_doc(t: Tables) -> Expect:
     pages = t.read("pages")
     cross = evidence[(evidence["evidence_structure"] == "cross_doc")]
     # A cross_doc query whose first evidence document has a page other than its evidence page.
-    for query, rows in cross.groupby("query_id", sort=True):
+    for _, rows in cross.groupby("query_id", sort=True):
         first, second = rows.iloc[0], rows.iloc[1]
         spare = pages[(pages["doc_id"] == first["doc_id"]) & (pages["page_id"] != first["page_id"])]
         if len(rows) == 2 and len(spare):
@@ -364,7 +364,7 @@ def cross_doc_in_one_doc(t: Tables) -> Expect:
     frame.loc[second["row"], ["page_id", "doc_id"]] = [spare["page_id"].iloc[0], first["doc_id"]]
     frame.at[second["row"], "element_ids"] = []
     t.write("qrels", frame)
-    return Expect("queries", query, "cross_doc evidence must lie in at least two documents")
+    return Expect("queries", first["query_id"], "cross_doc evidence must lie in at least two documents")
 
 
 def unknown_element(t: Tables) -> Expect:
@@ -728,10 +728,10 @@ def test_unreadable_column_found_after_load_names_table_and_file(bench_copy):
         load_benchmark(bench_copy)
     bench = load_benchmark(bench_copy, validate=False)
     with pytest.raises(BenchmarkError) as raised:
-        bench.pages
+        _ = bench.pages
     assert raised.value.table == "pages" and raised.value.row is None
     assert f"cannot read {t.path('pages')}: not a valid Parquet file" in str(raised.value)
-    with pytest.raises(BenchmarkError, match="cannot read .*pages.parquet"):
+    with pytest.raises(BenchmarkError, match=r"cannot read .*pages\.parquet"):
         bench.arrow("pages", ["page_id", "dom_text"])
 
 

@@ -56,7 +56,7 @@ def qrels(grades: dict[str, dict[str, int]] = GRADES) -> pd.DataFrame:
 
 
 def run_table(rows: list[tuple[str, str, float]]) -> pa.Table:
-    q, p, s = zip(*rows)
+    q, p, s = zip(*rows, strict=True)
     return pa.table(
         {"query_id": pa.array(q, pa.string()), "page_id": pa.array(p, pa.string()), "score": pa.array(s, pa.float32())}
     )
@@ -77,7 +77,7 @@ def trec_eval(index: EvidenceIndex, run: pa.Table, graded: dict[str, dict[str, i
     way for both (trec_eval breaks ties by docno, descending)."""
     qcode, pcode, rank = rank_run(run, index)
     as_dict: dict[str, dict[str, float]] = {}
-    for q, p, r in zip(qcode, pcode, rank):
+    for q, p, r in zip(qcode, pcode, rank, strict=True):
         as_dict.setdefault(index.query_ids[q], {})[index.page_ids[p]] = float(10_000 - r)
     cuts = ",".join(map(str, ks))
     return pytrec_eval.RelevanceEvaluator(graded, {f"ndcg_cut.{cuts}", f"recall.{cuts}"}).evaluate(as_dict)
@@ -89,7 +89,7 @@ def test_graded_ndcg_by_hand(index):
     row = per_query_metrics(run_table(rows), index, KS).set_index("query_id").loc["g1"]
     # DCG@3 = 2*1 + 0 + 3*(1/2) = 3.5; IDCG@3 = 3 + 2*D2 + 2*D3 (grades 3, 2, 2) = 5.261859507142915.
     assert row["ndcg@3"] == pytest.approx(3.5 / (3 + 2 * D2 + 2 * D3), abs=1e-12)
-    assert 3.5 / (3 + 2 * D2 + 2 * D3) == pytest.approx(0.6651640918, abs=1e-9)
+    assert pytest.approx(0.6651640918, abs=1e-9) == 3.5 / (3 + 2 * D2 + 2 * D3)
     # DCG@5 adds 0 (a3: grade 0 is no gain) and 1*D5; IDCG@5 adds the last evidence grade, 1*D4.
     assert row["ndcg@5"] == pytest.approx((3.5 + D5) / (3 + 2 * D2 + 2 * D3 + D4), abs=1e-12)
     # nDCG@1: a1 (2) where the ideal has a0 (3): 2/3.
@@ -159,7 +159,9 @@ def test_graded_equals_trec_eval_on_random_runs(small_bench, seed):
         candidates.append(kept + others)
         scores.append(rng.integers(0, 6, len(kept) + len(others)).astype(np.float64))  # many ties
     run = make_run(list(small_bench.queries["query_id"]), candidates, scores)
-    graded = {q: dict(zip(g["page_id"], g["grade"].astype(int).tolist())) for q, g in frame.groupby("query_id")}
+    graded = {
+        q: dict(zip(g["page_id"], g["grade"].astype(int).tolist(), strict=True)) for q, g in frame.groupby("query_id")
+    }
     ours = per_query_metrics(run, index, KS).set_index("query_id")
     theirs = trec_eval(index, run, graded)
     assert index.evidence_grades is not None and 0 < ours["recallall@10"].mean() < 1

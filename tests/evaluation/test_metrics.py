@@ -70,7 +70,7 @@ def index() -> EvidenceIndex:
 
 def run_table(rows: list[tuple[str, str, float]]) -> pa.Table:
     """A run in exactly the given row order (no rank column: ranks are always derived)."""
-    q, p, s = zip(*rows) if rows else ((), (), ())
+    q, p, s = zip(*rows, strict=True) if rows else ((), (), ())
     return pa.table(
         {"query_id": pa.array(q, pa.string()), "page_id": pa.array(p, pa.string()), "score": pa.array(s, pa.float32())}
     )
@@ -109,7 +109,7 @@ def test_single_evidence_at_rank_2(index):
     # E = {a1} at rank 2: DCG = 1/log2(3), IDCG = 1 -> nDCG = 0.6309297535714575 at every k.
     for k in KS:
         assert_row(row, {f"ndcg@{k}": D2, f"recall@{k}": 1.0, f"recallall@{k}": 1.0, f"ndcgall@{k}": D2})
-    assert D2 == pytest.approx(0.6309297535714575, abs=1e-15)
+    assert pytest.approx(0.6309297535714575, abs=1e-15) == D2
 
 
 def test_single_evidence_at_rank_4(index):
@@ -118,7 +118,7 @@ def test_single_evidence_at_rank_4(index):
     assert_row(row, {"ndcg@3": 0.0, "recall@3": 0.0, "recallall@3": 0.0, "ndcgall@3": 0.0, "pages_found@3": 0})
     for k in (5, 10):
         assert_row(row, {f"ndcg@{k}": D4, f"recall@{k}": 1.0, f"recallall@{k}": 1.0, f"ndcgall@{k}": D4})
-    assert D4 == pytest.approx(0.43067655807339306, abs=1e-15)
+    assert pytest.approx(0.43067655807339306, abs=1e-15) == D4
 
 
 def test_single_evidence_absent(index):
@@ -134,7 +134,7 @@ def test_two_evidence_pages_at_ranks_1_and_4(index):
     # k=3: DCG = 1, IDCG = 1 + 1/log2(3) -> nDCG = 1/1.6309297535714575 = 0.6131471927654584;
     #      Recall = 1/2, but the evidence is incomplete: RecallAll = 0 and nDCGAll = 0.
     assert_row(row, {"ndcg@3": 1 / (1 + D2), "recall@3": 0.5, "recallall@3": 0.0, "ndcgall@3": 0.0})
-    assert 1 / (1 + D2) == pytest.approx(0.6131471927654584, abs=1e-15)
+    assert pytest.approx(0.6131471927654584, abs=1e-15) == 1 / (1 + D2)
     # k=5 and 10: DCG = 1 + 1/log2(5) = 1.430676558073393, IDCG = 1.6309297535714575
     #      -> nDCG = 0.8772153153380491 = nDCGAll; Recall = RecallAll = 1.
     expected = (1 + D4) / (1 + D2)
@@ -246,7 +246,7 @@ def test_rank_run_orders_by_score_then_page_id(index):
         ("q_adj", "a1", 0.7),
     ]
     qcode, pcode, rank = rank_run(run_table(rows), index)
-    got = [(index.query_ids[q], index.page_ids[p], int(r)) for q, p, r in zip(qcode, pcode, rank)]
+    got = [(index.query_ids[q], index.page_ids[p], int(r)) for q, p, r in zip(qcode, pcode, rank, strict=True)]
     # Queries in benchmark order (q_single before q_adj); within a query score desc, then page_id asc.
     assert got == [
         ("q_single", "a2", 0),
@@ -263,7 +263,7 @@ def _random_rows(seed: int, ties: bool) -> list[tuple[str, str, float]]:
     for query in EVIDENCE:
         pages = rng.choice(PAGES["page_id"].to_numpy(), size=int(rng.integers(1, 13)), replace=False)
         scores = rng.integers(0, 4, size=len(pages)) if ties else rng.permutation(len(pages))
-        rows += [(query, str(p), float(s)) for p, s in zip(pages, scores)]
+        rows += [(query, str(p), float(s)) for p, s in zip(pages, scores, strict=True)]
     return rows
 
 
@@ -305,7 +305,7 @@ def _random_benchmark_run(bench, seed: int, n_candidates: int = 25):
         score = rng.permutation(len(pages)).astype(np.float64) * 3.0 + 1.0  # distinct, float32-exact
         candidates.append(pages)
         scores.append(score)
-        as_dict[query] = {str(p): float(s) for p, s in zip(pages, score)}
+        as_dict[query] = {str(p): float(s) for p, s in zip(pages, score, strict=True)}
     run = make_run(query_ids, candidates, scores)
     qrels = {q: {str(p): 1 for p in pages} for q, pages in evidence.items()}
     return run, as_dict, qrels

@@ -20,7 +20,7 @@ def test_equals_make_run_with_ties_pads_and_empty_queries(seed):
     query_ids = [f"q{i:04d}" for i in rng.permutation(n_queries)]
     ours = run_from_indices(query_ids, page_ids, indices, scores)
     hits = [page_ids[row[row >= 0]] for row in indices]
-    values = [s[row >= 0] for row, s in zip(indices, scores)]
+    values = [s[row >= 0] for row, s in zip(indices, scores, strict=True)]
     assert ours.equals(make_run(query_ids, hits, values))
     assert query_ids[5] not in set(ours.column("query_id").to_pylist())
 

@@ -253,7 +253,7 @@ def test_doc_scope_ranks_within_the_query_documents(graded_bench, isolated_paths
     run = pq.read_table(scoped.entry / store.RUN_FILE).to_pandas()
     page_doc = bench.pages.set_index("page_id")["doc_id"]
     scope = {q: {p[:2] for p, grade in g.items() if grade > 0} for q, (_, _, _, g) in QUERIES.items()}
-    assert len(run) and all(page_doc[p] in scope[q] for q, p in zip(run["query_id"], run["page_id"]))
+    assert len(run) and all(page_doc[p] in scope[q] for q, p in zip(run["query_id"], run["page_id"], strict=True))
     stats = scoped.manifest["retrieval"]["doc_scope"]
     assert stats["queries_cut"] == 0 and stats["queries"] == 10  # BM25 ranks fewer pages than the input depth
 
@@ -268,7 +268,10 @@ def test_doc_scope_ranks_within_the_query_documents(graded_bench, isolated_paths
 
     # graded nDCG through the store: pytrec_eval on the stored corpus run, with the qrels' grades
     stored = pq.read_table(corpus.entry / store.RUN_FILE).to_pandas()
-    as_dict = {q: {p: float(1000 - r) for p, r in zip(g["page_id"], g["rank"])} for q, g in stored.groupby("query_id")}
+    as_dict = {
+        q: {p: float(1000 - r) for p, r in zip(g["page_id"], g["rank"], strict=True)}
+        for q, g in stored.groupby("query_id")
+    }
     graded = {q: dict(g) for q, (_, _, _, g) in QUERIES.items()}
     measures = pytrec_eval.RelevanceEvaluator(graded, {"ndcg_cut.3,5,10"}).evaluate(as_dict)
     for query, values in measures.items():

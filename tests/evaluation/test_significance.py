@@ -183,7 +183,7 @@ def test_identical_runs_are_never_significant():
     assert (table["p_randomization"] == 1).all() and (table["difference"] == 0).all()
 
 
-@pytest.mark.parametrize("method, name", [("holm", "holm"), ("bh", "fdr_bh")])
+@pytest.mark.parametrize(("method", "name"), [("holm", "holm"), ("bh", "fdr_bh")])
 def test_corrections_equal_statsmodels(method, name):
     from statsmodels.stats.multitest import multipletests
 

@@ -145,7 +145,7 @@ def test_mmlongbench_through_the_pipeline_with_bm25_and_a_tiny_visual_retriever(
         f"dataset.importer.pdf.width={WIDTH}",
         "dataset.importer.pdf.workers=1",
     ]
-    metrics, manifest, _ = evaluate(*dataset, "retriever=dom_bm25")
+    metrics, _manifest, _ = evaluate(*dataset, "retriever=dom_bm25")
     expected = {s: n for s, n in MMLB_COUNTS["structures"].items() if n}
     assert _structures(metrics) == expected and metrics["n_queries"] == 11
     assert metrics["empty"]["structures"] == ["cross_doc"]  # Macro is over the five present
@@ -157,7 +157,7 @@ def test_mmlongbench_through_the_pipeline_with_bm25_and_a_tiny_visual_retriever(
     # Workers and the cache's place do not change the data: the import is reused; a page width does.
     again, _, _ = evaluate(*dataset[:-1], "dataset.importer.pdf.workers=2", "dataset.importer.cache_dir=elsewhere")
     assert again == metrics
-    with pytest.raises(ConfigError, match="imported with another dataset.importer spec"):
+    with pytest.raises(ConfigError, match=r"imported with another dataset\.importer spec"):
         evaluate(*dataset, "dataset.importer.pdf.width=400")
 
 

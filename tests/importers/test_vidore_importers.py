@@ -60,7 +60,7 @@ def test_v3_one_language(v3_source, tmp_path):
     assert bench.info["built_by"]["dropped"]["queries"]["language_not_selected"] == 5
 
 
-@pytest.mark.parametrize("with_filenames, counts", [(True, V2_COUNTS), (False, V1_BEIR_COUNTS)])
+@pytest.mark.parametrize(("with_filenames", "counts"), [(True, V2_COUNTS), (False, V1_BEIR_COUNTS)])
 def test_v2_and_v1_beir_derive_documents_from_file_names_or_say_there_are_none(tmp_path, with_filenames, counts):
     source = write_vidore_v2(tmp_path / "hub", with_filenames=with_filenames)
     bench = import_benchmark(ViDoReImporter(source=str(source)), tmp_path / "out", name="v2")
@@ -86,7 +86,7 @@ def test_v1_qa_form_one_page_per_query(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name, expected",
+    ("name", "expected"),
     [
         ("data/esg_report_1_page_12.png", ("esg_report_1", 12)),
         ("doc-p3.jpg", ("doc", 3)),
@@ -115,12 +115,12 @@ def test_run_py_on_imported_v3_with_bm25_and_a_tiny_visual_retriever(v3_source, 
     visual, _, _ = evaluate(*dataset, *tiny_overrides("colqwen25", tiny), "depth=19")
     assert _structures(visual) == _structures(metrics) and (root / "benchmark.json").stat().st_mtime_ns == stamp
     assert load_benchmark(root).fingerprint == json.loads((root / "benchmark.json").read_text())["fingerprint"]
-    with pytest.raises(ConfigError, match="imported with another dataset.importer spec"):
+    with pytest.raises(ConfigError, match=r"imported with another dataset\.importer spec"):
         evaluate(*dataset, "retriever=dom_bm25", "dataset.importer.languages=[english]")
 
 
 @pytest.mark.parametrize(
-    "dataset, write, counts",
+    ("dataset", "write", "counts"),
     [
         ("vidore_docvqa", write_vidore_v1_qa, V1_QA_COUNTS),
         ("vidore_v1_docvqa_beir", lambda root: write_vidore_v2(root, with_filenames=False), V1_BEIR_COUNTS),
@@ -141,5 +141,5 @@ def test_run_py_on_imported_v1_and_v2_with_a_tiny_visual_retriever(
     visual, _, _ = evaluate(*over, *tiny_overrides("colqwen25", tiny), "depth=10", "eval.ks=[3,5,10]")
     assert _structures(visual) == {s: n for s, n in counts["structures"].items() if n}
     assert visual["n_queries"] == counts["kept"]["queries"]
-    with pytest.raises(ConfigError, match="'dom_text', and benchmark .* has it for no page.*visual retriever"):
+    with pytest.raises(ConfigError, match=r"'dom_text', and benchmark .* has it for no page.*visual retriever"):
         evaluate(*over, "retriever=dom_bm25")

@@ -152,7 +152,7 @@ def test_players_and_frames_add_nothing_to_a_page():
 def test_single_page_candidates_come_from_the_top_five_pages_and_carry_the_page_elements(mini, sampled):
     spec, _, configs = sampled
     scored = visual_scores(mini.pages, mini.elements, spec)
-    top = {(d, p) for d, p in zip(*top_pages(scored, 5)[["doc_id", "page_index"]].T.values)}
+    top = {(d, p) for d, p in zip(*top_pages(scored, 5)[["doc_id", "page_index"]].T.values, strict=True)}
     multi = scored.set_index(["doc_id", "page_index"])["n_multi_elements"]
     for row in configs[configs["structure"].isin(["page_single", "page_multi"])].itertuples():
         (doc_id,), (page,) = row.doc_ids, row.page_indices
@@ -299,7 +299,7 @@ def test_counts_per_source_and_structure_follow_the_budget(mini, sampled):
 
 
 def test_run_writes_parquet_and_manifest(tmp_path, encoder):
-    configs, counts, out_dir = run_evidence_sampling(
+    configs, _counts, out_dir = run_evidence_sampling(
         MINI_DIR, EvidenceSamplingSpec(configs_per_structure=2), encoder, tmp_path
     )
     stored = pd.read_parquet(out_dir / "configs.parquet")

@@ -79,7 +79,7 @@ def check_against_cases(queries, qrels, cases):
         first_doc = next(iter(pages)).split("-p")[0]  # the first evidence item's document
         assert query["domain"] == DOCUMENTS.set_index("doc_id").at[first_doc, "domain"]
         mine = qrels[qrels["query_id"] == query["query_id"]]
-        assert {p: list(e) for p, e in zip(mine["page_id"], mine["element_ids"])} == pages
+        assert {p: list(e) for p, e in zip(mine["page_id"], mine["element_ids"], strict=True)} == pages
         assert set(mine["doc_id"]) == {p.split("-p")[0] for p in pages}
 
 
@@ -163,7 +163,7 @@ BAD_ROWS = [  # (row 2 of the file, the error's text), every one naming the row
 ]
 
 
-@pytest.mark.parametrize("bad, message", BAD_ROWS)
+@pytest.mark.parametrize(("bad", "message"), BAD_ROWS)
 def test_a_bad_row_is_one_error_naming_the_row_before_any_rendering(tmp_path, bad, message):
     path = write_jsonl(tmp_path / "q.jsonl", [{"question": "fine", "evidence": "acme:1"}, bad])
     with pytest.raises(ConfigError, match=message) as error:
@@ -172,7 +172,7 @@ def test_a_bad_row_is_one_error_naming_the_row_before_any_rendering(tmp_path, ba
 
 
 @pytest.mark.parametrize(
-    "evidence, message",
+    ("evidence", "message"),
     [
         ("acme:8", r"row 2: evidence acme:8: document 'acme' has 7 page\(s\), no page 8"),
         ("wiki/e00099", r"row 2: evidence wiki/e00099: document 'wiki' has no element 'e00099'"),
@@ -190,7 +190,7 @@ def test_evidence_is_checked_against_the_built_pages(tmp_path, evidence, message
 
 
 @pytest.mark.parametrize(
-    "name, content, message",
+    ("name", "content", "message"),
     [
         ("q.txt", "", r"a query file is .jsonl, .csv, .parquet"),
         ("missing.jsonl", None, r"no such file"),
@@ -204,7 +204,7 @@ def test_an_unreadable_file_is_one_error(tmp_path, name, content, message):
         (tmp_path / name).write_text(content)
     with pytest.raises(ConfigError, match=message):
         UserQueries(tmp_path / name).preflight(None)
-    with pytest.raises(ConfigError, match="needs queries.path"):
+    with pytest.raises(ConfigError, match=r"needs queries\.path"):
         UserQueries(None)
 
 

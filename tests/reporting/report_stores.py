@@ -107,9 +107,9 @@ def build_rendered_store(root: Path) -> Path:
     spec = SyntheticSpec(
         name="text-only",
         seed=3,
-        documents={s: 3 for s in SOURCE_DOMAINS},
-        pages={s: (6, 9) for s in SOURCE_DOMAINS},
-        queries={s: {e: 2 for e in EVIDENCE_STRUCTURES} for s in SOURCE_DOMAINS},
+        documents=dict.fromkeys(SOURCE_DOMAINS, 3),
+        pages=dict.fromkeys(SOURCE_DOMAINS, (6, 9)),
+        queries={s: dict.fromkeys(EVIDENCE_STRUCTURES, 2) for s in SOURCE_DOMAINS},
     )
     text_only = generate(spec, root / "text-only")
     bench = make_rendered_benchmark(text_only.root, root / "data" / "test-rendered")

@@ -27,7 +27,7 @@ PAPER_COUNTS = {"page_single": 30, "page_multi": 30, "doc_adjacent": 30, "doc_ne
 
 
 # -- Wilson ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("successes,n", [(746, 800), (0, 10), (10, 10), (1, 1), (40, 50), (177, 200), (3, 7)])
+@pytest.mark.parametrize(("successes", "n"), [(746, 800), (0, 10), (10, 10), (1, 1), (40, 50), (177, 200), (3, 7)])
 def test_wilson_matches_statsmodels(successes, n):
     expected = proportion_confint(successes, n, alpha=0.05, method="wilson")
     assert wilson_interval(successes, n) == pytest.approx(expected, abs=1e-12)
@@ -41,7 +41,7 @@ def test_wilson_reproduces_the_papers_interval_and_edges():
     assert wilson_interval(5, 10, 0.9) == pytest.approx(proportion_confint(5, 10, alpha=0.1, method="wilson"))
     with pytest.raises(ValueError, match="n > 0"):
         wilson_interval(0, 0)
-    with pytest.raises(ValueError, match="0..n"):
+    with pytest.raises(ValueError, match=r"0\.\.n"):
         wilson_interval(11, 10)
 
 
@@ -106,7 +106,7 @@ def mini():
 @pytest.fixture(scope="module")
 def exported(mini, tmp_path_factory):
     out = tmp_path_factory.mktemp("audit")
-    counts = {structure: 3 for structure in PAPER_COUNTS}
+    counts = dict.fromkeys(PAPER_COUNTS, 3)
     return out, export_review(mini, out, counts, seed=0)
 
 
@@ -151,7 +151,7 @@ def fill(out, verdicts: dict[str, str] | None = None, default="correct", issues:
 
 
 def test_import_all_correct(mini, exported):
-    out, record = exported
+    out, _record = exported
     path, _ = fill(out)
     result = import_review(mini, out, path)
     overall = result["accuracy"]["overall"]
@@ -163,12 +163,12 @@ def test_import_all_correct(mini, exported):
 
 
 def test_import_some_incorrect(mini, exported):
-    out, record = exported
+    out, _record = exported
     sheet = pd.read_csv(out / "sheet.csv", dtype=str, keep_default_na=False)
     cross = list(sheet.loc[(sheet["evidence_structure"] == "cross_doc") & (sheet["source"] == "pubmed"), "query_id"])
     single = list(sheet.loc[sheet["evidence_structure"] == "page_single", "query_id"])[:1]
     wrong = cross[:2] + single
-    path, _ = fill(out, {q: "Incorrect " for q in wrong}, issues={cross[0]: "e", single[0]: "F"})
+    path, _ = fill(out, dict.fromkeys(wrong, "Incorrect "), issues={cross[0]: "e", single[0]: "F"})
     acc = import_review(mini, out, path)["accuracy"]
     assert (acc["overall"]["correct"], acc["overall"]["total"]) == (69, 72)
     assert (acc["overall"]["wilson_low"], acc["overall"]["wilson_high"]) == pytest.approx(
@@ -184,7 +184,7 @@ def test_import_some_incorrect(mini, exported):
 
 
 def test_import_names_the_bad_rows(mini, exported):
-    out, record = exported
+    out, _record = exported
     path, sheet = fill(out)
     sheet.loc[4, "verdict"] = "maybe"
     sheet.loc[7, "verdict"] = ""

@@ -125,7 +125,7 @@ def hand_view(tmp_path, bench_root) -> ResultsView:
 def cells_by(table) -> dict[tuple, float]:
     return {
         (row[0], column): value
-        for row, column, value in zip(table.cells["row"], table.cells["column"], table.cells["reproduced"])
+        for row, column, value in zip(table.cells["row"], table.cells["column"], table.cells["reproduced"], strict=True)
     }
 
 
@@ -136,7 +136,9 @@ def test_table1_counts_documents_and_pages_per_source(spec, hand_bench, tmp_path
     for source, (documents, pages) in TABLE1.items():
         assert got[(source, "Docs")] == documents, source
         assert got[(source, "Avg. Pages")] == pytest.approx(pages), source
-    published = dict(zip(zip(table.cells["row"].str[0], table.cells["column"]), table.cells["published"]))
+    published = dict(
+        zip(zip(table.cells["row"].str[0], table.cells["column"], strict=True), table.cells["published"], strict=True)
+    )
     assert published[("Total", "Docs")] == 29641 and published[("SEC Proxy", "Avg. Pages")] == 41.97
     assert table.n_rows_reproduced == 5 and f"the documents table of `{NAME}`" in table.reproduced_from
     checked = check_module.check_table(table)
@@ -241,7 +243,7 @@ def test_table12_from_the_imported_audit(spec, imported_audit):
     cells = {
         (row, column): (published, reproduced)
         for row, column, published, reproduced in zip(
-            table.cells["row"], table.cells["column"], table.cells["published"], table.cells["reproduced"]
+            table.cells["row"], table.cells["column"], table.cells["published"], table.cells["reproduced"], strict=True
         )
     }
     assert len(table.rows) == 25 and table.n_rows_reproduced == 25

@@ -149,7 +149,7 @@ def test_compare_needs_a_baseline_and_another_run(multi_results, tmp_path):
         compare(multi_results, tmp_path, "baseline=null")
     with pytest.raises(ConfigError, match="at least one run other than the baseline"):
         compare(multi_results, tmp_path, f"runs=[{BASELINE}]")
-    with pytest.raises(ConfigError, match="significance.correction"):
+    with pytest.raises(ConfigError, match=r"significance\.correction"):
         compare(multi_results, tmp_path, "significance.correction=bonferroni")
 
 

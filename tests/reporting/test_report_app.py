@@ -26,7 +26,7 @@ def table13_row(markdown: str, model: str, aggregate: str) -> dict[str, str]:
     for line in lines[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         if cells[:2] == [model, aggregate]:
-            return dict(zip(header, cells))
+            return dict(zip(header, cells, strict=True))
     raise AssertionError(f"no row {model} | {aggregate}")
 
 

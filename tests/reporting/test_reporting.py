@@ -98,7 +98,7 @@ def test_table13_recomputed_from_tables_16_and_2(spec):
 
     cells = [
         (spec.source_id(source), spec.structure_id(label), int(n))
-        for label, row in zip(t2["evidence_structure"], t2.to_dict("records"))
+        for label, row in zip(t2["evidence_structure"], t2.to_dict("records"), strict=True)
         for source, n in row.items()
         if source not in ("evidence_structure", "total")
     ]
@@ -145,7 +145,7 @@ def test_table13_recomputed_from_tables_16_and_2(spec):
         n_evidence_pages=1,
         n_evidence_docs=1,
         **{"pages_found@5": 1, "docs_found@5": 1},
-        **{c: 0.0 for c in metric_columns([5])},
+        **dict.fromkeys(metric_columns([5]), 0.0),
     )
     ensemble["recallall@5"] = per_query["ColNomic (Normal&Ctx&Rank)"]
     aggregates = summarise(ensemble, [5])["aggregates"]
@@ -165,7 +165,7 @@ def test_published_figures_agree_with_the_tables(spec):
 
     ensemble = t16[t16["model"] == "ColNomic (Normal&Ctx&Rank)"][spec.structures].mean()
     t5 = spec.csv("table5_structure.csv")
-    for label, value in zip(t5["evidence_structure"], t5["recallall@5"]):
+    for label, value in zip(t5["evidence_structure"], t5["recallall@5"], strict=True):
         assert ensemble[spec.structure_id(label)] == pytest.approx(value, abs=0.051)
 
 
@@ -414,7 +414,7 @@ def _printed_command(line: str) -> tuple[str, list[str]]:
     return path, rest.split("python run.py ", 1)[1].split("   # ", 1)[0].split()
 
 
-@pytest.mark.parametrize("benchmark, dataset", [("vl-docir-mini", "mini"), ("vl-docir", "vldocir")])
+@pytest.mark.parametrize(("benchmark", "dataset"), [("vl-docir-mini", "mini"), ("vl-docir", "vldocir")])
 def test_missing_run_commands_run_as_printed_on_the_benchmark_of_their_row(spec, empty_results, benchmark, dataset):
     """Each printed command composes with the real config into the run its row names: the
     benchmark's own dataset (the mini's for a store of mini runs), its reduced corpus for Table 18's

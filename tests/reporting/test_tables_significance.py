@@ -55,12 +55,15 @@ def expected_markers(spec, view, entry) -> dict[tuple, str]:
                 p_values.append(result.loc[(aggregate, metric), "p_randomization"])
                 differences.append(result.loc[(aggregate, metric), "difference"])
     reject, _ = correct(np.array(p_values), "holm", 0.05)
-    return {key: (MARK_HIGHER if d > 0 else MARK_LOWER) if r else "" for key, r, d in zip(keys, reject, differences)}
+    return {
+        key: (MARK_HIGHER if d > 0 else MARK_LOWER) if r else ""
+        for key, r, d in zip(keys, reject, differences, strict=True)
+    }
 
 
 def markers_of(table) -> dict[tuple, str]:
     cells = table.cells
-    return {(row, column): m for row, column, m in zip(cells["row"], cells["column"], cells["marker"])}
+    return {(row, column): m for row, column, m in zip(cells["row"], cells["column"], cells["marker"], strict=True)}
 
 
 def test_markers_equal_paired_tests_and_holm(spec, view, t13):

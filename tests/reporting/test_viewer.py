@@ -168,7 +168,7 @@ def test_viewer_on_a_rendered_benchmark(browser, rendered_results, tmp_path):
                     (box["y"] + box["height"] - frame["y"]) / frame["height"] * 4000,
                 )
             )
-        for want, got in zip(expected, sorted(drawn)):
+        for want, got in zip(expected, sorted(drawn), strict=True):
             assert got == pytest.approx(want, abs=2000 * 0.01), (page_id, want, got)
     page.screenshot(path=str(tmp_path / "query-rendered.png"), full_page=True)
     assert (tmp_path / "query-rendered.png").stat().st_size > 10_000

@@ -25,7 +25,7 @@ def test_page_with_the_exact_fact_ranks_first(small_bench, tmp_path):
 
 
 def test_run_is_ranked_and_deterministic(small_bench, tmp_path):
-    queries = dict(zip(small_bench.queries.query_id, small_bench.queries.text))
+    queries = dict(zip(small_bench.queries.query_id, small_bench.queries.text, strict=True))
     run = BM25Retriever().retrieve(small_bench, queries, depth=25, cache=ArtifactCache(tmp_path)).to_pandas()
     for _, group in run.groupby("query_id"):
         assert list(group["rank"]) == list(range(1, len(group) + 1))
@@ -49,7 +49,7 @@ def test_index_is_built_once_per_key(small_bench, tmp_path):
 
 
 def test_missing_text_column_says_what_to_do(small_bench, tmp_path):
-    with pytest.raises(ConfigError, match="'ocr_text', and benchmark .* has it for no page: run the OCR stage first"):
+    with pytest.raises(ConfigError, match=r"'ocr_text', and benchmark .* has it for no page: run the OCR stage first"):
         BM25Retriever(text_field="ocr_text").retrieve(small_bench, {"q": "x"}, 5, ArtifactCache(tmp_path))
 
 
@@ -98,7 +98,8 @@ def _oracle(bench, queries, depth, cache):
         tokens = tokenizer.tokenize([text], update_vocab=False, return_as="ids", show_progress=False)
         docs, scores = model.retrieve(tokens, k=len(page_ids), show_progress=False)
         ranked = sorted(
-            ((float(s), page_ids[d]) for d, s in zip(docs[0], scores[0]) if s > 0), key=lambda x: (-x[0], x[1])
+            ((float(s), page_ids[d]) for d, s in zip(docs[0], scores[0], strict=True) if s > 0),
+            key=lambda x: (-x[0], x[1]),
         )
         out[qid] = [p for _, p in ranked[:depth]]
     return out

@@ -109,7 +109,7 @@ def test_candidates_are_the_best_pages_by_centroid_interaction(tmp_path):
     probed = [set(np.argsort(-row)[:2]) for row in scores]
     bound = [np.sort(row)[-3] for row in scores]  # the best centroid not probed
     by_probe = {
-        p: sum(max([row[c] for c in bag & best] + [b]) for row, best, b in zip(scores, probed, bound))
+        p: sum(max([row[c] for c in bag & best] + [b]) for row, best, b in zip(scores, probed, bound, strict=True))
         for p, bag in enumerate(bags)
         if bag
     }
@@ -134,7 +134,7 @@ def test_codecs_store_fewer_bytes_and_decode_close(tmp_path):
     queries = queries_of(rng, pages)
     top = search.search(queries, sq8, 10, progress=False)
     want = exact_search(queries, shards_of(pages), 10, device="cpu", progress=False)
-    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top.indices, want.indices)]) >= 0.9
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top.indices, want.indices, strict=True)]) >= 0.9
     indexed, search = built(tmp_path / "indexed", pages, codec="SQ8", n_centroids=8, candidates=40)
     top = search.search(queries, indexed, 10, progress=False)  # rescored over the codes' levels, not decoded
     want = exact_search(queries, indexed.decoded_shards(), 10, device="cpu", progress=False)
@@ -183,7 +183,8 @@ def test_residuals_code_offsets_from_bag_means_and_decode_closer_than_the_codec_
 
 
 @pytest.mark.parametrize(
-    "qtype, dim", [("QT_8bit", 16), ("QT_4bit", 16), ("QT_4bit", 15), ("QT_8bit_uniform", 15), ("QT_4bit_uniform", 16)]
+    ("qtype", "dim"),
+    [("QT_8bit", 16), ("QT_4bit", 16), ("QT_4bit", 15), ("QT_8bit_uniform", 15), ("QT_4bit_uniform", 16)],
 )
 def test_affine_reading_of_a_scalar_quantizer_equals_its_decoded_products(qtype, dim):
     """Products over the codes' levels (no decoding) equal products with faiss's decoded vectors,
@@ -245,7 +246,7 @@ def test_token_pooling_keeps_at_most_a_factor_of_the_tokens():
     rng = np.random.default_rng(4)
     pages = clustered_pages(rng, 8, tokens=(6, 14))
     pooled = pool_pages(pages, 3)
-    for page, out in zip(pages, pooled):
+    for page, out in zip(pages, pooled, strict=True):
         if len(page) <= 1:
             np.testing.assert_array_equal(out, page)  # one token (or none) is kept as it is
         else:
@@ -261,7 +262,7 @@ def test_parameters_are_checked():
         CompressedSearch(pool_factor=0)
     with pytest.raises(ValueError, match="nprobe must be an integer >= 0"):
         CompressedSearch(nprobe=-1)
-    with pytest.raises(ValueError, match="coded=residuals .* needs an index"):
+    with pytest.raises(ValueError, match=r"coded=residuals .* needs an index"):
         CompressedSearch(codec="SQ4", coded="residuals")
     with pytest.raises(ValueError, match="and a faiss codec"):
         CompressedSearch(n_centroids=8, coded="residuals")
@@ -284,7 +285,7 @@ def test_parameters_are_checked():
 
 def test_a_codec_for_another_dimension_fails_before_the_training(tmp_path):
     pages = clustered_pages(np.random.default_rng(9), 20)
-    with pytest.raises(ValueError, match="codec 'PQ32x4' cannot code the pages' 16-dimensional vectors .*multiple"):
+    with pytest.raises(ValueError, match=r"codec 'PQ32x4' cannot code the pages' 16-dimensional vectors .*multiple"):
         built(tmp_path, pages, codec="PQ32x4", n_centroids=4, coded="residuals")
 
 

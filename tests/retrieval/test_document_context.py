@@ -63,7 +63,9 @@ def test_context_scores_equal_page_maxsim_plus_document_maxsim():
     pages = [unit(rng.standard_normal((int(rng.integers(6, 20)), 24))) for _ in doc_of_page]
     stored_pages = stored_fp32(pages, "float16")
     contexts = [
-        spherical_kmeans(np.concatenate([p.numpy() for p, d in zip(stored_pages, doc_of_page) if d == doc]), 4, 10, 0)
+        spherical_kmeans(
+            np.concatenate([p.numpy() for p, d in zip(stored_pages, doc_of_page, strict=True) if d == doc]), 4, 10, 0
+        )
         for doc in range(len(pages_per_doc))
     ]
     context = DocumentContextVectors(

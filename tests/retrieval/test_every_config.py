@@ -173,7 +173,7 @@ def test_every_retriever_config_runs_end_to_end(name, tiny, one_doc, isolated_pa
     # The queries in one batch, as the pipeline encodes them (13 < query_batch_size): see
     # test_query_vectors_do_not_depend_on_the_batch for why the batch matters to one family.
     queries = pq.read_table(bench / "queries.parquet", columns=["query_id", "text"]).to_pandas()
-    query_vectors = dict(zip(queries["query_id"], retriever.encoder.encode_queries(list(queries["text"]))))
+    query_vectors = dict(zip(queries["query_id"], retriever.encoder.encode_queries(list(queries["text"])), strict=True))
     position = {page: i for i, page in enumerate(inputs.page_ids)}
     for query, page, score in run[["query_id", "page_id", "score"]].itertuples(index=False):
         page_vectors = stored.item(position[page]).astype(np.float32)
@@ -203,7 +203,7 @@ def test_query_vectors_do_not_depend_on_the_batch(name, tiny):
     encoder = instantiate(compose_cfg(*tiny_overrides(name, tiny)).retriever.model).encoder
     texts = ["What is the revenue in 2021?", "Find the page", "What was the total revenue in 2020 and 2022?"]
     batched = encoder.encode_queries(texts)
-    for text, together in zip(texts, batched):
+    for text, together in zip(texts, batched, strict=True):
         (alone,) = encoder.encode_queries([text])
         np.testing.assert_allclose(alone, together, atol=1e-4, err_msg=text)
 

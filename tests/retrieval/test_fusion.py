@@ -103,7 +103,7 @@ def random_runs(rng: np.random.Generator, n_runs: int) -> list[pa.Table]:
             n = int(rng.integers(0, 14))
             chosen = rng.choice(pages, size=n, replace=True)  # duplicates allowed
             scores = rng.integers(0, 4, n).astype(float)  # tied scores
-            ranked = sorted(zip(chosen, scores), key=lambda x: (-x[1], x[0]))
+            ranked = sorted(zip(chosen, scores, strict=True), key=lambda x: (-x[1], x[0]))
             rows += [(f"q{q}", str(p), i + 1, float(s)) for i, (p, s) in enumerate(ranked)]
         run = table(rows, with_rank=rng.random() < 0.7)
         if rng.random() < 0.5:
@@ -142,7 +142,7 @@ def test_merges_equal_the_reference_on_random_runs(packed, monkeypatch):
             assert ranked_lists(run) == reference_lists(run)
 
 
-@pytest.mark.parametrize("k, n_runs", [(60, 3), (0, 2)])
+@pytest.mark.parametrize(("k", "n_runs"), [(60, 3), (0, 2)])
 def test_rrf_equals_ranx_fuse(k, n_runs):
     """ranx adds the terms in another order: with three runs, equal sums can differ in the last bit
     at k=0, so k=0 is checked on two runs (a + b == b + a exactly)."""
@@ -167,8 +167,9 @@ def test_round_robin_by_hand():
     b = table([("q", "p2", 1, 9), ("q", "p2", 2, 8), ("q", "p4", 3, 7), ("s", "y", 1, 1)])
     # turn 1: p1 (a), p2 (b); turn 2: a's p2 taken, b's duplicate p2 taken; turn 3: p3 (a), p4 (b)
     merged = round_robin([a, b], depth=10, query_ids=["s", "q", "none"])
-    assert rows_of(merged) == [("s", "y", 1, 1.0)] + expected_rows("q", ["p1", "p2", "p3", "p4"])
-    assert rows_of(round_robin([b, a], depth=3)) == expected_rows("q", ["p2", "p1", "p4"]) + [
+    assert rows_of(merged) == [("s", "y", 1, 1.0), *expected_rows("q", ["p1", "p2", "p3", "p4"])]
+    assert rows_of(round_robin([b, a], depth=3)) == [
+        *expected_rows("q", ["p2", "p1", "p4"]),
         ("s", "y", 1, 1.0),
         ("r", "x", 1, 1.0),
     ]

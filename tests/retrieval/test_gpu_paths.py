@@ -109,7 +109,7 @@ def test_bf16_rounds_the_operands_only_and_keeps_the_fp32_rankings(corpus):
     assert moved.max() < bound.min() / 10  # the roundings' signs vary: moves stay far below the worst case
 
     # 3. the rankings: top-10 overlap with fp32 of at least 0.99 over all queries
-    overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(fp32.indices, bf16.indices)])
+    overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(fp32.indices, bf16.indices, strict=True)])
     assert overlap >= 0.99, overlap
 
 
@@ -198,7 +198,7 @@ def test_gpu_precisions_against_their_cpu_arithmetic(precision):
         progress=False,
     )
     np.testing.assert_allclose(gpu.scores, cpu.scores, rtol=1e-5, atol=1e-5)
-    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(gpu.indices, cpu.indices)]) >= 0.99
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(gpu.indices, cpu.indices, strict=True)]) >= 0.99
 
 
 # -- ColPali without its LM head -----------------------------------------------------------------

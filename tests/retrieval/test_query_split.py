@@ -45,7 +45,7 @@ def bench(subset_dir):
 
 @pytest.fixture(scope="module")
 def queries(bench) -> dict[str, str]:
-    return dict(zip(bench.queries.query_id, bench.queries.text))
+    return dict(zip(bench.queries.query_id, bench.queries.text, strict=True))
 
 
 def question(request: Recorded) -> str:
@@ -104,7 +104,7 @@ def by_hand(*lists: list[str], depth: int) -> list[str]:
 
 # -- parsing and prompts -------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "answer, expected",
+    ("answer", "expected"),
     [
         ('["a b", "c d"]', ["a b", "c d"]),
         ('```json\n["a b", "c d"]\n```', ["a b", "c d"]),
@@ -120,7 +120,7 @@ def test_parse_accepts_a_json_list_of_strings(answer, expected):
 
 
 @pytest.mark.parametrize(
-    "answer, reason",
+    ("answer", "reason"),
     [
         ("a b; c d", "malformed"),
         ('["a b", ', "malformed"),
@@ -168,7 +168,7 @@ class FixedLists(Retriever):
 
 
 @pytest.mark.parametrize(
-    "variant, expected",
+    ("variant", "expected"),
     [
         # lists: original [p1 p2 p3], s1 [p2 p4], s2 [p5 p1 p6]; round robin by position, duplicates skipped
         (3, ["p1", "p2", "p5", "p4"]),  # p1 p2 p5 | (p2) p4 (p1) | p3 ... cut at depth 4
@@ -336,7 +336,7 @@ def test_cache_params_cover_variant_prompt_and_sampling():
 
 
 @pytest.mark.parametrize(
-    "overrides, setting_id, variant",
+    ("overrides", "setting_id", "variant"),
     [
         ((), "qsplit", 3),
         (("setting.method.variant=2",), "qsplit-v2", 2),

@@ -93,8 +93,8 @@ class ScriptedReranker(Reranker):
             raise KeyboardInterrupt("stopped mid-run")
         self.calls += 1
         pages = [self.page_of[_digest(image)] for image in images]
-        self.pairs += list(zip(queries, pages))
-        return [self.table.get((q, p), default_score(q, p)) for q, p in zip(queries, pages)]
+        self.pairs += list(zip(queries, pages, strict=True))
+        return [self.table.get((q, p), default_score(q, p)) for q, p in zip(queries, pages, strict=True)]
 
 
 def job_for(
@@ -106,7 +106,7 @@ def job_for(
     same_text: dict[str, str] | None = None,
 ) -> RunJob:
     """A job over ``query_ids``; ``same_text``: query -> another query whose text it is given."""
-    texts = dict(zip(bench.queries["query_id"], bench.queries["text"]))
+    texts = dict(zip(bench.queries["query_id"], bench.queries["text"], strict=True))
     texts |= {q: texts[other] for q, other in (same_text or {}).items()}
     return RunJob(bench, {q: texts[q] for q in query_ids}, depth, cache, retriever=None, inputs=[run])
 
@@ -118,7 +118,7 @@ def bench(subset_dir) -> Benchmark:
 
 @pytest.fixture(scope="module")
 def text(bench) -> dict[str, str]:
-    return dict(zip(bench.queries["query_id"], bench.queries["text"]))
+    return dict(zip(bench.queries["query_id"], bench.queries["text"], strict=True))
 
 
 # -- orderings ------------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_toy_run_is_reranked_by_hand(bench, text, tmp_path):
         q1: [A.format(1), A.format(0), A.format(2), A.format(3), A.format(4)],  # p000/p002 tie: by page_id
         q2: [W.format(1), W.format(0)],
     }  # fewer than top_n; q3 (absent from the input) and outside: no rows
-    for q, group in out.to_pandas().groupby("query_id"):
+    for _, group in out.to_pandas().groupby("query_id"):
         assert list(group["rank"]) == list(range(1, len(group) + 1))
         assert (np.diff(group["score"].to_numpy()) < 0).all(), "scores strictly decrease down each list"
     assert sorted(p for _, p in reranker.pairs) == sorted(
@@ -305,7 +305,7 @@ def test_page_missing_from_the_benchmark_is_named(bench, tmp_path):
 
 # -- configuration ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "reranker, setting_id, reranker_class",
+    ("reranker", "setting_id", "reranker_class"),
     [("jina_m0", "rerank", JinaRerankerM0), ("colqwen25", "rerank-colqwen25", ColEngineReranker)],
 )
 def test_setting_files_compose_and_instantiate(reranker, setting_id, reranker_class, tmp_path):
@@ -336,7 +336,7 @@ def test_tiny_overrides_compose(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    ("kwargs", "message"),
     [
         ({"top_n": 0}, "top_n"),
         ({"top_n": True}, "top_n"),
@@ -404,7 +404,7 @@ def test_jina_m0_reranks_real_pages_through_its_own_compute_score(bench, text, t
     for q in queries:
         head = lists[q][:5]
         scores = oracle.compute_score([[text[q], images.load(p)] for p in head], max_length=2048, doc_type="image")
-        order = sorted(zip(scores, head), key=lambda sp: (-sp[0], sp[1]))
+        order = sorted(zip(scores, head, strict=True), key=lambda sp: (-sp[0], sp[1]))
         expected[q] = [p for _, p in order] + lists[q][5:]
     assert ranked_lists(out) == expected
     assert job.stats["rerank"]["pairs_scored"] == 10

@@ -60,7 +60,7 @@ def mini():
 def qrels(mini) -> dict[str, dict[str, int]]:
     """trec_eval's qrels, from the benchmark's qrels table (every evidence page has gain 1)."""
     out: dict[str, dict[str, int]] = {}
-    for query, page in zip(mini.qrels["query_id"], mini.qrels["page_id"]):
+    for query, page in zip(mini.qrels["query_id"], mini.qrels["page_id"], strict=True):
         out.setdefault(str(query), {})[str(page)] = 1
     return out
 
@@ -135,7 +135,7 @@ def tied_float64_rows(bench, seed: int = 0, n_queries: int = 120) -> list[tuple[
             scores = rng.integers(0, 4, len(candidates)).astype(float)
         else:
             scores = rng.integers(0, 4, len(candidates)) + rng.permutation(len(candidates)) % 3 * 1e-9
-        rows += [(query, page, float(score)) for page, score in zip(candidates, scores)]
+        rows += [(query, page, float(score)) for page, score in zip(candidates, scores, strict=True)]
     return rows
 
 
@@ -200,7 +200,7 @@ def test_read_trec_run_formats(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content, problem",
+    ("content", "problem"),
     [
         (
             "q1 Q0 p1 1 2.5 run\nq1 Q0 p2 2 1.5\n",
@@ -289,7 +289,7 @@ def test_trec_run_with_ties_and_float64_scores_equals_trec_eval(stored, mini, qr
     # vldocir's tie rule as an independent oracle: rank by (score desc, page_id asc), give trec_eval the ranks.
     ranked = frame.sort_values(["query_id", "score", "page_id"], ascending=[True, False, True])
     ranked["position"] = ranked.groupby("query_id").cumcount()
-    by_rule = {q: dict(zip(g.page_id, -g.position.astype(float))) for q, g in ranked.groupby("query_id")}
+    by_rule = {q: dict(zip(g.page_id, -g.position.astype(float), strict=True)) for q, g in ranked.groupby("query_id")}
     assert same_as_trec_eval(ours, trec_eval(qrels, by_rule), in_file) == []
 
     absent = [q for q in mini.queries["query_id"] if q not in set(in_file)]
@@ -322,7 +322,7 @@ def test_depth_cuts_each_query_at_the_files_own_order(stored, mini, tmp_path):
     run = read_run(result.entry / store.RUN_FILE).to_pandas()
     frame = pd.DataFrame(tied_float64_rows(mini), columns=["query_id", "page_id", "score"])
     top = frame.sort_values(["query_id", "score", "page_id"], ascending=[True, False, True]).groupby("query_id").head(5)
-    assert sorted(zip(run.query_id, run.page_id)) == sorted(zip(top.query_id, top.page_id))
+    assert sorted(zip(run.query_id, run.page_id, strict=True)) == sorted(zip(top.query_id, top.page_id, strict=True))
     assert run.groupby("query_id")["rank"].apply(list).map(lambda r: r == [1, 2, 3, 4, 5]).all()
     assert result.manifest["retrieval"]["rows_beyond_depth"] == len(frame) - len(top)
 
@@ -355,13 +355,13 @@ def test_unknown_ids_are_an_error_or_dropped_and_counted(stored, mini, tmp_path)
 
 
 def test_bad_values_fail_in_one_line(stored, tmp_path):
-    with pytest.raises(ConfigError, match="retriever.path is not set: name the run file"):
+    with pytest.raises(ConfigError, match=r"retriever\.path is not set: name the run file"):
         evaluate("retriever=run_file", *paths(tmp_path))
     with pytest.raises(RunFileError, match="no such file"):
         evaluate_file(tmp_path, tmp_path / "missing.trec")
-    with pytest.raises(RunFileError, match="retriever.format must be one of auto, trec, parquet"):
+    with pytest.raises(RunFileError, match=r"retriever\.format must be one of auto, trec, parquet"):
         evaluate_file(tmp_path, stored["trec"], "retriever.format=csv")
-    with pytest.raises(RunFileError, match="retriever.on_unknown_ids must be one of error, drop"):
+    with pytest.raises(RunFileError, match=r"retriever\.on_unknown_ids must be one of error, drop"):
         evaluate_file(tmp_path, stored["trec"], "retriever.on_unknown_ids=keep")
     bad = tmp_path / "bad.trec"
     bad.write_text("q0000000 Q0 arxiv-00000-p000 1 1.0 t\nq0000000 Q0 arxiv-00000-p001 2 1.0\n")
@@ -415,7 +415,7 @@ def test_a_changed_file_is_a_new_run_and_nothing_is_overwritten(stored, mini, tm
     )
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before, "the user's file is only read"
 
-    changed = write_lines(path, rows[:-1] + [(rows[-1][0], rows[-1][1], rows[-1][2] + 1.0)])
+    changed = write_lines(path, [*rows[:-1], (rows[-1][0], rows[-1][1], rows[-1][2] + 1.0)])
     second = evaluate_file(tmp_path, changed)
     assert second.manifest["run"]["key"] != first.manifest["run"]["key"] and not second.manifest["run"]["reused"]
     index = store.list_runs(tmp_path / "results")
@@ -474,7 +474,7 @@ def test_an_exported_run_round_trips_through_trec_eval(stored, qrels, tmp_path, 
         stored_frame[["query_id", "page_id", "rank"]].astype(back.dtypes[:3].to_dict())
     )
     steps = float32_steps(stored_frame.score.to_numpy()) - float32_steps(back.score.to_numpy())
-    assert (steps >= 0).all() and 0 < (steps > 0).sum() and steps.max() <= 64  # a few float32 steps, never up
+    assert (steps >= 0).all() and (steps > 0).sum() > 0 and steps.max() <= 64  # a few float32 steps, never up
 
     exact = tmp_path / "exact.trec"
     assert store_cli.main(["export", str(entry), str(exact), "--exact-scores"]) == 0

@@ -237,6 +237,6 @@ def test_concatenated_ranges_equal_the_loop():
     from vldocir.retrieval.vectors import concatenated_ranges
 
     starts, lengths = np.array([5, 0, 9, 2]), np.array([3, 0, 1, 4])
-    want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
+    want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths, strict=True)])
     np.testing.assert_array_equal(concatenated_ranges(starts, lengths), want)
     assert concatenated_ranges(np.zeros(0, int), np.zeros(0, int)).shape == (0,)

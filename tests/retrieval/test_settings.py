@@ -227,7 +227,7 @@ def test_a_fusion_of_one_run_is_refused_before_any_work(isolated_paths):
 
 
 @pytest.mark.parametrize(
-    "overrides, says",
+    ("overrides", "says"),
     [
         (["setting=rrf", "setting.method.inputs=[base,ocr_bm25:base]"], "setting.id=rrf-base-ocr_bm25.base"),
         (

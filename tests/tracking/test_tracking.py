@@ -75,7 +75,7 @@ def test_wandb_run_mirrors_the_store_entry(stub_wandb, small_bench_dir):
     (logged,) = run.logged
     table = logged["structure_metrics"]
     assert type(table).__name__ == "Table" and table.columns[0] == "evidence_structure"
-    rows = {row[0]: dict(zip(table.columns, row)) for row in table.data}
+    rows = {row[0]: dict(zip(table.columns, row, strict=True)) for row in table.data}
     assert set(rows) == set(metrics["breakdowns"]["structure"])
     for structure, values in metrics["breakdowns"]["structure"].items():
         assert rows[structure]["recallall@10"] == pytest.approx(values["recallall@10"])

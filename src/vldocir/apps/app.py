@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from vldocir.apps import CONFIG_DIR
 from vldocir.errors import VldocirError

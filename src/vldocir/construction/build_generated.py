@@ -174,7 +174,7 @@ def build_rendered_benchmark(
     render: RenderConfig | None = None,
     images: ShippedImages | None = None,
     ocr: OcrConfig | None = None,
-    queries: "GeneratedQueries | None" = None,
+    queries: GeneratedQueries | None = None,
 ) -> Benchmark:
     """Build the benchmark of ``spec`` into ``out_dir`` and load it.
 
@@ -220,7 +220,7 @@ def build_rendered_benchmark(
         records, work_dir / "rendered", out_dir, images
     )
     facts: dict[str, list[PlacedFact]] = {}
-    n_pages = dict(zip(document_frame["doc_id"], document_frame["n_pages"]))
+    n_pages = dict(zip(document_frame["doc_id"], document_frame["n_pages"], strict=True))
     infos = [DocumentInfo(d.doc_id, d.source, d.domain, d.entity, int(n_pages[d.doc_id])) for d in kept]
     unplaced: dict[str, int] = {}
     by_doc = dict(tuple(element_frame.groupby("doc_id", sort=False)))
@@ -247,7 +247,7 @@ def build_rendered_benchmark(
     if queries is None:  # template queries over the planted facts
         rng = np.random.default_rng(spec.seed)
         counts = {
-            s: {e: spec.queries_per_cell for e in EVIDENCE_STRUCTURES} for s in spec.documents if spec.documents[s]
+            s: dict.fromkeys(EVIDENCE_STRUCTURES, spec.queries_per_cell) for s in spec.documents if spec.documents[s]
         }
         query_frame, qrels = sample_queries(rng, infos, facts, counts, spec.near_max_gap, spec.generators)
         query_report = {"method": "templates", "queries_per_cell": spec.queries_per_cell}
@@ -256,7 +256,7 @@ def build_rendered_benchmark(
             document_frame,
             page_frame,
             element_frame,
-            dict(zip(page_frame["page_id"], page_frame["full_size_path"])),
+            dict(zip(page_frame["page_id"], page_frame["full_size_path"], strict=True)),
             spec.near_max_gap,
             record_dir=Path(cache_dir) / "generation" / spec.name,
         )

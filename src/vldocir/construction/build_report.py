@@ -27,8 +27,9 @@ what it can and says so.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 

@@ -187,7 +187,7 @@ def build_from_html(
         document_frame,
         page_frame,
         element_frame,
-        dict(zip(page_frame["page_id"], page_frame["full_size_path"])),
+        dict(zip(page_frame["page_id"], page_frame["full_size_path"], strict=True)),
         near_max_gap,
         record_dir=Path(cache_dir) / "generation" / name,
     )

@@ -25,9 +25,9 @@ import html
 import logging
 import re
 import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from vldocir.construction.collect.index import DOC_ID
 from vldocir.construction.documents import DocumentRecord
@@ -156,7 +156,7 @@ def folder_documents(path: str | Path, source: str, domain: str | None = None) -
         )
     ids = unique_document_ids([file for file, _ in found])
     documents = []
-    for doc_id, (file, doc_source) in zip(ids, found):
+    for doc_id, (file, doc_source) in zip(ids, found, strict=True):
         title = None if file.suffix.lower() == PDF_SUFFIX else html_title(file)
         record = DocumentRecord(doc_id, doc_source, domain or doc_source, title or doc_id)
         documents.append(InputDocument(record, file))

@@ -34,11 +34,11 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from tqdm.auto import tqdm
 
@@ -179,12 +179,14 @@ def _run_tesseract(command: str, images: list, config: OcrConfig) -> list[str]:
     return [" ".join(text.split()) for text in texts]
 
 
-def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig = OcrConfig()) -> list[str]:
-    """OCR text for each image, in order; cached under ``cache_dir/ocr/``.
+def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig | None = None) -> list[str]:
+    """OCR text for each image, in order; cached under ``cache_dir/ocr/``; ``config`` defaults to
+    ``OcrConfig()``.
 
     An image that cannot be read raises an error naming its path, after every other page's text
     has been cached (a rerun then only redoes the failures).
     """
+    config = OcrConfig() if config is None else config
     command, version = _tesseract(config)
     paths = [Path(p) for p in images]
     results: list[str | None] = [None] * len(paths)
@@ -224,13 +226,13 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig = OcrCo
             if len(prepared) == 1:
                 raise
             texts = []  # one page broke the process: each page alone, so the failure is named
-            for i, key, image in prepared:
+            for i, _key, image in prepared:
                 try:
                     texts.append(_run_tesseract(command, [image], config)[0])
                 except OcrError as error:
                     failures[i] = error
                     texts.append(None)
-        for (i, key, _), text in zip(prepared, texts):
+        for (i, key, _), text in zip(prepared, texts, strict=True):
             if text is not None:
                 store(i, key, text)
 

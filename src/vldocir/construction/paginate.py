@@ -23,21 +23,21 @@ element's box, in its padding (the pixels say that nothing is drawn there);
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 __all__ = [
-    "CutDecision",
-    "blank_rows",
-    "ink_rows",
-    "crossing_rows",
-    "box_free_runs",
-    "keep_with_next",
-    "choose_cut",
-    "assign_elements",
     "Assignment",
+    "CutDecision",
+    "assign_elements",
+    "blank_rows",
+    "box_free_runs",
+    "choose_cut",
+    "crossing_rows",
+    "ink_rows",
+    "keep_with_next",
 ]
 
 
@@ -150,7 +150,7 @@ def box_free_runs(boxes: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
     padded = np.concatenate([[False], free, [False]])
     edges = np.flatnonzero(padded[1:] != padded[:-1])
     starts, ends = edges[0::2], edges[1::2] - 1
-    return [(int(lo + a), int(lo + b)) for a, b in zip(starts[::-1], ends[::-1])]
+    return [(int(lo + a), int(lo + b)) for a, b in zip(starts[::-1], ends[::-1], strict=True)]
 
 
 def _shrunk(boxes: np.ndarray, slack: float) -> np.ndarray:

@@ -40,10 +40,10 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from vldocir.errors import ConfigError, VldocirError
 

@@ -186,12 +186,12 @@ class SyntheticSpec:
 
     name: str = "synthetic"
     seed: int = 0
-    documents: dict[str, int] = field(default_factory=lambda: {s: 6 for s in SOURCE_DOMAINS})
+    documents: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCE_DOMAINS, 6))
     pages: dict[str, tuple[int, int]] = field(
         default_factory=lambda: {"wikipedia": (1, 10), "arxiv": (5, 25), "pubmed": (5, 20), "sec": (20, 40)}
     )
     queries: dict[str, dict[str, int]] = field(
-        default_factory=lambda: {s: {e: 12 for e in EVIDENCE_STRUCTURES} for s in SOURCE_DOMAINS}
+        default_factory=lambda: {s: dict.fromkeys(EVIDENCE_STRUCTURES, 12) for s in SOURCE_DOMAINS}
     )
     facts_per_page: int = 6
     filler_per_fact: int = 2
@@ -205,11 +205,11 @@ class SyntheticSpec:
 
 
 # Confusions typical of OCR on rendered text: similar glyphs swapped (l/1/I, O/0, S/5, B/8, e/c, ...).
-_OCR_CONFUSIONS = dict(zip(b"lI1O0oS5B8ecigZ2", b"1ll0O05S8Bcelq2Z"))
+_OCR_CONFUSIONS = dict(zip(b"lI1O0oS5B8ecigZ2", b"1ll0O05S8Bcelq2Z", strict=True))
 _OCR_TABLE = np.arange(256, dtype=np.uint8)
 for _glyph, _read_as in _OCR_CONFUSIONS.items():
     _OCR_TABLE[_glyph] = _read_as
-_OCR_CONFUSABLE = _OCR_TABLE != np.arange(256, dtype=np.uint8)
+_OCR_CONFUSABLE = np.arange(256, dtype=np.uint8) != _OCR_TABLE
 
 
 def ocr_like(text: str, rng: np.random.Generator, rate: float) -> str:

@@ -12,10 +12,10 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa
@@ -244,7 +244,7 @@ def _write_sorted_batches(spec, data: SortedBatches, target: Path) -> int:
             if not table.num_rows:
                 continue
             keys = [table.column(k).combine_chunks() for k in spec.key]
-            with_last = keys if last is None else [pa.concat_arrays([p, k]) for p, k in zip(last, keys)]
+            with_last = keys if last is None else [pa.concat_arrays([p, k]) for p, k in zip(last, keys, strict=True)]
             if not strictly_sorted(with_last):
                 raise BenchmarkError(spec.name, None, "rows given as sorted are not in strictly increasing key order")
             last = [k.slice(len(k) - 1) for k in keys]

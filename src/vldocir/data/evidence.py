@@ -10,7 +10,7 @@ build: they live with the tables they read.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -68,7 +68,7 @@ def evidence_structures(evidence: pd.DataFrame, near_max_gap: int = NEAR_MAX_GAP
     on it) and optionally ``n_elements`` (evidence elements on that page; absent: 1). Returns a
     Series of structure names indexed by ``query_id`` (sorted).
     """
-    frame = evidence.assign(n_elements=evidence["n_elements"] if "n_elements" in evidence else 1)
+    frame = evidence.assign(n_elements=evidence.get("n_elements", 1))
     grouped = frame.groupby("query_id", sort=True)
     stats = grouped.agg(
         n_docs=("doc_id", "nunique"),

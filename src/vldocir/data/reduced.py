@@ -37,8 +37,9 @@ import errno
 import logging
 import os
 import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -224,7 +224,7 @@ def float32_keeping_order(score: np.ndarray, qcode: np.ndarray, page_up: np.ndar
         stats["method"] = "float32 steps; dense ranks for queries below float32's range"
     out = _from_float_key(keys, np.float32)
     changed = out.view(np.int32) != cast.view(np.int32)
-    stats["changed_rows"], stats["changed_queries"] = int(changed.sum()), int(len(np.unique(qcode[changed])))
+    stats["changed_rows"], stats["changed_queries"] = int(changed.sum()), len(np.unique(qcode[changed]))
     return out, stats
 
 

@@ -8,8 +8,8 @@ Used by the loader (:mod:`vldocir.data.benchmark`) and the fingerprint
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -126,7 +126,7 @@ def read_schema(location: Path) -> pa.Schema:
             schemas.append(pq.read_schema(file))
         except _READ_ERRORS as error:
             raise _unreadable(name, file, error) from error
-    for file, schema in zip(files[1:], schemas[1:]):
+    for file, schema in zip(files[1:], schemas[1:], strict=True):
         missing = [column for column in schemas[0].names if column not in schema.names]
         if missing:
             raise BenchmarkError(name, None, f"{file} lacks the column(s) {missing} that {files[0]} has")
@@ -202,7 +202,7 @@ def _row_label(location: Path, table: pa.Table, row: int) -> str:
         except _READ_ERRORS:
             return f"row {row}"
     values = [table.column(k)[row].as_py() for k in key]
-    return str(values[0]) if len(key) == 1 else ", ".join(f"{k}={v}" for k, v in zip(key, values))
+    return str(values[0]) if len(key) == 1 else ", ".join(f"{k}={v}" for k, v in zip(key, values, strict=True))
 
 
 def read_image_refs(location: Path) -> pa.Table:

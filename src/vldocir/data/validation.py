@@ -15,8 +15,9 @@ import importlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -78,7 +79,7 @@ def rules_digest() -> str:
     return digest.hexdigest()
 
 
-def validate_tables(bench: "Benchmark", error: Error) -> None:
+def validate_tables(bench: Benchmark, error: Error) -> None:
     """Raise ``error(table, row, rule)`` for the first rule the benchmark breaks."""
     frames = {
         "documents": bench.arrow("documents", ["doc_id", "n_pages", "source"]).to_pandas(),
@@ -272,7 +273,7 @@ IMAGE_PATH_RULES = {
 """What can be wrong with an image path, by kind (the kind's rows are counted together)."""
 
 
-def _check_images(bench: "Benchmark", check: Callable) -> None:
+def _check_images(bench: Benchmark, check: Callable) -> None:
     """Every page has an image or none has (text-only benchmarks), and image files read by path
     lie inside the benchmark directory: a path is data from the benchmark's author, and the
     fingerprint, the encoders and the viewer open it."""
@@ -312,7 +313,7 @@ def image_path_problems(root: Path, paths: list[str]) -> list[str | None]:
     return problems
 
 
-def _slow_problem(resolver: "_Resolver", relative: str) -> str | None:
+def _slow_problem(resolver: _Resolver, relative: str) -> str | None:
     if _WINDOWS_ABSOLUTE.match(relative):  # (also catches POSIX absolute paths: a leading '/')
         return "absolute"
     if "\0" in relative:

@@ -15,7 +15,7 @@ language's queries alone (:func:`language_subset`; every aggregate over those qu
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -95,7 +95,7 @@ def summarise(per_query: pd.DataFrame, ks: Sequence[int]) -> dict:
 
     return {
         "ks": sorted(int(k) for k in ks),
-        "n_queries": int(len(per_query)),
+        "n_queries": len(per_query),
         "n_queries_missing_from_run": int((~per_query["in_run"]).sum()),
         "macro_structures": structures,
         "aggregates": {name: {c: _num(v) for c, v in values.items()} for name, values in aggregates.items()},

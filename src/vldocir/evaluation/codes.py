@@ -371,7 +371,7 @@ class RunIds:
     def all(self) -> np.ndarray:
         """The code of every row."""
         codes = np.empty(len(self), dtype=self.lookup.dtype)
-        for lookup, indices, row in zip(self.chunk_lookup, self.chunk_indices, self.offsets):
+        for lookup, indices, row in zip(self.chunk_lookup, self.chunk_indices, self.offsets[:-1], strict=True):
             np.take(lookup, indices, out=codes[row : row + len(indices)])
         return codes
 
@@ -387,7 +387,7 @@ class RunIds:
             return codes[1:] == codes[:-1]
         same = np.empty(max(n - 1, 0), dtype=bool)
         previous = None  # code of the last row of the previous non-empty chunk
-        for lookup, indices, row in zip(self.chunk_lookup, self.chunk_indices, self.offsets):
+        for lookup, indices, row in zip(self.chunk_lookup, self.chunk_indices, self.offsets[:-1], strict=True):
             if not len(indices):
                 continue
             if previous is not None:
@@ -400,7 +400,7 @@ class RunIds:
         """The codes of the given rows (ascending row numbers)."""
         codes = np.empty(len(rows), dtype=self.lookup.dtype)
         cuts = np.searchsorted(rows, self.offsets)
-        chunks = zip(self.chunk_lookup, self.chunk_indices, self.offsets, cuts, cuts[1:])
+        chunks = zip(self.chunk_lookup, self.chunk_indices, self.offsets[:-1], cuts[:-1], cuts[1:], strict=True)
         for lookup, indices, row, lo, hi in chunks:
             if hi > lo:
                 codes[lo:hi] = lookup[indices[rows[lo:hi] - row]]

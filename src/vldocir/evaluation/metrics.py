@@ -27,9 +27,9 @@ first max(k) rows of each query are ever matched against the evidence, which kee
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -93,7 +93,7 @@ class EvidenceIndex:
     evidence_grades: np.ndarray | None = None
 
     @classmethod
-    def from_benchmark(cls, bench) -> "EvidenceIndex":
+    def from_benchmark(cls, bench) -> EvidenceIndex:
         """From a :class:`~vldocir.data.benchmark.Benchmark`, reading only :data:`INDEX_COLUMNS` and
         :data:`OPTIONAL_INDEX_COLUMNS` (their defaults where a table lacks them), not the query texts
         and answers, nor the qrels' element ids: half the time at paper scale."""
@@ -105,7 +105,7 @@ class EvidenceIndex:
         )
 
     @classmethod
-    def from_tables(cls, queries: pd.DataFrame, qrels: pd.DataFrame, pages: pd.DataFrame) -> "EvidenceIndex":
+    def from_tables(cls, queries: pd.DataFrame, qrels: pd.DataFrame, pages: pd.DataFrame) -> EvidenceIndex:
         fields, arrow_ids = evidence_fields(queries, qrels, pages)
         index = cls(**fields)
         index.__dict__["_arrow_id_cache"] = arrow_ids

@@ -28,8 +28,8 @@ Additions to the shared API (keywords with defaults): ``minimum_detectable_diffe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -59,7 +59,7 @@ class _Target:
 
     def vector(self, n: int) -> np.ndarray:
         w = np.zeros(n)
-        for idx, weight in zip(self.cells, self.weights):
+        for idx, weight in zip(self.cells, self.weights, strict=True):
             w[idx] = weight / len(idx)
         return w
 
@@ -165,7 +165,7 @@ def _resampled(values: np.ndarray, targets: list[_Target], n_resamples: int, see
     result = {}
     for t in targets:
         total = np.zeros((n_resamples, values.shape[1]))
-        for idx, weight in zip(t.cells, t.weights):
+        for idx, weight in zip(t.cells, t.weights, strict=True):
             if id(idx) not in cache:
                 cache[id(idx)] = _cell_resamples(values, idx, n_resamples, rng)
             total += weight * cache[id(idx)]
@@ -230,7 +230,7 @@ def align(a: pd.DataFrame, b: pd.DataFrame, *, intersection: bool = False) -> tu
         raise QuerySetMismatch("the runs share no query")
     keep_a = a[ids_a.isin(common)].reset_index(drop=True)
     keep_b = b.set_index("query_id").loc[keep_a["query_id"]].reset_index()
-    return keep_a, keep_b, {"n_queries": int(len(common)), "dropped_a": int(dropped_a), "dropped_b": int(dropped_b)}
+    return keep_a, keep_b, {"n_queries": len(common), "dropped_a": int(dropped_a), "dropped_b": int(dropped_b)}
 
 
 def _random_bits(rng: np.random.Generator, rows: int, n: int) -> np.ndarray:
@@ -380,7 +380,7 @@ def correct(p_values, method: str = "holm", alpha: float = 0.05) -> tuple[np.nda
     if method == "holm":
         adjusted_sorted = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * ranked))
     elif method == "bh":
-        adjusted_sorted = np.minimum.accumulate((m / np.arange(m, 0, -1) * ranked[::-1]))[::-1]
+        adjusted_sorted = np.minimum.accumulate(m / np.arange(m, 0, -1) * ranked[::-1])[::-1]
         adjusted_sorted = np.minimum(1.0, adjusted_sorted)
     else:
         raise VldocirError(f"multiple-comparison method {method!r} is not one of holm, bh")

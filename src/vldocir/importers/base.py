@@ -62,9 +62,10 @@ import shutil
 import tempfile
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -249,7 +250,8 @@ class _PageWriter:
                 self.n_images += 1
             self.seen.add(page_id)
             self.numbers[doc_id].add(number)
-            for column, value in zip(self.META, (page_id, doc_id, number, path, width, height)):
+            # has_text is appended below, for the chunk's kept rows at once
+            for column, value in zip(self.META[:-1], (page_id, doc_id, number, path, width, height), strict=True):
                 self.meta[column].append(value)
             kept.append(position)
         extra = [c for c in chunk.columns if c not in _PAGE_INPUT_COLUMNS]
@@ -439,7 +441,7 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     documents = pd.concat([documents, pd.DataFrame({"doc_id": missing})], ignore_index=True)
     documents = _keep(documents, documents["doc_id"].isin(pages["doc_id"]), data, "documents", "no_pages")
     for column in ("source", "domain", "title", "url", "license"):
-        documents[column] = documents[column] if column in documents else None
+        documents[column] = documents.get(column)
     documents["source"] = documents["source"].fillna(data.source)
     documents["n_pages"] = documents["doc_id"].map(pages.groupby("doc_id").size()).astype("int32")
 
@@ -473,7 +475,7 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
         inherited = queries["query_id"].map(first_doc).map(doc_info[column])
         queries[column] = queries[column].fillna(inherited) if column in queries else inherited
     for column in ("answer", "generator", "language"):
-        queries[column] = queries[column] if column in queries else None
+        queries[column] = queries.get(column)
     if "evidence_types" not in queries:
         queries["evidence_types"] = [[] for _ in range(len(queries))]
 

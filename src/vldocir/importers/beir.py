@@ -19,9 +19,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 

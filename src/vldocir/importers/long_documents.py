@@ -19,9 +19,10 @@ from __future__ import annotations
 import ast
 import json
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
 import pandas as pd
 

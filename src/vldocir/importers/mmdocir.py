@@ -32,9 +32,10 @@ from __future__ import annotations
 import ast
 import bisect
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 import pandas as pd
 

@@ -29,9 +29,9 @@ one annotator drew on it) or its ``content_type`` lists two or more kinds. Queri
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -182,16 +182,16 @@ class ViDoReImporter(Importer):
             page_id = batch["corpus_id"].astype(str)
             if "doc_id" in batch:
                 doc_id = batch["doc_id"].astype(str)
-                number = batch["page_number_in_doc"] if "page_number_in_doc" in batch else None
+                number = batch.get("page_number_in_doc")
             elif "image_filename" in batch:
                 parsed = [document_from_filename(n) for n in batch["image_filename"]]
-                doc_id = pd.Series([p[0] if p else f"page-{i}" for p, i in zip(parsed, page_id)])
+                doc_id = pd.Series([p[0] if p else f"page-{i}" for p, i in zip(parsed, page_id, strict=True)])
                 number = pd.Series([p[1] if p else 0 for p in parsed])
             else:
                 doc_id, number = page_id, 0  # each page its own document
             chunk = pd.DataFrame({"page_id": page_id, "doc_id": doc_id, "image": batch["image"]})
             chunk["page_number"] = number
-            chunk["dom_text"] = batch["markdown"] if "markdown" in batch else None
+            chunk["dom_text"] = batch.get("markdown")
             if "image_filename" in batch:
                 chunk["image_filename"] = batch["image_filename"]
             yield chunk
@@ -216,9 +216,9 @@ class ViDoReImporter(Importer):
 
     def _queries(self, queries: pd.DataFrame, data: ImportedData) -> pd.DataFrame:
         out = pd.DataFrame({"query_id": queries["query_id"].astype(str), "text": queries["query"]})
-        out["answer"] = queries["answer"] if "answer" in queries else None
-        out["language"] = queries["language"] if "language" in queries else None
-        out["generator"] = queries["query_generator"] if "query_generator" in queries else None
+        out["answer"] = queries.get("answer")
+        out["language"] = queries.get("language")
+        out["generator"] = queries.get("query_generator")
         if "content_type" in queries:
             out["evidence_types"] = queries["content_type"].map(_distinct)
         for column in ("query_types", "query_format", "source_type"):
@@ -291,7 +291,7 @@ class ViDoReQAImporter(Importer):
         shared = 0
         for batch in _batches(files, wanted):
             pages = []
-            for i, row in enumerate(batch.to_dict("records")):
+            for row in batch.to_dict("records"):
                 page_id = str(row["image_filename"])
                 query_id = str(row["questionId"]) if row.get("questionId") is not None else f"q{len(rows)}"
                 rows.append(

@@ -122,7 +122,7 @@ class RunResolver:
             queries = self.bench.queries
             job = RunJob(
                 self.bench,
-                dict(zip(queries["query_id"], queries["text"])),
+                dict(zip(queries["query_id"], queries["text"], strict=True)),
                 depth,
                 self.cache,
                 retriever,
@@ -233,4 +233,4 @@ def _stored_flags(entry: store.Entry) -> dict[str, dict[str, Any]]:
     if not flags or not path.is_file():
         return {}
     table = pq.read_table(path, columns=["query_id", *flags]).to_pandas()
-    return {c: dict(zip(table["query_id"], table[c])) for c in flags}
+    return {c: dict(zip(table["query_id"], table[c], strict=True)) for c in flags}

@@ -41,10 +41,11 @@ import logging
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -498,7 +499,7 @@ def run_cleaning(cfg) -> dict[str, dict[str, Any]]:
     if cfg.unparsed_as not in ("keep", "remove"):
         raise ConfigError(f"cleaning.unparsed_as must be keep or remove, got {cfg.unparsed_as!r}")
     thresholds = [float(t) for t in cfg.thresholds]
-    if any(t not in SCALE for t in thresholds + [float(cfg.combined_threshold)]):
+    if any(t not in SCALE for t in [*thresholds, float(cfg.combined_threshold)]):
         raise ConfigError(f"cleaning.thresholds and combined_threshold must be on the grid {SCALE}")
     path = Path(cfg.labelled)
     labelled = load_labelled(path)
@@ -678,7 +679,11 @@ def clean_generated_queries(
     classifier = predictions["llm_classifier"] if "classifier" in tasks else np.zeros(n, dtype=bool)
     removed = rating | classifier
     failed = Counter(
-        c for s, r in zip(judgements.scores, rating) if r and s for c, v in s.items() if v <= spec.threshold + 1e-9
+        c
+        for s, r in zip(judgements.scores, rating, strict=True)
+        if r and s
+        for c, v in s.items()
+        if v <= spec.threshold + 1e-9
     )
     report.update(
         {

@@ -37,9 +37,10 @@ configuration (:data:`CONFIG_COLUMNS`), deterministic for a seed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -208,7 +209,10 @@ class _Source:
 
     def __init__(self, scored: pd.DataFrame, texts: list[str], element_ids: dict[tuple[str, int], list[str]]):
         self.scored = scored.reset_index(drop=True)
-        self.row = {(d, int(p)): i for i, (d, p) in enumerate(zip(self.scored["doc_id"], self.scored["page_index"]))}
+        self.row = {
+            (d, int(p)): i
+            for i, (d, p) in enumerate(zip(self.scored["doc_id"], self.scored["page_index"], strict=True))
+        }
         self.tfidf = tfidf_matrix(texts)
         score = self.scored["visual_score"].to_numpy(np.float64)
         self.richness = score / score.max() if score.max() > 0 else score

@@ -13,8 +13,8 @@ cross_doc (one fact in each of two documents of the same source, preferably the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

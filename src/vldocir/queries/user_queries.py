@@ -39,9 +39,10 @@ without queries (it can be encoded, and gets queries later through ``generate_qu
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -202,9 +203,11 @@ class UserQueries:
         needed: the queries are the file's)."""
         rows = read_query_file(self.path)
         docs = documents.set_index("doc_id")
-        page_ids = {(d, int(i)): p for d, i, p in zip(pages["doc_id"], pages["page_index"], pages["page_id"])}
+        page_ids = {
+            (d, int(i)): p for d, i, p in zip(pages["doc_id"], pages["page_index"], pages["page_id"], strict=True)
+        }
         columns = ("doc_id", "element_id", "page_index", "element_type")
-        located = {(d, e): (int(i), t) for d, e, i, t in zip(*(elements[c] for c in columns))}
+        located = {(d, e): (int(i), t) for d, e, i, t in zip(*(elements[c] for c in columns), strict=True)}
         evidence, qrels, types = [], [], {}
         for row in rows:
             cited: dict[tuple[str, int], list[str]] = {}

@@ -47,10 +47,11 @@ import html
 import json
 import logging
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -303,7 +304,7 @@ class QueryGenerator:
         """A description is usable when it is not blank (it goes into the generation prompt as written)."""
         return Validator(f"generation.describe/v{PARSER_VERSION}", lambda text: None if text.strip() else "blank")
 
-    def generation_validator(self, item: "ConfigInput") -> Validator:
+    def generation_validator(self, item: ConfigInput) -> Validator:
         """An answer is usable when :func:`parse_output` takes it, against the ids of its own prompt."""
         known, splitter = set(item.known), self.spec.splitter
         return Validator(
@@ -326,7 +327,7 @@ class QueryGenerator:
     def config_input(
         self, config: Mapping[str, Any], elements_by_page: Mapping[tuple[str, int], pd.DataFrame]
     ) -> ConfigInput:
-        pages = [(str(d), int(p)) for d, p in zip(config["doc_ids"], config["page_indices"])]
+        pages = [(str(d), int(p)) for d, p in zip(config["doc_ids"], config["page_indices"], strict=True)]
         cross = config["structure"] == "cross_doc"
         docs = list(dict.fromkeys(d for d, _ in pages))
         labels = {d: (NEUTRAL_DOC_IDS[i] if cross else "") for i, d in enumerate(docs)}
@@ -381,7 +382,7 @@ class QueryGenerator:
         return [{"role": "user", "content": content}]
 
     def describe(self) -> dict[str, Any]:
-        prompts = ["describe"] + sorted({prompt_name(s, e) for s in SOURCES for e in FAMILIES})
+        prompts = ["describe", *sorted({prompt_name(s, e) for s in SOURCES for e in FAMILIES})]
         return {
             "spec": {k: v for k, v in asdict(self.spec).items() if k != "prices_per_million_tokens"},
             "describer": self.describer.cache_params(),
@@ -441,8 +442,8 @@ def generate_queries(
     their qrels, every candidate with its fate, and the report (counts per reason, tokens, cost).
     """
     spec = generator.spec
-    titles = dict(zip(documents["doc_id"], documents["title"].fillna("").astype(str)))
-    domains = dict(zip(documents["doc_id"], documents["domain"]))
+    titles = dict(zip(documents["doc_id"], documents["title"].fillna("").astype(str), strict=True))
+    domains = dict(zip(documents["doc_id"], documents["domain"], strict=True))
     elements = elements.copy()
     elements["element_id"] = elements["element_id"].astype(str)
     if "text" not in elements.columns:
@@ -453,11 +454,11 @@ def generate_queries(
     }  # resolve per document, not per corpus
     boxes = {
         (str(d), str(e)): [float(x) for x in b]
-        for d, e, b in zip(elements["doc_id"], elements["element_id"], elements["bbox"])
+        for d, e, b in zip(elements["doc_id"], elements["element_id"], elements["bbox"], strict=True)
     }
     types = {
         (str(d), str(e)): str(t)
-        for d, e, t in zip(elements["doc_id"], elements["element_id"], elements["element_type"])
+        for d, e, t in zip(elements["doc_id"], elements["element_id"], elements["element_type"], strict=True)
     }
 
     rows = configs.to_dict("records")
@@ -480,7 +481,7 @@ def generate_queries(
             "describe pages",
             generator.description_validator(),
         )
-        for pid, answer in zip(needed, answers):
+        for pid, answer in zip(needed, answers, strict=True):
             usable = answer.ok and not answer.unusable
             descriptions[pid] = answer.content if usable else None
             describe_failed += not usable
@@ -505,7 +506,7 @@ def generate_queries(
     )
 
     outputs, candidates = [], []
-    for item, answer in zip(inputs, answers):
+    for item, answer in zip(inputs, answers, strict=True):
         parsed = _parse_answer(answer, spec.splitter, set(item.known))
         config_id = item.config["config_id"]
         outputs.append(

@@ -19,10 +19,10 @@ import html
 import json
 import math
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -184,7 +184,8 @@ def export_review(bench: Benchmark, out_dir: str | Path, counts: Mapping[str, in
     review.mkdir(parents=True, exist_ok=True)
     images = PageImages(data, review)
     body, position = [], 0
-    by_stratum = {key: group for key, group in sample.groupby(["source", "evidence_structure"], sort=False)}
+    # iter(): a GroupBy has a .keys attribute (the grouping columns), which dict() would take for a mapping's
+    by_stratum = dict(iter(sample.groupby(["source", "evidence_structure"], sort=False)))
     for stratum in strata:
         note = (
             f' <span class="short">(only {stratum.available} queries: all taken, {stratum.requested} asked for)</span>'
@@ -377,7 +378,7 @@ def census(bench: Benchmark, structures: Sequence[str] | None = None, examples: 
 
     box_bad = cited["bbox"].map(outside)
     box = np.array(
-        [list(b) if not bad else [np.nan] * 4 for b, bad in zip(cited["bbox"], box_bad)], dtype=float
+        [list(b) if not bad else [np.nan] * 4 for b, bad in zip(cited["bbox"], box_bad, strict=True)], dtype=float
     ).reshape(-1, 4)
     width, height = cited["width"].to_numpy(float), cited["height"].to_numpy(float)
     with np.errstate(invalid="ignore"):
@@ -409,7 +410,7 @@ def census(bench: Benchmark, structures: Sequence[str] | None = None, examples: 
         return result
 
     details = []
-    for check in CENSUS_CHECKS + ("missing",):
+    for check in (*CENSUS_CHECKS, "missing"):
         if check == "spanning" and not has_spans:
             continue
         rows = cited[cited[check]].drop_duplicates("query_id").head(examples)
@@ -432,7 +433,7 @@ def census(bench: Benchmark, structures: Sequence[str] | None = None, examples: 
     return {
         "structures": list(structures) if structures else None,
         "spans_recorded": has_spans,
-        "cited_elements": int(len(cited)),
+        "cited_elements": len(cited),
         "elements": {
             check: int(cited[check].sum()) for check in ("spanning", "out_of_range", "page_mismatch", "missing")
         },

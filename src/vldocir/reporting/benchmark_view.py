@@ -16,9 +16,9 @@ fingerprint), so a paper-scale benchmark costs seconds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import pandas as pd
 from omegaconf import OmegaConf

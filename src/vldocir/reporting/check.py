@@ -55,7 +55,8 @@ def check_table(table: ReportTable, tolerance: float | None = None) -> pd.DataFr
     if tolerance is not None:
         cells["tolerance"] = tolerance
     cells["check"] = [
-        cell_status(p, r, t) for p, r, t in zip(cells["published"], cells["reproduced"], cells["tolerance"])
+        cell_status(p, r, t)
+        for p, r, t in zip(cells["published"], cells["reproduced"], cells["tolerance"], strict=True)
     ]
     cells.insert(0, "table", table.name)
     return cells
@@ -191,7 +192,7 @@ def missing_inputs(spec: PaperSpec, cells: pd.DataFrame) -> list[tuple[str, str]
     """Why the MISSING cells of the tables made from no run are missing (the benchmark, an imported
     audit, the cleaning stage's files): (table, reason), once each."""
     missing = cells[(cells["check"] == "MISSING") & cells["table"].map(lambda name: not _refs(spec.tables[name]))]
-    return list(dict.fromkeys(zip(missing["table"], missing["status"])))
+    return list(dict.fromkeys(zip(missing["table"], missing["status"], strict=True)))
 
 
 def print_check(

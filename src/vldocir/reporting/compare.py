@@ -18,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -284,7 +285,7 @@ def render(result: dict, params: Params, baseline: StoredRun) -> tuple[str, str]
             "run value": table["run_value"].map("{:.2f}".format),
             f"diff [{pct} CI]": [
                 f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-                for d, lo, hi in zip(table["difference"], table["diff_low"], table["diff_high"])
+                for d, lo, hi in zip(table["difference"], table["diff_low"], table["diff_high"], strict=True)
             ],
             "p rand": table["p_randomization"].map(_format_p),
             "p t": table["p_t"].map(_format_p),

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -170,7 +170,7 @@ def fig6_pages_per_document(name: str, entry: dict, spec: PaperSpec, view: Resul
     axes = fig.subplots(2, 2).ravel()
     if documents is not None:
         origin = f"reproduced: documents table of {view.benchmark} ({len(documents)} documents)"
-        for ax, source in zip(axes, spec.sources):
+        for ax, source in zip(axes, spec.sources, strict=True):
             pages = documents.loc[documents["source"] == source, "n_pages"].to_numpy()
             if len(pages):
                 bins = np.arange(0, pages.max() + width + 1, width)
@@ -189,7 +189,7 @@ def fig6_pages_per_document(name: str, entry: dict, spec: PaperSpec, view: Resul
         )
         csv = spec.csv(entry["csv"])
         by_source = {spec.source_id(r["source"]): r for r in csv.to_dict("records") if r["source"] != "Total"}
-        for ax, source in zip(axes, spec.sources):
+        for ax, source in zip(axes, spec.sources, strict=True):
             record = by_source.get(source)
             low, high = entry.get("published_ranges", {}).get(source, (None, None))
             if low is not None:
@@ -297,7 +297,7 @@ def fig8_families(name: str, entry: dict, spec: PaperSpec, view: ResultsView) ->
     fig = _figure(name)
     axes = fig.subplots(1, len(entry["panels"]))
     origins = []
-    for ax, (family, variants) in zip(np.atleast_1d(axes), entry["panels"].items()):
+    for ax, (family, variants) in zip(np.atleast_1d(axes), entry["panels"].items(), strict=True):
         runs = {setting: view.get(spec.row_ref(table_entry, row)) for setting, row in variants.items()}
         reproduced = any(run is not None for run in runs.values())
         values = {}
@@ -392,7 +392,10 @@ def fig10_nctx(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> tu
             points = [(n, v) for n, v in points if v is not None]
             if points:
                 ax.plot(
-                    *zip(*points), marker="o", color=STRUCTURE_COLORS[structure], label=spec.structure_label(structure)
+                    *zip(*points, strict=True),
+                    marker="o",
+                    color=STRUCTURE_COLORS[structure],
+                    label=spec.structure_label(structure),
                 )
         ax.set_ylabel(metric_label(metric))
         origin = f"reproduced: {len(runs)} of {len(entry['n_ctx'])} n_ctx runs on {view.benchmark}"
@@ -430,7 +433,7 @@ def fig11_crossdoc_completeness(name: str, entry: dict, spec: PaperSpec, view: R
     axes = np.atleast_1d(fig.subplots(1, len(spec.sources), sharey=True))
     if runs:
         splits = {label: run.completeness("cross_doc", "source", k) for label, run in runs.items()}
-        for ax, source in zip(axes, spec.sources):
+        for ax, source in zip(axes, spec.sources, strict=True):
             x = np.arange(len(runs))
             for level, offset, hatch in (("page", -0.2, None), ("document", 0.2, "..")):
                 bottom = np.zeros(len(runs))
@@ -455,7 +458,7 @@ def fig11_crossdoc_completeness(name: str, entry: dict, spec: PaperSpec, view: R
         fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=6, fontsize=7)
         origin = _reproduced(view, runs) + f"; pages solid, documents dotted; k = {k}"
     else:
-        for ax, source in zip(axes, spec.sources):
+        for ax, source in zip(axes, spec.sources, strict=True):
             _placeholder(ax, "The paper prints Figure 11\nwithout numbers")
             ax.set_title(spec.source_label(source), fontsize=9)
         origin = _published("none printed (figure only)")

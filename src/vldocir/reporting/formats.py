@@ -55,7 +55,10 @@ def ranks(cells: pd.DataFrame, column: str) -> pd.Series:
     A group needs two values or more to be ranked."""
     out = pd.Series(np.nan, index=cells.index)
     rounded = pd.Series(
-        [round(v, int(d)) if not math.isnan(v) else np.nan for v, d in zip(cells[column], cells["decimals"])],
+        [
+            round(v, int(d)) if not math.isnan(v) else np.nan
+            for v, d in zip(cells[column], cells["decimals"], strict=True)
+        ],
         index=cells.index,
     )
     keyed = cells["group"].map(lambda g: g if g is not None else np.nan)
@@ -76,17 +79,17 @@ def _cell_parts(
     published_ranks = ranks(cells, "published")
     reproduced_ranks = ranks(cells, "reproduced")
     markers = cells["marker"] if "marker" in cells else pd.Series("", index=cells.index)
+
+    def marked(value, rank, decimals):
+        text = _number(value, decimals)
+        return marks[int(rank)].format(text) if not math.isnan(rank) and int(rank) in marks else text
+
     texts = []
     for i, cell in cells.iterrows():
         d = cell["decimals"]
-
-        def marked(value, rank):
-            text = _number(value, d)
-            return marks[int(rank)].format(text) if not math.isnan(rank) and int(rank) in marks else text
-
-        rep = missing if math.isnan(cell["reproduced"]) else marked(cell["reproduced"], reproduced_ranks[i])
+        rep = missing if math.isnan(cell["reproduced"]) else marked(cell["reproduced"], reproduced_ranks[i], d)
         rep += signs.get(markers[i], "") if not math.isnan(cell["reproduced"]) else ""
-        pub = unpublished if math.isnan(cell["published"]) else marked(cell["published"], published_ranks[i])
+        pub = unpublished if math.isnan(cell["published"]) else marked(cell["published"], published_ranks[i], d)
         text = f"{rep} / {pub}"
         if not math.isnan(cell["reproduced"]) and not math.isnan(cell["published"]):
             difference = round(cell["reproduced"] - cell["published"], int(d)) + 0.0  # no "-0.00"
@@ -97,7 +100,7 @@ def _cell_parts(
 
 def _grid(table, texts: list[str]) -> tuple[list[tuple], dict[tuple, dict[str, str]]]:
     grid: dict[tuple, dict[str, str]] = {}
-    for (_, cell), text in zip(table.cells.iterrows(), texts):
+    for (_, cell), text in zip(table.cells.iterrows(), texts, strict=True):
         grid.setdefault(cell["row"], {})[cell["column"]] = text
     return list(grid), grid
 
@@ -145,7 +148,7 @@ def to_markdown(table, note: str | None = None) -> str:
         "| " + " | ".join(header) + " |",
         "|" + "|".join([":--"] * len(table.index) + ["--:"] * len(table.columns)) + "|",
     ]
-    for keys, row in zip(_row_keys(rows), rows):
+    for keys, row in zip(_row_keys(rows), rows, strict=True):
         values = [grid[row].get(column, "") for column in table.columns]
         lines.append("| " + " | ".join([*(k.replace("|", "\\|") for k in keys), *values]) + " |")
     return "\n".join(lines) + "\n"
@@ -213,7 +216,7 @@ def to_latex(table, note: str | None = None) -> str:
         r"\midrule",
     ]
     previous = None
-    for keys, row in zip(_row_keys(rows), rows):
+    for keys, row in zip(_row_keys(rows), rows, strict=True):
         if previous is not None and n_keys > 1 and row[0] != previous[0]:
             lines.append(r"\midrule")
         values = [grid[row].get(column, "") for column in table.columns]

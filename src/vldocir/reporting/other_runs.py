@@ -107,9 +107,9 @@ class BenchmarkRuns:
 
 def section_ks(runs: list[StoredRun], ks) -> list[int]:
     """The paper's ks, plus those of the runs evaluated without one of them (so that each run shows numbers)."""
-    shown = set(int(k) for k in ks)
+    shown = {int(k) for k in ks}
     for run in runs:
-        if not shown >= set(run.ks) and not set(run.ks) >= set(int(k) for k in ks):
+        if not shown >= set(run.ks) and not set(run.ks) >= {int(k) for k in ks}:
             shown |= set(run.ks)
     return sorted(shown)
 
@@ -211,7 +211,7 @@ def to_markdown(table: pd.DataFrame, view: ResultsView) -> list[str]:
     """The README section (lines), ``## Other runs in the store``."""
     lines = [f"## {TITLE}", "", _caption(view), ""]
     if table.empty:
-        return lines + ["None: every run of this benchmark in the store is a paper row's."]
+        return [*lines, "None: every run of this benchmark in the store is a paper row's."]
     return lines + _markdown_rows(table)
 
 
@@ -254,7 +254,7 @@ def _latex_table(table: pd.DataFrame, caption: str, label: str) -> list[str]:
         cells = [latex_escape(run), latex_escape(entry), aggregate, *(latex_escape(_number(v)) for v in values)]
         lines.append(" & ".join(cells) + r" \\")
         previous = (run, entry)
-    return lines + [r"\bottomrule", r"\end{tabular}%", "}", r"\end{table}"]
+    return [*lines, r"\bottomrule", r"\end{tabular}%", "}", r"\end{table}"]
 
 
 def _plain(sentences: list[str]) -> str:

@@ -49,7 +49,7 @@ class RunRef:
     dataset: str | None = None
 
     @classmethod
-    def from_entry(cls, entry: dict[str, Any] | None) -> "RunRef | None":
+    def from_entry(cls, entry: dict[str, Any] | None) -> RunRef | None:
         if entry is None:
             return None
         return cls(
@@ -91,7 +91,7 @@ class PaperSpec:
     _csv_cache: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, manifest: str | Path, paper_dir: str | Path) -> "PaperSpec":
+    def load(cls, manifest: str | Path, paper_dir: str | Path) -> PaperSpec:
         raw = yaml.safe_load(Path(manifest).read_text())
         labels = {
             kind: {k: list(v) if isinstance(v, list) else [v] for k, v in table.items()}

@@ -11,8 +11,9 @@ Table 1 and Figs. 5-7 the benchmark itself (``benchmark_dir``, :func:`locate_ben
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra

@@ -157,7 +157,7 @@ def mark_significance(entry: dict, cells: pd.DataFrame, cache_dir: Path | None =
         signs.append(float(row["difference"]))
     if p_values:
         reject, _ = correct(np.asarray(p_values), method=sig["correction"], alpha=float(sig["alpha"]))
-        for i, rejected, difference in zip(tested, reject, signs):
+        for i, rejected, difference in zip(tested, reject, signs, strict=True):
             if rejected:
                 markers[i] = MARK_HIGHER if difference > 0 else MARK_LOWER
     metric_note = "" if only is None else f" on {', '.join(metric_label(m) for m in sorted(only))}"

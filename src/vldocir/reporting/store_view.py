@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import pandas as pd
 
@@ -274,7 +274,7 @@ def choose_benchmark(results_dir: str | Path, spec: PaperSpec, requested: str | 
         return spec.benchmark, None
     mapped = {(ref.retriever, ref.setting) for ref in spec.all_runs().values()}
     counts = {
-        name: sum((r, s) in mapped for r, s in zip(group.retriever, group.setting))
+        name: sum((r, s) in mapped for r, s in zip(group.retriever, group.setting, strict=True))
         for name, group in index.groupby("benchmark")
     }
     best = sorted(counts, key=lambda name: (-counts[name], name))[0]

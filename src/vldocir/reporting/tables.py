@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -188,7 +189,7 @@ def layout_structure_view(name: str, entry: dict, spec: PaperSpec, view: Results
     ref = RunRef.from_entry(entry["run"])
     run = view.get(ref)
     cells = _Cells(entry, spec, view)
-    value_column = [c for c in csv.columns if c not in ("evidence_structure", "queries")][0]
+    value_column = next(c for c in csv.columns if c not in ("evidence_structure", "queries"))
     for record in csv.to_dict("records"):
         structure = spec.structure_id(record["evidence_structure"])
         count = value = None
@@ -468,7 +469,7 @@ def layout_audit(name: str, entry: dict, spec: PaperSpec, view: ResultsView) -> 
         ours = _accuracy(reproduced["correct"], reproduced["total"], confidence) if reproduced else (None, None, None)
         # The paper's decimals (93.25%, 91.3-94.8); OK within half a unit of the last printed digit.
         for column, pub, rep, decimals in zip(
-            ("Accuracy (%)", f"Wilson {level} low", f"Wilson {level} high"), published, ours, (2, 1, 1)
+            ("Accuracy (%)", f"Wilson {level} low", f"Wilson {level} high"), published, ours, (2, 1, 1), strict=True
         ):
             cells.add(row, column, pub, rep, source, None, decimals=decimals, tolerance=0.5 * 10**-decimals, why=why)
     return ["Source", "Evidence structure"], cells.frame()

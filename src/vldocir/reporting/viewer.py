@@ -27,9 +27,9 @@ import io
 import json
 import logging
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -375,7 +375,7 @@ def query_page(data: ViewerData, images: PageImages, row, previous: str | None, 
     evidence = data.qrels[data.qrels["query_id"] == query_id]
     evidence_pages = list(dict.fromkeys(evidence["page_id"]))
     top = data.top[data.top["query_id"] == query_id]
-    rank_of = dict(zip(top["page_id"], top["rank"]))
+    rank_of = dict(zip(top["page_id"], top["rank"], strict=True))
 
     evidence_html = [
         evidence_figure(
@@ -444,7 +444,7 @@ def index_page(data: ViewerData, files: list[str]) -> str:
         return "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in sorted(frame[column].astype(str).unique()))
 
     rows = []
-    for row, file in zip(frame.to_dict("records"), files):
+    for row, file in zip(frame.to_dict("records"), files, strict=True):
         solved = "solved" if row[f"recallall@{k}"] == 1 else "unsolved"
         text = data.queries["text"].get(row["query_id"], "")
         rows.append(

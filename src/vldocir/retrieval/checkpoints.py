@@ -291,7 +291,7 @@ class Checkpoint:
         return facts
 
 
-def as_checkpoint(checkpoint: "Checkpoint | dict") -> Checkpoint:
+def as_checkpoint(checkpoint: Checkpoint | dict) -> Checkpoint:
     """Accept the YAML mapping (``checkpoint: {hub_id: ..., revision: ...}``) or a Checkpoint."""
     return checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint(**checkpoint)
 

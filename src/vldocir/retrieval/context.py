@@ -45,11 +45,13 @@ import logging
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -112,7 +114,7 @@ class DocumentContext:
         cache: ArtifactCache,
         progress: bool = True,
         stats: dict | None = None,
-    ) -> "DocumentContextVectors":
+    ) -> DocumentContextVectors:
         doc_ids, page_doc = doc_of_page(bench, store.page_ids())
         return document_context_vectors(
             store,
@@ -170,7 +172,7 @@ def spherical_kmeans(tokens: np.ndarray, n_ctx: int, iterations: int, seed: int)
 def doc_of_page(bench: Benchmark, page_ids: list[str]) -> tuple[list[str], np.ndarray]:
     """Document ids (in order of first appearance) and each store page's document position."""
     pages = bench.arrow("pages", ["page_id", "doc_id"]).to_pandas()
-    doc_by_page = dict(zip(pages["page_id"], pages["doc_id"]))
+    doc_by_page = dict(zip(pages["page_id"], pages["doc_id"], strict=True))
     docs = [doc_by_page[p] for p in page_ids]
     doc_ids = list(dict.fromkeys(docs))
     position = {d: i for i, d in enumerate(doc_ids)}
@@ -327,7 +329,7 @@ def _plan(
     first_shard = np.array([pages[0] for pages in pages_of_doc]) // store.shard_size
     bounds = [0, *(np.flatnonzero(np.diff(first_shard)) + 1).tolist(), n_docs]
     chunks = []
-    for first, stop in zip(bounds[:-1], bounds[1:]):
+    for first, stop in pairwise(bounds):
         pages = tuple(pages_of_doc[first:stop])
         shards = tuple(np.unique(np.concatenate(pages) // store.shard_size).tolist())
         chunks.append(_Chunk(first, stop, pages, shards))

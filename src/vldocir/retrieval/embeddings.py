@@ -49,9 +49,10 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow.dataset as ds
@@ -421,7 +422,7 @@ class PageInputs:
             for n, (a, b) in enumerate(spans):
                 current, pending = pending, (submit(*spans[n + 1]) if n + 1 < len(spans) else [])
                 inputs, bad = [], []
-                for page_id, future in zip(ids[a:b], current):
+                for page_id, future in zip(ids[a:b], current, strict=True):
                     try:
                         inputs.append(future.result())
                     except Exception as error:  # any decoder failure: report the page, keep going

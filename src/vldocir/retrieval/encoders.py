@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,9 +68,10 @@ class Encoder(ABC):
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         """One float32 array (n_tokens, dim) per query."""
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # a hook, not abstract: an encoder without a model has nothing to load
         """Load the model now (called before encoding starts, so that a missing checkpoint fails
-        before any progress bar); models otherwise load on first use."""
+        before any progress bar); models otherwise load on first use. By default: nothing to do."""
+        return
 
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest (resolved revision, visual-token cap, device): after loading."""
@@ -153,7 +155,7 @@ def _split_by_mask(embeddings, mask) -> list[np.ndarray]:
     """
     embeddings = embeddings.float().cpu().numpy()
     mask = mask.bool().cpu().numpy()
-    return [e[m] for e, m in zip(embeddings, mask)]
+    return [e[m] for e, m in zip(embeddings, mask, strict=True)]
 
 
 class ColEngineEncoder(TorchEncoder):

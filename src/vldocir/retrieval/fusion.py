@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -87,7 +88,7 @@ class _Codes:
             return self.indices[0].astype(np.int32, copy=False)  # a dictionary of distinct ids, as written
         out = np.empty(len(self), dtype=np.int32)
         row = 0
-        for lookup, indices in zip(lookups, self.indices):
+        for lookup, indices in zip(lookups, self.indices, strict=True):
             np.take(lookup, indices, out=out[row : row + len(indices)])
             row += len(indices)
         return out
@@ -157,9 +158,13 @@ def _positions(query: np.ndarray, rank_key: np.ndarray, page: np.ndarray) -> tup
     new[0] = True
     np.not_equal(query[1:], query[:-1], out=new[1:])
     grouped = np.count_nonzero(new) == np.count_nonzero(np.bincount(query))  # each query's rows in one block
-    if grouped and rank_key.dtype.kind in "iu" and rank_key[0] == 1:
-        if np.where(new[1:], rank_key[1:] == 1, rank_key[1:] == rank_key[:-1] + 1).all():
-            return None, (rank_key - 1).astype(np.int32)  # ranked 1, 2, ... down each query, as written
+    if (
+        grouped
+        and rank_key.dtype.kind in "iu"
+        and rank_key[0] == 1
+        and np.where(new[1:], rank_key[1:] == 1, rank_key[1:] == rank_key[:-1] + 1).all()
+    ):
+        return None, (rank_key - 1).astype(np.int32)  # ranked 1, 2, ... down each query, as written
     same = ~new[1:]
     later, earlier = rank_key[1:][same], rank_key[:-1][same]
     in_order = (later > earlier) | ((later == earlier) & (page[1:][same] >= page[:-1][same]))
@@ -187,7 +192,7 @@ class _RankedLists:
     lists: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
     @classmethod
-    def of_runs(cls, runs: Sequence[pa.Table], query_ids: Sequence[str] | None) -> "_RankedLists":
+    def of_runs(cls, runs: Sequence[pa.Table], query_ids: Sequence[str] | None) -> _RankedLists:
         query_codes = [_id_codes(run.column("query_id"), "query") for run in runs]
         page_codes = [_id_codes(run.column("page_id"), "page") for run in runs]
         queries = _output_queries(query_codes, query_ids)
@@ -200,7 +205,7 @@ class _RankedLists:
         page_rank[by_id] = np.arange(len(by_id))
         union_rank = page_rank[union.indices.to_numpy()]
         lists, offset = [], 0
-        for run, q_ids, p_ids in zip(runs, query_codes, page_codes):
+        for run, q_ids, p_ids in zip(runs, query_codes, page_codes, strict=True):
             page = p_ids.codes(union_rank[offset : offset + len(p_ids.values)])
             offset += len(p_ids.values)
             # queries outside query_ids get codes past the output's, and are left out below
@@ -406,4 +411,4 @@ def ranked_lists(run: pa.Table) -> dict[str, list[str]]:
     pages = lists.pages.take(page).to_pylist()
     bounds = np.append(_block_starts(query), len(query))
     names = lists.queries.take(query[bounds[:-1]]).to_pylist()
-    return {name: pages[start:end] for name, start, end in zip(names, bounds.tolist(), bounds[1:].tolist())}
+    return {name: pages[start:end] for name, (start, end) in zip(names, pairwise(bounds.tolist()), strict=True)}

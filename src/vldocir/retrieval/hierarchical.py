@@ -20,7 +20,8 @@ best ``depth`` of a union is the best ``depth`` of the parts' best ``depth``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import torch

@@ -29,6 +29,7 @@ import hashlib
 import json
 import re
 from collections import Counter
+from contextlib import suppress
 from importlib import resources
 from typing import Any
 
@@ -70,10 +71,8 @@ def _json_values(text: str):
     """The JSON values an answer may hold, in order: all of it, its fenced blocks, then each
     outermost array or object in the text (one that starts at a ``[`` or ``{`` and parses)."""
     for candidate in [text, *_FENCE.findall(text)]:
-        try:
+        with suppress(ValueError):
             yield json.loads(candidate)
-        except ValueError:
-            pass
     decoder = json.JSONDecoder()
     position = 0
     while (start := min((i for i in (text.find("[", position), text.find("{", position)) if i >= 0), default=-1)) >= 0:
@@ -167,7 +166,7 @@ class QuerySplit(Setting):
             progress="Q-Split: sub-queries" if self.progress else False,
             validate=self.validator(),
         )
-        return {q: self._parsed(a) for q, a in zip(query_ids, answers)}
+        return {q: self._parsed(a) for q, a in zip(query_ids, answers, strict=True)}
 
     def validator(self) -> Validator:
         """What the client caches: answers :func:`parse_subqueries` takes (the limit only cuts)."""

@@ -33,11 +33,11 @@ import re
 import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 from tqdm.auto import tqdm
@@ -76,8 +76,10 @@ class Reranker(ABC):
     def score(self, queries: Sequence[str], images: Sequence[Any]) -> list[float]:
         """One float per pair ``(queries[i], images[i])`` (RGB ``PIL.Image``); a batch may mix queries."""
 
-    def prepare(self) -> None:
-        """Load the model now (before the first batch); a fully cached rerank never calls it."""
+    def prepare(self) -> None:  # a hook, not abstract: a reranker without a model has nothing to load
+        """Load the model now (before the first batch); a fully cached rerank never calls it. By default:
+        nothing to do."""
+        return
 
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest; never loads the model."""
@@ -207,7 +209,7 @@ class JinaRerankerM0(Reranker):
 
     def score(self, queries: Sequence[str], images: Sequence[Any]) -> list[float]:
         self.prepare()
-        pairs = [[query, image] for query, image in zip(queries, images)]
+        pairs = [[query, image] for query, image in zip(queries, images, strict=True)]
         output = self.model.compute_score(pairs, batch_size=len(pairs), max_length=self.max_length, doc_type="image")
         return _as_scores(output, len(pairs), f"{self.checkpoint.hub_id} compute_score")
 
@@ -270,13 +272,13 @@ class ColEngineReranker(Reranker):
         self.prepare()
         pages = self.encoder.encode_pages(list(images))  # (n_tokens, dim) float32 per page
         distinct = list(dict.fromkeys(queries))
-        vectors = dict(zip(distinct, self.encoder.encode_queries(distinct)))
+        vectors = dict(zip(distinct, self.encoder.encode_queries(distinct), strict=True))
         device = getattr(self.encoder, "device", "cpu")
         scores = [
             BaseVisualRetrieverProcessor.score_multi_vector(
                 [torch.from_numpy(vectors[q])], [torch.from_numpy(p)], device=device
             )[0, 0].item()
-            for q, p in zip(queries, pages)
+            for q, p in zip(queries, pages, strict=True)
         ]
         return _as_scores(scores, len(queries), f"{type(self.encoder).__name__} MaxSim")
 
@@ -382,7 +384,8 @@ class ScoreCache:
         if self._segment is None:
             host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "unknown"
             name = f"{time.time_ns():020d}-{host}-{os.getpid()}.jsonl"
-            self._segment = open(self.directory / "segments" / name, "a", encoding="utf-8")
+            # one append handle for the store's lifetime (every add() fsyncs it); close() closes it
+            self._segment = open(self.directory / "segments" / name, "a", encoding="utf-8")  # noqa: SIM115
         self._segment.write(
             "".join(
                 json.dumps({"q": q, "p": p, "s": s, "h": line_checksum(self.key, q, p, s)}) + "\n" for q, p, s in rows
@@ -572,7 +575,7 @@ class Rerank(Setting):
             for n, batch in enumerate(batches):
                 current, upcoming = upcoming, (decode(batches[n + 1]) if n + 1 < len(batches) else [])
                 good, bad = [], []
-                for pair, future in zip(batch, current):
+                for pair, future in zip(batch, current, strict=True):
                     try:
                         good.append((pair, future.result()))
                     except UnknownPageError:
@@ -590,7 +593,7 @@ class Rerank(Setting):
                     tick = time.perf_counter()
                     values = self.reranker.score([texts[pair] for pair, _ in good], [image for _, image in good])
                     stats["score_s"] += time.perf_counter() - tick
-                    store.add([(q, p, v) for ((q, p), _), v in zip(good, values)])
+                    store.add([(q, p, v) for ((q, p), _), v in zip(good, values, strict=True)])
                     stats["pairs_scored"] += len(good)
                 finished = n * size + len(batch)
                 bar.update(sum(1 for end in last_pair if n * size < end <= finished))

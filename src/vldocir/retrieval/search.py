@@ -62,10 +62,11 @@ vectors' ``source`` (the shard's directory).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from functools import partial
 
 import numpy as np
 import torch
@@ -194,6 +195,18 @@ class TopN:
     scores: np.ndarray
 
 
+@dataclass(frozen=True)
+class _ShardBlocks:
+    """One shard's (or its groups') blocks as :func:`_page_blocks` gives them, with its item count;
+    for a shard, its empty items and their global indices, for groups, each item's group."""
+
+    blocks: list[tuple[torch.Tensor, torch.Tensor]]
+    n_items: int
+    empty: torch.Tensor | None = None
+    indices: torch.Tensor | None = None
+    of_item: torch.Tensor | None = None
+
+
 def _merge(best_scores, best_indices, new_scores, new_indices, depth):
     """Keep the ``depth`` best of the union, ordered by (score desc, index asc).
 
@@ -232,7 +245,7 @@ def _page_blocks(
         groups.append(order[start:stop])
         start = stop
     layout = [shard.padded_rows(members) if len(shard.vectors) else (None, 1) for members in groups]
-    n_rows = sum(len(members) * width for members, (_, width) in zip(groups, layout))
+    n_rows = sum(len(members) * width for members, (_, width) in zip(groups, layout, strict=True))
     dtype = _operand_dtype(precision, device)
     flat = (
         buffers.get("pages", n_rows * shard.dim, dtype)
@@ -247,7 +260,7 @@ def _page_blocks(
     else:
         flat.zero_()
     blocks, row = [], 0
-    for members, (_, width) in zip(groups, layout):
+    for members, (_, width) in zip(groups, layout, strict=True):
         block = flat[row : row + len(members) * width].view(len(members), width, shard.dim)
         row += len(members) * width
         empty = lengths[members] == 0
@@ -444,6 +457,17 @@ def exact_search(
     tile_scores = (cpu_tile_scores or CPU_TILE_SCORES) if on_cpu else None
     shard_buffers, context_buffers = _Buffers(target), _Buffers(target)
 
+    def score_batch(b: int, buffers: _Buffers, *, shard: _ShardBlocks, group: _ShardBlocks | None) -> None:
+        """Query batch ``b`` against one shard's blocks (and its groups'), merged into ``best[b]``."""
+        n_batch = len(batches[b])
+        scores = _maxsim(query_tensors[b], n_batch, shard.blocks, shard.n_items, buffers, tile_scores)
+        if group is not None:
+            scores += _maxsim(query_tensors[b], n_batch, group.blocks, group.n_items, buffers, tile_scores)[
+                :, group.of_item
+            ]
+        scores[:, shard.empty] = float("-inf")
+        best[b] = _merge(best[b][0], best[b][1], scores, shard.indices[None, :], depth)
+
     bar = tqdm(total=total_items, desc="exact search", unit="page", disable=not progress)
     with (
         torch.inference_mode(),
@@ -454,31 +478,28 @@ def exact_search(
             n_items = len(shard)
             if n_items == 0:
                 continue
-            blocks = _page_blocks(shard, page_block_tokens, target, shard_buffers, precision)
-            empty = torch.from_numpy(shard.lengths == 0).to(target)
-            shard_indices = torch.arange(n_items, device=target, dtype=torch.int64) + shard.first_index
+            shard_blocks = _ShardBlocks(
+                blocks=_page_blocks(shard, page_block_tokens, target, shard_buffers, precision),
+                n_items=n_items,
+                empty=torch.from_numpy(shard.lengths == 0).to(target),
+                indices=torch.arange(n_items, device=target, dtype=torch.int64) + shard.first_index,
+            )
+            group_blocks = None
             if context is not None:
                 groups, group_of_item = context(shard)
-                group_blocks = _page_blocks(groups, page_block_tokens, target, context_buffers, precision)
-                group_of_item = torch.from_numpy(np.asarray(group_of_item, dtype=np.int64)).to(target)
-
-            def score_batch(b: int, buffers: _Buffers) -> None:
-                n_batch = len(batches[b])
-                scores = _maxsim(query_tensors[b], n_batch, blocks, n_items, buffers, tile_scores)
-                if context is not None:
-                    scores += _maxsim(query_tensors[b], n_batch, group_blocks, len(groups), buffers, tile_scores)[
-                        :, group_of_item
-                    ]
-                scores[:, empty] = float("-inf")
-                best[b] = _merge(best[b][0], best[b][1], scores, shard_indices[None, :], depth)
-
-            pool(score_batch, range(len(batches)))
+                group_blocks = _ShardBlocks(
+                    blocks=_page_blocks(groups, page_block_tokens, target, context_buffers, precision),
+                    n_items=len(groups),
+                    of_item=torch.from_numpy(np.asarray(group_of_item, dtype=np.int64)).to(target),
+                )
+            # the shard's blocks are bound now; pool() returns once every batch is scored
+            pool(partial(score_batch, shard=shard_blocks, group=group_blocks), range(len(batches)))
             bar.update(n_items)
     bar.close()
 
     indices = np.full((n_queries, depth), -1, dtype=np.int64)
     values = np.full((n_queries, depth), -np.inf, dtype=np.float32)
-    for batch, (scores, idx) in zip(batches, best):
+    for batch, (scores, idx) in zip(batches, best, strict=True):
         scores, idx = scores.cpu().numpy(), idx.cpu().numpy()
         valid = np.isfinite(scores)
         idx = np.where(valid, idx, -1)

@@ -51,7 +51,7 @@ class RunSpec:
     overrides: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, value: Any) -> "RunSpec":
+    def parse(cls, value: Any) -> RunSpec:
         """From YAML: ``base``, ``ocr_bm25:base``, or ``{setting: ctx, retriever: null, overrides: [...]}``."""
         if isinstance(value, RunSpec):
             return value
@@ -107,7 +107,7 @@ def fusion_inputs(inputs: Any) -> tuple[RunSpec, ...]:
 NAMED_METHOD_KEYS = ("_target_", "inputs", "input")
 
 
-def check_id_names_inputs(setting: "Setting", setting_id: str, overrides: Sequence[str]) -> None:
+def check_id_names_inputs(setting: Setting, setting_id: str, overrides: Sequence[str]) -> None:
     """Refuse a job whose overrides change what its ``setting.id`` names, keeping that id.
 
     A setting file's id names its method and its input runs (``rrf-ctx-n256-ocr_bm25``: RRF of
@@ -332,8 +332,8 @@ def scope_to_documents(
         "rows_kept": conversion["rows_kept"],
     }
     flags = {
-        "scope_pages": dict(zip(query_ids, scope_pages.astype(np.int64).tolist())),
-        "scope_pages_ranked": dict(zip(query_ids, ranked.tolist())),
+        "scope_pages": dict(zip(query_ids, scope_pages.astype(np.int64).tolist(), strict=True)),
+        "scope_pages_ranked": dict(zip(query_ids, ranked.tolist(), strict=True)),
     }
     return scoped, stats, flags
 

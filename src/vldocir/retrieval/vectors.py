@@ -7,8 +7,8 @@ document-context vectors, and exact search that scores them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -55,7 +55,7 @@ class RaggedVectors:
         return self.vectors[self.offsets[i] : self.offsets[i + 1]]
 
     @classmethod
-    def from_list(cls, items: Sequence[np.ndarray], first_index: int = 0) -> "RaggedVectors":
+    def from_list(cls, items: Sequence[np.ndarray], first_index: int = 0) -> RaggedVectors:
         """Pack ``items`` (each (n_i, dim)) into one flat float32 array."""
         offsets = np.zeros(len(items) + 1, dtype=np.int64)
         np.cumsum([len(x) for x in items], out=offsets[1:])
@@ -67,7 +67,7 @@ class RaggedVectors:
         )
         return cls(vectors, offsets, False, first_index)
 
-    def subset(self, items: np.ndarray) -> "RaggedVectors":
+    def subset(self, items: np.ndarray) -> RaggedVectors:
         """The given items (in that order) as a new, in-memory RaggedVectors."""
         starts, stops = self.offsets[items], self.offsets[np.asarray(items) + 1]
         offsets = np.zeros(len(starts) + 1, dtype=np.int64)

@@ -50,11 +50,12 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -341,7 +342,7 @@ def publish(
             record.pop("manifest_sha256", None)
             record.update(
                 format=STORE_FORMAT,
-                created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
                 files={f: file_record(staging / f) for f in VOUCHED_FILES},
                 entry=name,
                 place=list(setting_dir.parts[-3:]),

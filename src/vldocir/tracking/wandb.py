@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 
@@ -90,7 +91,7 @@ class WandbTracker:
         if self.run is None:
             return
         if manifest:  # what became known after start: benchmark fingerprint, run key, cache events, timings
-            later = {k: v for k, v in manifest.items() if k not in self.run.config.keys()}
+            later = {k: v for k, v in manifest.items() if k not in self.run.config}
             self.run.config.update(redact_secrets(later), allow_val_change=True)
             self.run.name = _run_name(manifest)
         summary = {

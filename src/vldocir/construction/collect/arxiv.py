@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 
 from vldocir.construction.collect.assets import decode_html, parse_html
 from vldocir.construction.collect.collector import (
@@ -136,14 +137,14 @@ class ArxivCollector(Collector):
 
         for survey in self.surveys:
             yield from paper(survey, "survey")
-            cited = run.attempt(f"{survey} (bibliography)", lambda: self._references(run.client, survey))
+            cited = run.attempt(f"{survey} (bibliography)", partial(self._references, run.client, survey))
             if isinstance(cited, (Failed, Skipped)):
                 yield cited
                 continue
             for arxiv_id in cited[: self.max_references]:
                 yield from paper(arxiv_id, f"survey:{survey}")
         for category in self.categories:
-            sampled = run.attempt(f"cat:{category}", lambda: self._sample(run.client, category, self.per_category))
+            sampled = run.attempt(f"cat:{category}", partial(self._sample, run.client, category, self.per_category))
             if isinstance(sampled, Failed):
                 yield sampled
                 continue

@@ -246,9 +246,9 @@ def localize(
 def page_title(root) -> str:
     """The title a page gives itself: ``citation_title`` or ``og:title`` meta, else ``<title>``."""
     for meta in root.iter("meta"):
-        if (meta.get("name") or meta.get("property") or "").lower() in ("citation_title", "og:title"):
-            if (meta.get("content") or "").strip():
-                return " ".join(meta.get("content").split())
+        named = (meta.get("name") or meta.get("property") or "").lower() in ("citation_title", "og:title")
+        if named and (meta.get("content") or "").strip():
+            return " ".join(meta.get("content").split())
     title = root.find(".//title")
     return " ".join((title.text_content() if title is not None else "").split())
 

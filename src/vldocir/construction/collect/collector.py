@@ -24,6 +24,7 @@ import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -73,7 +74,7 @@ class Skipped:
     reason: str
 
     @classmethod
-    def already(cls, doc_id: str) -> "Skipped":
+    def already(cls, doc_id: str) -> Skipped:
         return cls(doc_id, ALREADY)
 
 
@@ -103,7 +104,7 @@ class Collector:
         before any request (:func:`.http.check_hosts`)."""
         return {}
 
-    def candidates(self, run: "CollectRun") -> Iterator[Item]:
+    def candidates(self, run: CollectRun) -> Iterator[Item]:
         raise NotImplementedError
 
     def stats(self) -> dict[str, Any]:
@@ -238,7 +239,7 @@ def collect(
                     item = (
                         Skipped.already(item.doc_id)
                         if item.doc_id in index
-                        else run.attempt(item.doc_id, lambda: _write_document(item, collector.source, run, assets))
+                        else run.attempt(item.doc_id, partial(_write_document, item, collector.source, run, assets))
                     )
                 _count(summary, item)
                 if isinstance(item, IndexRow):

@@ -38,9 +38,10 @@ import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import httpx
 
@@ -242,7 +243,7 @@ class PoliteClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "PoliteClient":
+    def __enter__(self) -> PoliteClient:
         return self
 
     def __exit__(self, *exc) -> None:

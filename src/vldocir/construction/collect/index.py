@@ -67,7 +67,7 @@ class IndexRow:
             raise ValueError(f"document id {self.doc_id!r} is not a folder name (letters, digits, '.', '_', '-')")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IndexRow":
+    def from_dict(cls, data: dict[str, Any]) -> IndexRow:
         """A row from a mapping: ``doc_id``, ``source`` and ``path`` are required; ``domain``
         defaults to the source, ``title`` to the doc id, ``url`` and ``license`` to empty (an index
         written by hand for ``vldocir.apps.build input=...`` may leave them out)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from vldocir.construction.collect.collector import Collector, CollectRun, Document, Item, Skipped
@@ -108,7 +109,7 @@ class SecCollector(Collector):
             if run.done(doc_id):
                 yield Skipped.already(doc_id)
                 continue
-            yield run.attempt(f"CIK {cik}", lambda: self._latest_filing(run.client, cik, name))
+            yield run.attempt(f"CIK {cik}", partial(self._latest_filing, run.client, cik, name))
 
     # -- companies ----------------------------------------------------------------------------------
     def _companies(self, client: PoliteClient) -> list[tuple[int, str]]:
@@ -182,5 +183,9 @@ class SecCollector(Collector):
         columns = [arrays[f] for f in _FIELDS]
         if len({len(c) for c in columns}) != 1:
             raise client.malformed(url, "filing arrays of different lengths")
-        matches = [dict(zip(_FIELDS, map(str, values))) for values in zip(*columns) if values[0] == self.form]
+        matches = [
+            dict(zip(_FIELDS, map(str, values), strict=True))
+            for values in zip(*columns, strict=True)
+            if values[0] == self.form
+        ]
         return max(matches, key=lambda filing: filing["filingDate"]) if matches else None

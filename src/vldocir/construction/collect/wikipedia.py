@@ -27,6 +27,7 @@ import re
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
@@ -147,7 +148,7 @@ class WikipediaCollector(Collector):
             kept = 0
             while queue and kept < seed.max_documents:
                 title, depth = queue.popleft()
-                article = run.attempt(title, lambda: self._parse(run.client, title))
+                article = run.attempt(title, partial(self._parse, run.client, title))
                 if isinstance(article, (Failed, Skipped)):
                     yield article
                     continue
@@ -233,7 +234,7 @@ class WikipediaCollector(Collector):
         results = self.llm.complete_many([self.messages(seed, page, batch) for batch in batches], validate=TITLES)
         relevant: list[str] = []
         outcomes: list[Item] = []
-        for number, (batch, result) in enumerate(zip(batches, results)):
+        for number, (batch, result) in enumerate(zip(batches, results, strict=True)):
             key = f"{page} (links, batch {number})"
             if not result.ok:
                 outcomes.append(Failed(key, "llm_request_failed", str(result.error)))

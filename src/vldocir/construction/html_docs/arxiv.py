@@ -139,7 +139,7 @@ def _arxiv(doc: _Doc, target_height: float) -> str:
             curves = [(m, [y * scale * 0.8 for y in ys]) for m, ys in curves]
             body = _line_plot(
                 xs,
-                [(f"{_cap(doc.entity)} (ours)", ours)] + curves,
+                [(f"{_cap(doc.entity)} (ours)", ours), *curves],
                 "Training step (×1000)",
                 _cap(doc.base_attribute[fact.fact_id]),
                 f"{_cap(fact.attribute)} of {doc.entity}",

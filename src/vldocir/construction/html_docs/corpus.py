@@ -37,7 +37,7 @@ class HtmlCorpusSpec:
     """What :func:`write_corpus` writes: documents per source, page ranges per source, the seed."""
 
     seed: int = 0
-    documents: dict[str, int] = field(default_factory=lambda: {s: 2 for s in SOURCE_DOMAINS})
+    documents: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCE_DOMAINS, 2))
     pages: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_PAGES))
     quirks: bool | Iterable[str] = False
     facts_per_page: int = 6

@@ -336,11 +336,13 @@ class _Doc:
         if sum(most) <= width:
             col_w = most
         else:
-            spare, extra = max(0.0, width - sum(least)), [b - a for a, b in zip(least, most)]
-            col_w = [a + spare * e / max(1.0, sum(extra)) for a, e in zip(least, extra)]
+            spare, extra = max(0.0, width - sum(least)), [b - a for a, b in zip(least, most, strict=True)]
+            col_w = [a + spare * e / max(1.0, sum(extra)) for a, e in zip(least, extra, strict=True)]
         height = 0.0
-        for r in rows:
-            n_lines = max(math.ceil(len(c) * char / max(char, w - pad)) if c else 1 for c, w in zip(r, col_w))
+        for r in rows:  # a row may have fewer cells than the table has columns
+            n_lines = max(
+                math.ceil(len(c) * char / max(char, w - pad)) if c else 1 for c, w in zip(r, col_w, strict=False)
+            )
             height += max(1, n_lines) * self.m.cell_line_px + self.m.cell_pad_px
         return height
 

@@ -121,7 +121,7 @@ def _bar_plot(
     out += _axes(w, h, top, ymax, xlabel, ylabel)
     x0, x1, y0, y1 = 70, w - 20, top + 8, h - 50
     slot = (x1 - x0) / len(values)
-    for i, (cat, v, lab) in enumerate(zip(categories, values, labels)):
+    for i, (cat, v, lab) in enumerate(zip(categories, values, labels, strict=True)):
         bh = (y1 - y0) * v / ymax
         bx = x0 + i * slot + slot * 0.2
         fill = "#1f4e79" if i == highlight else "#9dbcd4"

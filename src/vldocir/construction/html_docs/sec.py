@@ -176,7 +176,8 @@ def _sec(doc: _Doc, target_height: float) -> str:
         rows = []
         for proposal in _SEC_PROPOSALS:
             counts = [
-                _near(doc.rng, _base("sec", f"{proposal}|{c}", lo, hi)) for c, (lo, hi) in zip(_SEC_VOTES[1:], ranges)
+                _near(doc.rng, _base("sec", f"{proposal}|{c}", lo, hi))
+                for c, (lo, hi) in zip(_SEC_VOTES[1:], ranges, strict=True)
             ]
             rows.append(([proposal, *(f"{int(n):,}" for n in counts)], None))
         doc.table(_SEC_VOTES, rows, caption="Voting results", cls="vote-results")
@@ -213,9 +214,9 @@ def _sec(doc: _Doc, target_height: float) -> str:
         doc.paragraph(
             [
                 f"{name}, age {int(doc.rng.integers(45, 76))}, has served as a director since "
-                f"{int(doc.rng.integers(2005, 2024))}."
+                f"{int(doc.rng.integers(2005, 2024))}.",
+                *_sentences(doc, 3),
             ]
-            + _sentences(doc, 3)
         )
 
     def question():
@@ -228,7 +229,7 @@ def _sec(doc: _Doc, target_height: float) -> str:
         '<div class="notice">NOTICE OF 2025 ANNUAL MEETING OF SHAREHOLDERS AND PROXY STATEMENT</div></div>\n',
         156,
     )
-    doc.paragraph([f"Dear Shareholders of {company}:"] + _sentences(doc, 5))
+    doc.paragraph([f"Dear Shareholders of {company}:", *_sentences(doc, 5)])
     toc = "".join(f"<li>{_esc(s)} ........ {3 + 4 * i}</li>" for i, s in enumerate(_SEC_SECTIONS))
     doc.add(f'<h2>Table of contents</h2><ol class="toc">{toc}</ol>\n', doc.m.h2_px + 22 * len(_SEC_SECTIONS) + 10)
 

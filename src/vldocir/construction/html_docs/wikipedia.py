@@ -194,7 +194,7 @@ def _wikipedia(doc: _Doc, target_height: float) -> str:
         60,
     )
     infobox()
-    lead = [f"{_cap(doc.entity)} is a {noun} in the field of {doc.domain.lower()}."] + _sentences(doc, 3, noun)
+    lead = [f"{_cap(doc.entity)} is a {noun} in the field of {doc.domain.lower()}.", *_sentences(doc, 3, noun)]
     doc.paragraph(lead)
     for _ in range(int(doc.rng.integers(1, 3))):
         paragraph()
@@ -202,7 +202,7 @@ def _wikipedia(doc: _Doc, target_height: float) -> str:
     refs, refs_h = _references(doc, int(min(30, 4 + 2 * target_height / PAGE_CSS_HEIGHT)), "wikipedia")
     n_sections = int(np.clip(round(target_height / 1300), 2, len(_WIKI_SECTIONS)))
     sections = list(doc.rng.permutation(_WIKI_SECTIONS))[:n_sections]
-    toc = "".join(f"<li>{_esc(s)}</li>" for s in sections + ["References"])
+    toc = "".join(f"<li>{_esc(s)}</li>" for s in [*sections, "References"])
     doc.beside(f'<div id="toc"><b>Contents</b><ol>{toc}</ol></div>\n', 30 + 21 * (len(sections) + 1))
     body_end = target_height - refs_h - 60
     for i, name in enumerate(sections):

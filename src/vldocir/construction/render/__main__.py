@@ -6,9 +6,9 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from vldocir.construction.input_folder import unique_document_ids
 from vldocir.construction.render.batch import render_batch
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"render error: {error}", file=sys.stderr)
         return 2
     cfg = RenderConfig(timeout_s=args.timeout_s, image_format=args.format, workers=args.workers)
-    report = render_batch(list(zip(doc_ids, [args.source] * len(doc_ids), args.html)), args.out_dir, cfg)
+    report = render_batch(list(zip(doc_ids, [args.source] * len(doc_ids), args.html, strict=True)), args.out_dir, cfg)
     print(json.dumps({k: v for k, v in asdict(report).items() if k != "pages"}, indent=2))
     return 1 if report.failed else 0
 

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import shutil
+from contextlib import suppress
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -91,7 +92,8 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     # connections that the interception never sees, even to IP literals: WebTransport (QUIC over
     # UDP, from pages and workers alike) and TURN over TCP.
     "--host-resolver-rules=MAP * ~NOTFOUND",
-) + NO_WEBRTC_ARGS
+    *NO_WEBRTC_ARGS,
+)
 """Flags for every launch (``--no-sandbox`` is added when running as root, see RenderConfig)."""
 
 SYSTEM_CHROMIUM_PATHS: tuple[str, ...] = ("/usr/bin/chromium",)
@@ -208,10 +210,8 @@ def kill_process_tree(pid: int) -> None:
     except psutil.NoSuchProcess:
         return
     for child in family:
-        try:
+        with suppress(psutil.NoSuchProcess):
             child.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 @dataclass
@@ -234,7 +234,7 @@ def new_session(browser: Any, cfg: RenderConfig) -> Session:
     context = browser.new_context(
         viewport={
             "width": int(cfg.viewport_width_css),
-            "height": int(math.ceil(cfg.page_height / cfg.device_scale_factor)) + 1,
+            "height": math.ceil(cfg.page_height / cfg.device_scale_factor) + 1,
         },
         device_scale_factor=cfg.device_scale_factor,
         service_workers="block",
@@ -261,10 +261,8 @@ def new_session(browser: Any, cfg: RenderConfig) -> Session:
     context.add_init_script(script=NO_WEBRTC_SCRIPT)
     context.add_init_script(script=SCROLL_HOOKS_SCRIPT)
     context.route("**/*", handle)
-    try:
+    with suppress(Exception):  # older Playwright: websockets are still stopped by the resolver rules
         context.route_web_socket("**/*", lambda ws: ws.close())
-    except Exception:  # older Playwright: websockets are still stopped by the resolver rules
-        pass
     session.page = context.new_page()
     session.page.on("dialog", lambda d: d.dismiss())
     session.cdp = context.new_cdp_session(session.page)

@@ -124,7 +124,7 @@ class Shooter:
         self._position(top_css, bottom_css - top_css, None, scroll_css)
         data = self._capture(top_css, bottom_css - top_css, "png")
         pixels = _decode_rgb(data)
-        return pixels, int(round(top_css * self.dsf))
+        return pixels, round(top_css * self.dsf)
 
     def page_image(self, start: int, cut: int) -> bytes:
         """The encoded page image: document rows ``[start, cut)``, white below, page_height tall."""

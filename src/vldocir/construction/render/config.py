@@ -129,7 +129,7 @@ class RenderConfig:
 
     @property
     def page_width(self) -> int:
-        return int(round(self.viewport_width_css * self.device_scale_factor))
+        return round(self.viewport_width_css * self.device_scale_factor)
 
     @property
     def image_suffix(self) -> str:

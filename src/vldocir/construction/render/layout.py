@@ -202,7 +202,7 @@ class RenderedDocument:
         return {**obj, "sha256": layout_digest(obj)}
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any], directory: Path) -> "RenderedDocument":
+    def from_json(cls, obj: dict[str, Any], directory: Path) -> RenderedDocument:
         if obj.get("version") != LAYOUT_VERSION:
             raise CorruptArtifactError(
                 directory / LAYOUT_FILE,
@@ -315,7 +315,7 @@ def extract_elements(
     max_row_css = cfg.max_row_height_fraction * page_h / dsf
     raw = page.evaluate(_JS_EXTRACT, [cfg.fact_attribute, cfg.id_attribute, max_row_css])
 
-    doc_h = max(1, int(math.ceil(float(metrics["height"]) * dsf - 1e-6)))
+    doc_h = max(1, math.ceil(float(metrics["height"]) * dsf - 1e-6))
     background = [int(c) for c in metrics["background"]]
     # Elements in document pixels, clipped to the document; drop those left with no area.
     elems = []

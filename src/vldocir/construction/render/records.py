@@ -5,8 +5,9 @@ build report such as ``benchmark.json``)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from vldocir.construction.render.cleanup import removed_content
 from vldocir.construction.render.layout import RenderedDocument, load_layout

@@ -11,6 +11,7 @@ import os
 import shutil
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ class _Watchdog:
                     log.exception("watchdog action failed")
                 return
 
-    def __enter__(self) -> "_Watchdog":
+    def __enter__(self) -> _Watchdog:
         self._thread.start()
         return self
 
@@ -104,7 +105,7 @@ class Renderer:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def __enter__(self) -> "Renderer":
+    def __enter__(self) -> Renderer:
         self.start()
         return self
 
@@ -235,10 +236,8 @@ class Renderer:
     def _drop_session(self) -> None:
         session, self._session = self._session, None
         if session is not None:
-            try:
+            with suppress(Exception):
                 session.context.close()
-            except Exception:
-                pass
 
     def _render_in(
         self,
@@ -265,7 +264,7 @@ class Renderer:
         prep.timings["paginate"] = round(time.monotonic() - t, 4)
         return self._finish(prep, doc_id, source, html_path, doc_dir, pages, cuts, started, session.blocked)
 
-    def _prepare(self, session: Session, source: str, html_path: Path, started: float) -> "_Prepared":
+    def _prepare(self, session: Session, source: str, html_path: Path, started: float) -> _Prepared:
         """Load, settle, clean and measure the document; returns the live page and its elements."""
         cfg = self.config
         timings: dict[str, float] = {}
@@ -317,7 +316,7 @@ class Renderer:
             page, cdp, elems, boxes, boxes[atomic], doc_h, background, timings, warnings, fidelity, fragile, keep
         )
 
-    def _paginate(self, prep: "_Prepared", doc_dir: Path) -> tuple[list[RenderedPage], list[int]]:
+    def _paginate(self, prep: _Prepared, doc_dir: Path) -> tuple[list[RenderedPage], list[int]]:
         """Cut the document window by window, writing each page image (into the staging directory) as it goes.
 
         Returns the pages (``dom_text`` still empty) and the page boundaries ``[0, cut1, ..., end]``.
@@ -356,7 +355,7 @@ class Renderer:
 
     def _finish(
         self,
-        prep: "_Prepared",
+        prep: _Prepared,
         doc_id: str,
         source: str,
         html_path: Path,
@@ -394,7 +393,7 @@ class Renderer:
         atomic_write_json(doc.sealed_json(), doc_dir / LAYOUT_FILE)
         return doc
 
-    def _decide_cut(self, shooter: Shooter, start: int, prep: "_Prepared") -> CutDecision:
+    def _decide_cut(self, shooter: Shooter, start: int, prep: _Prepared) -> CutDecision:
         """:func:`choose_cut` for the window at ``start``, capturing as few pixels as it can.
 
         Most cuts fall in the gap between two paragraphs: the ``cut_probes`` runs of box-free rows

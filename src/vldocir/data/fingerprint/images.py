@@ -80,7 +80,7 @@ def image_dirs(paths: list[str]) -> list[str]:
 
 
 def image_digests(
-    real_root: Path, paths: list[str], memo: "Memo | None", stats: np.ndarray | None = None
+    real_root: Path, paths: list[str], memo: Memo | None, stats: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Per image file: its stat (``stats`` if already taken), its digest (from the memo where the
     stat matches, else hashed now) as an (n, 16) array, and whether the digest may be memoized;
@@ -95,7 +95,7 @@ def image_digests(
     todo = np.flatnonzero(~memoizable)
     if len(todo):
         started = time.time_ns()
-        for i, (digest, st) in zip(todo.tolist(), _hash_files(real_root, [paths[i] for i in todo])):
+        for i, (digest, st) in zip(todo.tolist(), _hash_files(real_root, [paths[i] for i in todo]), strict=True):
             digests[i] = np.frombuffer(digest, dtype=np.uint8)
             # Missing, or modified too recently to trust its mtime: hash it again next time.
             if st is not None and st[1] <= started - RACY_WINDOW_NS:
@@ -104,7 +104,7 @@ def image_digests(
     return stats, digests, memoizable, len(todo)
 
 
-def _memo_matches(paths: list[str], stats: np.ndarray, memo: "Memo") -> tuple[np.ndarray, np.ndarray]:
+def _memo_matches(paths: list[str], stats: np.ndarray, memo: Memo) -> tuple[np.ndarray, np.ndarray]:
     """Indices (in ``paths``, in the memo) of files whose memoized stat equals today's."""
     if memo.paths == paths:
         aligned = np.arange(len(paths))

@@ -87,7 +87,7 @@ class Memo:
         )
 
     @classmethod
-    def load(cls, path: Path, real_root: Path) -> "Memo | None":
+    def load(cls, path: Path, real_root: Path) -> Memo | None:
         """The memo, or None when there is none or it cannot be used (then it is rebuilt)."""
         if not path.is_file():
             return None

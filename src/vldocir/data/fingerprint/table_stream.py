@@ -204,7 +204,7 @@ class SortedTableFile:
         self.n_rows = parquet.metadata.num_rows
 
     @classmethod
-    def open(cls, spec, location: Path, batch_rows: int = STREAM_BATCH_ROWS) -> "SortedTableFile | None":
+    def open(cls, spec, location: Path, batch_rows: int = STREAM_BATCH_ROWS) -> SortedTableFile | None:
         """The table at ``location`` if it can be streamed, else None."""
         if not location.is_file():
             return None  # (a folder of shards: read whole)
@@ -255,7 +255,7 @@ class SortedTableFile:
                 raise pa.ArrowInvalid(f"column {node.read[0]} has {length} rows, the file {self.n_rows}")
             stats.append((length, nulls, data))
         buffers, body = [], 0
-        for node, (length, nulls, data) in zip(nodes, stats):
+        for node, (length, nulls, data) in zip(nodes, stats, strict=True):
             for kind in node.buffers:
                 size = _buffer_size(node, kind, length, nulls, data)
                 buffers.append((body, size))
@@ -263,7 +263,7 @@ class SortedTableFile:
         skeleton = _Skeleton(self._one_row_stream())
         digest.update(skeleton.prefix)
         digest.update(skeleton.batch_metadata(self.n_rows, [(n, k) for n, k, _ in stats], buffers, body))
-        for node, (_, nulls, _) in zip(nodes, stats):
+        for node, (_, nulls, _) in zip(nodes, stats, strict=True):
             for kind in node.buffers:
                 self._hash_buffer(digest, node, kind, nulls)
         digest.update(skeleton.suffix)
@@ -334,7 +334,7 @@ def strictly_sorted(keys: list[pa.Array]) -> bool:
     before, after = [k.slice(0, len(k) - 1) for k in keys], [k.slice(1) for k in keys]
     less = np.zeros(len(before[0]), dtype=bool)
     equal = np.ones(len(before[0]), dtype=bool)
-    for a, b in zip(before, after):
+    for a, b in zip(before, after, strict=True):
         less |= equal & np.asarray(pc.less(a, b), dtype=bool)
         equal &= np.asarray(pc.equal(a, b), dtype=bool)
     return bool(less.all())
@@ -370,7 +370,7 @@ class _Skeleton:
 
         message = u32(0)
         # Message: version, header_type, header, bodyLength; RecordBatch: length, nodes, buffers.
-        version, header_type, header, body_length = (fields(message) + [0] * 4)[:4]
+        _version, header_type, header, body_length = (fields(message) + [0] * 4)[:4]
         if not (header_type and header and body_length) or meta[message + header_type] != 3:
             raise pa.ArrowInvalid("the one-row stream's batch metadata lacks a field")
         batch = message + header + u32(message + header)

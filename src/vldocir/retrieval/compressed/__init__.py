@@ -169,7 +169,7 @@ class CompressedSearch:
 
     def pages(
         self, store: PageEmbeddingStore, cache: ArtifactCache, progress: bool = True, stats: dict | None = None
-    ) -> "CompressedPages":
+    ) -> CompressedPages:
         """Build (once) or load the compressed pages of ``store``."""
         parts = {"page_embeddings": store.directory.name, **self.build_params()}
         key = cache.key_for("compressed-pages", **parts)
@@ -196,7 +196,7 @@ class CompressedSearch:
     def search(
         self,
         queries: RaggedVectors,
-        pages: "CompressedPages",
+        pages: CompressedPages,
         depth: int,
         progress: bool = True,
         stats: dict | None = None,

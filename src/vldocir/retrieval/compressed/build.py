@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,7 +50,7 @@ def pool_pages(pages: list[np.ndarray], pool_factor: int, threads: int = 1) -> l
         num_workers=threads if threads > 1 else None,
     )
     out = list(pages)
-    for i, vectors in zip(poolable, pooled):
+    for i, vectors in zip(poolable, pooled, strict=True):
         out[i] = vectors.numpy()
     return out
 
@@ -110,7 +112,7 @@ def build_compressed(
         open(out / "mean_codes.part", "wb") if mean_codec else nullcontext() as means_file,
     ):
         for shard in tqdm(shards, desc="compress pages", unit="shard", disable=not progress):
-            pages = [shard.fp32(slice(int(a), int(b))).numpy() for a, b in zip(shard.offsets[:-1], shard.offsets[1:])]
+            pages = [shard.fp32(slice(int(a), int(b))).numpy() for a, b in pairwise(shard.offsets)]
             t0 = time.perf_counter()
             pages = pool_pages(pages, settings.pool_factor, threads)
             pool_s += time.perf_counter() - t0
@@ -153,7 +155,7 @@ def build_compressed(
         np.save(out / "bag_centroids.npy", centroid_of.astype(np.int32))
         np.save(out / "list_offsets.npy", list_offsets)
         np.save(out / "list_pages.npy", pages_of[order].astype(np.int32))
-        meta.update(n_centroids=len(centroids), list_entries=int(len(pairs)))
+        meta.update(n_centroids=len(centroids), list_entries=len(pairs))
     if mean_codec is not None:
         _save_rows(out, "mean_codes", len(pairs), (int(mean_codec.sa_code_size()), np.uint8))
         bag_token_offsets = np.zeros(len(pairs) + 1, dtype=np.int64)

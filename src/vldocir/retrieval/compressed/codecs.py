@@ -56,7 +56,7 @@ class AffineCodec:
     code_bytes: int
 
     @classmethod
-    def of(cls, codec) -> "AffineCodec | None":
+    def of(cls, codec) -> AffineCodec | None:
         """The affine reading of ``codec``, or None when it is not an 8- or 4-bit scalar quantizer."""
         import faiss
 

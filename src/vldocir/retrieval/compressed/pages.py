@@ -6,9 +6,10 @@ query tokens, MaxSim, the bag means' interaction.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,15 +48,15 @@ class CompressedPages:
     mean_codes: np.ndarray | None = None
     mean_codec: Any = None
     bag_token_offsets: np.ndarray | None = None
-    levels: "AffineCodec | None" = None
-    mean_levels: "AffineCodec | None" = None
+    levels: AffineCodec | None = None
+    mean_levels: AffineCodec | None = None
 
     def __post_init__(self):
         self.levels = AffineCodec.of(self.codec) if self.codec is not None else None
         self.mean_levels = AffineCodec.of(self.mean_codec) if self.mean_codec is not None else None
 
     @classmethod
-    def open(cls, path: Path) -> "CompressedPages":
+    def open(cls, path: Path) -> CompressedPages:
         import faiss
 
         meta = read_json(path / INDEX_FILE)
