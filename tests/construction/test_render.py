@@ -6,6 +6,7 @@ The browser tests are ``slow`` and are skipped, saying why, where no Chromium is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -58,13 +59,13 @@ FIXTURES = {  # doc_id -> (source, file)
 }
 
 
-from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402,F401
+from helpers import CHROMIUM, NO_CHROMIUM_REASON, needs_chromium  # noqa: E402
 
 # --- find_chromium (no browser needed) ---------------------------------------------------------
 
 
 class _FakePlaywright:
-    class chromium:  # noqa: N801 - mimics playwright.chromium
+    class chromium:
         executable_path = "/nonexistent/ms-playwright/chrome"
 
 
@@ -103,9 +104,9 @@ def test_find_chromium_errors_name_what_was_tried(tmp_path, monkeypatch):
 
 def test_config_validation():
     assert RenderConfig().page_width == 2000
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="image_format must be 'png' or 'jpeg', got 'gif'"):
         RenderConfig(image_format="gif")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cut_window must be in"):
         RenderConfig(cut_window=5000)
     cfg = RenderConfig()
     assert "nav" in cfg.selectors_for("wikipedia") and ".mw-editsection" in cfg.selectors_for("wikipedia")
@@ -185,7 +186,7 @@ def rendered(docs_dir, tmp_path_factory):
 @pytest.mark.slow
 @needs_chromium
 def test_batch_renders_every_fixture(rendered):
-    out, report, wall, docs = rendered
+    out, report, _wall, docs = rendered
     assert report.failed == [], report.errors
     assert sorted(report.rendered) == sorted(FIXTURES)
     assert report.pages_rendered == sum(len(d.pages) for d in docs.values())
@@ -204,7 +205,7 @@ def test_batch_renders_every_fixture(rendered):
 @pytest.mark.slow
 @needs_chromium
 def test_every_page_image_is_2000x4000(rendered):
-    out, _, _, docs = rendered
+    _out, _, _, docs = rendered
     for doc in docs.values():
         files = sorted(p.name for p in doc.directory.glob("page-*.png"))
         assert files == [p.image for p in doc.pages]
@@ -271,7 +272,7 @@ def test_figure_boxes_match_the_pixels(rendered):
     for fact, colour in (("red-figure", red), ("green-svg", green), ("blue-giant", blue)):
         e = _element(doc, fact)
         px = _image(doc.directory / doc.pages[e.page_index].image)
-        x0, y0, x1, y1 = (int(round(v)) for v in e.bbox)
+        x0, y0, x1, y1 = (round(v) for v in e.bbox)
         assert _near(px[y0 + 2 : y1 - 2, x0 + 2 : x1 - 2], colour).all(), fact
         # just outside the box the colour is gone
         assert not _near(px[y0:y1, x1 + 2], colour).any(), fact
@@ -287,7 +288,7 @@ def test_figure_boxes_match_the_pixels(rendered):
     assert doc.pages[1].cut_reason == "push" and doc.pages[2].cut_reason == "through"
     assert doc.pages[2].content_height == PAGE_H and giant.bbox[3] == PAGE_H
     rest = _image(doc.directory / doc.pages[3].image)
-    overflow = int(round(giant.doc_bbox[3] - doc.pages[3].top))
+    overflow = round(giant.doc_bbox[3] - doc.pages[3].top)
     assert _near(rest[2 : overflow - 2, 200:1500], blue).all()
     assert not _near(rest[overflow + 2, 200:1500], blue).any()
 
@@ -352,7 +353,7 @@ def test_element_types_and_facts(rendered):
     # the local image loaded: its box is orange
     img = _element(doc, "f-img")
     px = _image(doc.directory / doc.pages[0].image)
-    x0, y0, x1, y1 = (int(round(v)) for v in img.bbox)
+    x0, y0, x1, y1 = (round(v) for v in img.bbox)
     assert _near(px[y0 + 2 : y1 - 2, x0 + 2 : x1 - 2], (250, 140, 20)).all()
 
 
@@ -526,7 +527,7 @@ def test_lazy_content_is_loaded_before_measuring(rendered):
     assert "content-visibility section." in text and "Its second line." in text
     img = _element(doc, "lazy-img")
     px = _image(doc.directory / doc.pages[img.page_index].image)
-    x0, y0, x1, y1 = (int(round(v)) for v in img.bbox)
+    x0, y0, x1, y1 = (round(v) for v in img.bbox)
     assert (x1 - x0, y1 - y0) == (600, 400)
     assert _near(px[y0 + 2 : y1 - 2, x0 + 2 : x1 - 2], (250, 140, 20)).all()
     # the filled placeholders (300 CSS px tall) are measured as filled
@@ -802,7 +803,7 @@ def long_document(n_sections: int = 120, seed: int = 0) -> str:
     parts = []
     for s in range(n_sections):
         parts.append(f"<h2>Section {s}</h2>")
-        for k in range(4):
+        for _k in range(4):
             parts.append("<p>" + " ".join(rng.choice(words, size=int(rng.integers(60, 130)))) + ".</p>")
         if s % 3 == 0:
             rows = "".join(
@@ -842,10 +843,8 @@ class _MemorySampler:
         py = self._me.memory_info().rss
         ch = 0
         for c in self._me.children(recursive=True):
-            try:
+            with contextlib.suppress(Exception):
                 ch += c.memory_full_info().pss
-            except Exception:
-                pass
         return py, ch
 
     def _run(self):

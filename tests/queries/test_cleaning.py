@@ -106,7 +106,7 @@ def test_jsonl_and_parquet_sets_with_numeric_labels(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "body, message",
+    ("body", "message"),
     [
         (
             "query_id,question,answer,label\na,Q?,x,keep\nb,Q2?,y,maybe\n",
@@ -137,7 +137,7 @@ def test_bad_jsonl_line_and_unknown_format(tmp_path):
     with pytest.raises(LabelledSetError, match=r"bad\.jsonl: line 3 is not JSON"):
         load_labelled(tmp_path / "bad.jsonl")
     (tmp_path / "set.tsv").write_text("x")
-    with pytest.raises(LabelledSetError, match="unknown format '.tsv'"):
+    with pytest.raises(LabelledSetError, match=r"unknown format '\.tsv'"):
         load_labelled(tmp_path / "set.tsv")
 
 
@@ -146,7 +146,7 @@ RATING = '{"clarity": 1, "answer_correctness": 0.75, "closedness": "0.5", "no_la
 
 
 @pytest.mark.parametrize(
-    "answer, expected",
+    ("answer", "expected"),
     [
         (RATING, ({"clarity": 1.0, "answer_correctness": 0.75, "closedness": 0.5, "no_layout_reference": 0.0}, None)),
         (
@@ -168,7 +168,7 @@ def test_parse_rating(answer, expected):
 
 
 @pytest.mark.parametrize(
-    "answer, expected",
+    ("answer", "expected"),
     [
         ('{"decision": "keep"}', (False, None)),
         ('{"decision": "Discard"}', (True, None)),
@@ -396,7 +396,7 @@ def default_run(tmp_path_factory):
 
 
 def test_default_run_writes_every_method(default_run):
-    tmp_path, cfg, results = default_run
+    tmp_path, _cfg, results = default_run
     assert list(results) == ALL_METHODS
     for method in ALL_METHODS:
         record = json.loads((tmp_path / "results" / "cleaning" / f"{method}.json").read_text())
@@ -422,7 +422,7 @@ def test_default_run_writes_every_method(default_run):
 
 
 def test_knn5_matches_a_numpy_oracle(default_run):
-    tmp_path, cfg, results = default_run
+    _tmp_path, cfg, results = default_run
     labelled = load_labelled(SHIPPED)
     vectors = embed(instantiate(cfg.embedder), (labelled["question"] + "\n" + labelled["answer"]).tolist())
     train, held_out = split(labelled, 80, seed=0)
@@ -436,7 +436,7 @@ def test_knn5_matches_a_numpy_oracle(default_run):
 
 
 def test_tables_6_to_10_show_the_reproduced_matrices(default_run):
-    tmp_path, cfg, results = default_run
+    tmp_path, _cfg, results = default_run
     spec = load_spec(REPO_ROOT / "conf" / "paper_tables.yaml", REPO_ROOT / "results" / "paper")
     tables = build_tables(spec, ResultsView(tmp_path / "results", spec.benchmark), TABLES)
     cells = pd.concat([t.cells for t in tables.values()])

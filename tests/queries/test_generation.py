@@ -58,7 +58,7 @@ def test_a_valid_answer_parses_with_think_blocks_fences_and_the_last_splitter():
 
 
 @pytest.mark.parametrize(
-    "text, reason",
+    ("text", "reason"),
     [
         (json.dumps([ITEM]), "missing_splitter"),
         (f"ok\n{SPLIT} trailing\n{json.dumps([ITEM])}", "missing_splitter"),  # the splitter must stand alone
@@ -287,7 +287,7 @@ def test_replayed_recordings_must_name_the_clients_model(small, tmp_path):
     )
     with pytest.raises(ConfigError, match="someone-else"):
         regenerate_queries(small.root, tmp_path / "out", bad)
-    with pytest.raises(ConfigError, match="needs queries.judge"):
+    with pytest.raises(ConfigError, match=r"needs queries\.judge"):
         GeneratedQueries(
             SAMPLING,
             GenerationSpec(),

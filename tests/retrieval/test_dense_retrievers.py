@@ -269,7 +269,7 @@ def test_remote_code_models_need_an_explicit_opt_in(subset_dir, isolated_paths):
 
 
 def test_ocr_dense_with_a_sentence_transformers_model(subset_dir, isolated_paths):
-    metrics, manifest, run_dir = evaluate(
+    metrics, manifest, _run_dir = evaluate(
         *minilm_overrides(),
         f"dataset.source={subset_dir}",
     )
@@ -304,7 +304,7 @@ def test_rankings_do_not_depend_on_batch_sizes_or_decode_threads(subset_dir, tin
         ),
     ):
         retriever, bench, cache = _encode_subset(subset_dir, tiny, tmp_path / name, *batches)
-        queries = dict(zip(bench.queries["query_id"], bench.queries["text"]))
+        queries = dict(zip(bench.queries["query_id"], bench.queries["text"], strict=True))
         runs.append(retriever.retrieve(bench, queries, 21, cache).to_pandas())
     a, b = runs
     assert a[["query_id", "page_id", "rank"]].equals(b[["query_id", "page_id", "rank"]])

@@ -29,10 +29,11 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -96,7 +97,7 @@ class Replay:
     def expect(self, step: str, keys: list[Any], requests: list) -> None:
         """Make the recorded answer of each ``(key, request)`` the server's answer to that request."""
         section = self.recorded.get(step, {})
-        for key, request in zip(keys, requests):
+        for key, request in zip(keys, requests, strict=True):
             if step == "clean":
                 question, task = key
                 content = section.get(question, {}).get(task)
@@ -243,7 +244,7 @@ class GeneratedQueries:
         qrels["query_id"] = qrels["query_id"].map(renumber)
         qrels = qrels.reset_index(drop=True)
 
-        fates = dict(zip(result.queries["query_id"], ["cleaning" if r else "kept" for r in removed]))
+        fates = dict(zip(result.queries["query_id"], ["cleaning" if r else "kept" for r in removed], strict=True))
         usage = {**result.report.pop("usage")}
         if judge is not None:
             usage["judge"] = usage_report(judge, self.generation.prices_per_million_tokens)
@@ -308,7 +309,7 @@ def _write_record(
 def page_images(root: Path, pages: pd.DataFrame) -> dict[str, bytes | Path]:
     """Page id -> its stored image (inline bytes, or the file under ``root``) for a loaded benchmark."""
     images: dict[str, bytes | Path] = {}
-    for pid, image in zip(pages["page_id"], pages["image"]):
+    for pid, image in zip(pages["page_id"], pages["image"], strict=True):
         if isinstance(image, Mapping) and image.get("bytes"):
             images[pid] = image["bytes"]
         elif isinstance(image, Mapping) and image.get("path"):

@@ -14,9 +14,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from vldocir.cache import CorruptArtifactError, remove_stale_staging
 from vldocir.construction.render.browser import kill_process_tree
