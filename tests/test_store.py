@@ -158,10 +158,10 @@ def test_full_disk_on_the_rename_keeps_the_old_entries(isolated_paths, small_ben
     def no_space(staging, final):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store, "_commit", no_space)
-    with pytest.raises(store.StoreError, match="the disk is full"):
-        evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]")
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:  # not monkeypatch.undo(): that would undo isolated_paths too
+        patch.setattr(store, "_commit", no_space)
+        with pytest.raises(store.StoreError, match="the disk is full"):
+            evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]")
     (entry,) = _entries(results)
     assert store.Entry(entry).verify(full=True)
     assert evaluate(*_bench(small_bench_dir), "eval.ks=[1,20]").metrics == reference["k1-20"]
