@@ -158,6 +158,8 @@ class RunJob:
 class Setting(ABC):
     #: whether the run depends on the job's retriever itself (beyond its input runs): part of the run key
     uses_retriever: bool = True
+    #: the search scope: ``corpus`` (the whole corpus) or ``document`` (the query's own documents)
+    scope: str = "corpus"
 
     def inputs(self) -> tuple[RunSpec, ...]:
         """The runs this setting combines; none for a setting that searches with the retriever."""
@@ -244,6 +246,7 @@ class DocumentScope(Setting):
     """
 
     uses_retriever = False
+    scope = "document"
 
     def __init__(self, input: Any = "base", input_depth: int = 1000):
         if isinstance(input_depth, bool) or not isinstance(input_depth, int) or input_depth < 1:
