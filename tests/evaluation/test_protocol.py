@@ -152,22 +152,20 @@ def test_the_console_names_the_protocol_and_prints_a_row_per_language():
     metrics = summarise_protocol(frame_of(ROWS), [3], Protocol.from_config(BLOCK), pooled=True, run_scope="corpus")
     report = format_report(metrics, "x", reused=False)
     assert (
-        "Protocol: mteb X; main score mrr@3 = 54.17 (the mean over each language's queries, then over the 2 "
-        "language query sets)"
+        "Protocol: mteb X; main score mrr@3 = 54.17 (the mean over each language's queries, then over the 2 languages)"
     ) in report
     assert "this run's is corpus: the numbers are not the protocol's (run setting=doc_scope" in report
-    assert "the mean over 2 language query sets of 3-4 queries each (7 in all)" in report
+    assert "the mean over the 2 languages, each its own query set of 3-4 queries (7 in all)" in report
     lines = report.splitlines()
     by_language = lines[lines.index("By language (percent)") + 1 :][:5]
     assert by_language[2].split() == ["en", "3", "50.00", "75.00", "75.00"]
     assert by_language[3].split() == ["fr", "4", "58.33", "66.67", "66.67"]
     assert by_language[4].split() == ["mean", "3.5", "54.17", "70.83", "70.83"]
-    structures = lines[lines.index("RecallAll@k by evidence structure (the mean over the language query sets)") + 1 :]
+    structures = lines[lines.index("RecallAll@k by evidence structure (the mean over the languages)") + 1 :]
     assert "n_queries per language" in structures[0] and structures[2].split() == ["page_single", "2", "75.00"]
     assert "RecallAll@k by language (structure-balanced)" not in report  # the rows per language say it
-    pooled = lines[
-        lines.index("Pooled view (eval.pooled=true): all 7 queries as one query set, each language counted") :
-    ]
+    title = "Pooled view (eval.pooled=true): all 7 queries as one query set, every language's queries together"
+    pooled = lines[lines.index(title) :]
     assert pooled[3].split() == ["Micro", "71.43", "71.43"]
 
 
@@ -312,6 +310,9 @@ def test_the_pipeline_follows_the_protocol(isolated_paths, capsys):
     french = evaluate(*source, PROTOCOL, "eval.language=fr")  # one language alone still works
     assert french.metrics["language"] == "fr" and list(french.metrics["protocol"]["per_subset"]) == ["fr"]
     assert french.metrics["protocol"]["mean"]["ndcg@5"] == pytest.approx(by_language["fr"], abs=1e-6)
+    report = capsys.readouterr().out  # one language: reported as one query set
+    assert "Headline metrics (percent), 4 queries in language fr" in report and "By language" not in report
+    assert f"main score ndcg@5 = {by_language['fr']:.2f} (the mean over the 4 queries of language fr)" in report
 
 
 def test_a_protocol_the_benchmark_cannot_follow_is_refused_before_any_search(isolated_paths):

@@ -66,17 +66,17 @@ def format_report(metrics: dict, run_dir, reused: bool, intervals: pd.DataFrame 
     missing = metrics["n_queries_missing_from_run"]
     language = metrics.get("language")
     protocol = metrics.get("protocol")
-    subsets = protocol and protocol["subsets"]
+    # a protocol with subsets, more than one of them here (eval.language leaves one: reported as before)
+    subsets = protocol["subsets"] if protocol and protocol["subsets"] and len(protocol["per_subset"]) > 1 else None
     if subsets:  # counts per subset (the mean over subsets where they differ)
         per_structure = per_structure.astype({"n_queries": object})
         per_structure["n_queries"] = per_structure["n_queries"].map(_count)
         per_structure = per_structure.rename(columns={"n_queries": f"n_queries per {subsets}"})
-        n_subsets = len(protocol["per_subset"])
         counts = sorted({row["n_queries"] for row in protocol["per_subset"].values()})
         each = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
         title = (
-            f"Headline metrics (percent): the mean over {n_subsets} {subsets} query sets of {each} queries each "
-            f"({metrics['n_queries']} in all)"
+            f"Headline metrics (percent): the mean over the {len(protocol['per_subset'])} {subsets}s, each its own "
+            f"query set of {each} queries ({metrics['n_queries']} in all)"
         )
     else:
         per_structure = per_structure.astype({"n_queries": int})
@@ -85,7 +85,7 @@ def format_report(metrics: dict, run_dir, reused: bool, intervals: pd.DataFrame 
         )
     lines = [
         "",
-        *(_protocol_lines(protocol) if protocol else []),
+        *(_protocol_lines(protocol, subsets) if protocol else []),
         title + (f", {missing} absent from the run (scored 0)" if missing else ""),
         head.to_string(float_format=lambda v: f"{v:6.2f}"),
         *(
@@ -98,7 +98,7 @@ def format_report(metrics: dict, run_dir, reused: bool, intervals: pd.DataFrame 
         ),
         *(_subset_lines(protocol, ks) if subsets else []),
         "",
-        "RecallAll@k by evidence structure" + (f" (the mean over the {subsets} query sets)" if subsets else ""),
+        "RecallAll@k by evidence structure" + (f" (the mean over the {subsets}s)" if subsets else ""),
         per_structure.to_string(float_format=lambda v: f"{v:6.2f}"),
     ]
     empty = metrics["empty"]["structures"]
@@ -126,8 +126,8 @@ def format_report(metrics: dict, run_dir, reused: bool, intervals: pd.DataFrame 
     if "pooled" in metrics:
         lines += [
             "",
-            f"Pooled view (eval.pooled=true): all {metrics['n_queries']} queries as one query set, each {subsets} "
-            "counted",
+            f"Pooled view (eval.pooled=true): all {metrics['n_queries']} queries as one query set, every "
+            f"{protocol['subsets']}'s queries together",
             headline_table(metrics["pooled"]).to_string(float_format=lambda v: f"{v:6.2f}"),
         ]
     lines += ["", f"Run directory: {run_dir}" + ("  (run reused from the store)" if reused else ""), ""]
@@ -139,16 +139,18 @@ def _count(value) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 
-def _protocol_lines(protocol: dict) -> list[str]:
-    """The protocol's name, main score and scope (a warning where the run's scope is not the protocol's)."""
+def _protocol_lines(protocol: dict, subsets: str | None) -> list[str]:
+    """The protocol's name, main score and scope (a warning where the run's scope is not the protocol's).
+    ``subsets``: the subsets column when there are several subsets to average."""
     main = protocol["main_score"]
     value = protocol["mean"][main]
-    over = (
-        f"the mean over each {protocol['subsets']}'s queries, then over the {len(protocol['per_subset'])} "
-        f"{protocol['subsets']} query sets"
-        if protocol["subsets"]
-        else f"the mean over the {protocol['mean']['n_queries']} queries"
-    )
+    if subsets:
+        over = f"the mean over each {subsets}'s queries, then over the {len(protocol['per_subset'])} {subsets}s"
+    elif protocol["subsets"]:
+        only = next(iter(protocol["per_subset"]))
+        over = f"the mean over the {protocol['mean']['n_queries']} queries of {protocol['subsets']} {only}"
+    else:
+        over = f"the mean over the {protocol['mean']['n_queries']} queries"
     lines = [f"Protocol: {protocol['name']}; main score {main} = {value:.2f} ({over})"]
     if protocol.get("summary"):
         lines.append(f"  {protocol['summary']}")
