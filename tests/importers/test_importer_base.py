@@ -11,13 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import MINI_DIR
+from helpers import MINI_DIR, REPO_ROOT
 from importer_fixtures import png
 from vldocir.data.benchmark import BenchmarkError, load_benchmark
 from vldocir.data.evidence import STRUCTURE_RULES, evidence_structures
 from vldocir.data.schema import UNKNOWN_DOCUMENTS_STRUCTURE
 from vldocir.errors import ConfigError
 from vldocir.importers.base import (
+    EVIDENCE_TYPE_VOCABULARY,
+    PINNED_REVISION,
     ImportedData,
     Importer,
     ImporterError,
@@ -265,3 +267,58 @@ def test_pinned_and_local_sources_pass_and_beir_qrels_are_checked_too(tmp_path):
     )
     with pytest.raises(ImporterError, match=r"qrels_source=hf://BeIR/x-qrels .* set dataset\.importer\.qrels_revision"):
         beir.check_pinned()
+
+
+def test_rows_left_out_are_named_ten_at_most():
+    data = _toy()
+    data.name_rows("queries left out, evidence_page_zero", [f"question {i}" for i in range(12)])
+    assert data.notes[-1] == (
+        "queries left out, evidence_page_zero (12): " + "; ".join(f"question {i}" for i in range(10)) + "; and 2 more"
+    )
+
+
+def test_every_mapping_table_maps_into_the_vocabulary():
+    from vldocir.importers import longdocurl, mmdocir, mmlongbench, vidore
+
+    tables = [vidore.CONTENT_TYPES, mmlongbench.EVIDENCE_SOURCES, mmdocir.QUESTION_TYPES, longdocurl.EVIDENCE_SOURCES]
+    for table in tables:
+        assert all(key == key.strip().lower() for key in table)  # (labels are looked up lower-cased)
+        assert set(table.values()) - {None} <= set(EVIDENCE_TYPE_VOCABULARY)
+
+
+PUBLIC_CONFIGS = (
+    "beir_dbpedia_entity",
+    "longdocurl",
+    "mmdocir",
+    "mmlongbench_doc",
+    "vidore_docvqa",
+    "vidore_v1_docvqa_beir",
+    "vidore_v2_esg",
+    "vidore_v3_hr",
+)
+
+
+@pytest.mark.parametrize("name", PUBLIC_CONFIGS)
+def test_every_public_config_is_pinned_and_names_its_protocol(name):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.load(REPO_ROOT / "conf" / "dataset" / f"{name}.yaml")
+    importer = config.importer
+    assert importer.source.startswith("hf://") and PINNED_REVISION.match(importer.revision)
+    assert importer.allow_unpinned is False
+    protocol = config.protocol
+    assert set(protocol) == {"name", "main_score", "subsets", "scope", "summary"}
+    metric, k = protocol.main_score.split("@")
+    assert metric in {"ndcg", "recall", "mrr"} and int(k) > 0
+    assert protocol.scope in {"corpus", "document"} and protocol.subsets in {None, "language"}
+    # multilingual sets are scored per language (mteb's hf_subsets); ViDoRe v1/v2 at nDCG@5, v3 and BEIR at nDCG@10
+    expected = {
+        "vidore_v2_esg": ("ndcg@5", "language"),
+        "vidore_v3_hr": ("ndcg@10", "language"),
+        "vidore_docvqa": ("ndcg@5", None),
+        "vidore_v1_docvqa_beir": ("ndcg@5", None),
+        "beir_dbpedia_entity": ("ndcg@10", None),
+        "mmdocir": ("recall@5", None),
+    }
+    if name in expected:
+        assert (protocol.main_score, protocol.subsets) == expected[name]
