@@ -234,8 +234,8 @@ def test_the_structure_rules_are_recorded_and_printed(tmp_path):
     assert rules == {**STRUCTURE_RULES, "near_max_gap": 3}
     assert rules["within_document"].startswith("largest gap between consecutive evidence pages")
     printed = summary(bench)
-    assert "structure rules: within a document, largest gap between consecutive evidence pages" in printed
-    assert "(near_max_gap 3)" in printed
+    assert "    within a document: largest gap between consecutive evidence pages" in printed
+    assert "(near_max_gap 3)" in printed and "    one page: two or more evidence elements (boxes)" in printed
     assert bench.info["built_by"]["unmapped_labels"] == {}
 
 

@@ -161,6 +161,9 @@ def test_mmlongbench_page_multi_from_labels_is_an_option(mmlb_source, tmp_path):
     built = import_benchmark(importer, tmp_path / "bench", name="mmlb-labels").info["built_by"]
     assert built["structures"] == _counts(4, 2, 2, 2, 1)  # q00004 (chart, table), q00009 (figure, hyperlink)
     assert built["importer"]["page_multi_from_labels"] is True
+    assert built["structure_rules"]["page_multi"].endswith(
+        "(page_multi_from_labels: each distinct evidence label counts as an element)"
+    )
 
 
 def test_mmlongbench_a_question_without_doc_id_is_one_line(tmp_path):

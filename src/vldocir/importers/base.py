@@ -565,7 +565,7 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
         "document_ids": data.document_ids,
         "kept": {"documents": len(documents), "pages": len(pages), "queries": len(queries), "qrels": len(qrels)},
         "dropped": {table: dict(sorted(counts.items())) for table, counts in sorted(data.dropped.items())},
-        "structure_rules": structure_rules(near_max_gap),
+        "structure_rules": _structure_rules(near_max_gap, importer),
         "structures": _structure_counts(queries),
         "languages": {str(k): int(v) for k, v in queries["language"].value_counts().sort_index().items()},
         "structures_per_language": {
@@ -589,6 +589,14 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     }
     tables = {"documents": documents, "pages": pages_table, "elements": elements, "queries": queries, "qrels": qrels}
     return write_benchmark(root, tables, info)
+
+
+def _structure_rules(near_max_gap: int, importer: dict[str, Any] | None) -> dict[str, Any]:
+    """The shared rules, and where an importer counts the source's labels as elements, that too."""
+    rules = structure_rules(near_max_gap)
+    if (importer or {}).get("page_multi_from_labels"):
+        rules["page_multi"] += " (page_multi_from_labels: each distinct evidence label counts as an element)"
+    return rules
 
 
 def _structure_counts(queries: pd.DataFrame) -> dict[str, int]:
@@ -714,10 +722,12 @@ def summary(bench: Benchmark) -> str:
     ]
     rules = built.get("structure_rules")
     if rules:
-        lines.append(
-            f"  structure rules: within a document, {rules.get('within_document')} (near_max_gap "
-            f"{rules.get('near_max_gap')}); page_multi: {rules.get('page_multi')}; {rules.get('documents')}"
-        )
+        lines += [
+            "  structure rules (benchmark.json built_by.structure_rules):",
+            f"    within a document: {rules.get('within_document')} (near_max_gap {rules.get('near_max_gap')})",
+            f"    one page: {rules.get('page_multi')}",
+            f"    documents: {rules.get('documents')}",
+        ]
     empty = [s for s, n in structures.items() if not n]
     if empty:
         lines.append(f"  structures without queries (Macro averages the others): {', '.join(empty)}")
