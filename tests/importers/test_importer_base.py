@@ -218,6 +218,18 @@ def test_first_use_imports_then_reuses_and_refuses_another_spec(tmp_path):
     assert sorted(p.name for p in dest.parent.iterdir()) == ["toy"]  # no staging or old copy left behind
 
 
+def test_an_import_of_another_import_version_is_not_reused(tmp_path):
+    dest = tmp_path / "data" / "toy"
+    open_imported(_Toy(source="nowhere"), dest, name="toy")
+    info = json.loads((dest / "benchmark.json").read_text())
+    info["built_by"]["import_version"] = 1  # written before the largest-gap rule and the label tables
+    (dest / "benchmark.json").write_text(json.dumps(info))
+    with pytest.raises(ConfigError, match=r"written by import version 1, this code writes 2 .* overwrite=true"):
+        open_imported(_Toy(source="nowhere"), dest, name="toy")
+    again = import_benchmark(_Toy(source="nowhere"), dest, name="toy", replace=True)
+    assert again.info["built_by"]["import_version"] == 2
+
+
 def test_an_import_never_replaces_a_folder_that_is_not_a_benchmark(tmp_path):
     dest = tmp_path / "mine"
     dest.mkdir()

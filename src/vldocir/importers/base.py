@@ -101,8 +101,10 @@ EVIDENCE_TYPE_VOCABULARY = ("text", "layout", "table", "chart", "image", "metada
 """The evidence types an imported query may carry: every importer maps its source's labels onto these
 through a table of its own (:meth:`ImportedData.evidence_types`); a label missing from the table is
 left out and counted (``built_by.unmapped_labels``), never passed through."""
-IMPORT_VERSION = 1
-"""Bumped whenever what :func:`write_imported` writes for the same input changes."""
+IMPORT_VERSION = 2
+"""Bumped whenever what :func:`write_imported` writes for the same input changes (2: the largest-gap
+structure rule, multi_page_docs_unknown, mapped evidence types, merged duplicate texts); an import of
+another version is not reused (:func:`open_imported`)."""
 IMAGES_PER_FOLDER = 1000
 RUN_ROWS = 4096
 """Pages per sorted run of texts on disk while an import streams (a run is held whole before it is written)."""
@@ -684,20 +686,33 @@ def import_benchmark(importer: Importer, dest: str | Path, *, name: str, replace
 
 
 def recorded_importer(dest: Path) -> dict | None:
+    return _built_by(dest).get("importer")
+
+
+def _built_by(dest: Path) -> dict:
     try:
-        return json.loads((dest / INFO_FILE).read_text()).get("built_by", {}).get("importer")
+        built = json.loads((dest / INFO_FILE).read_text()).get("built_by", {})
     except (OSError, ValueError, AttributeError):
-        return None
+        return {}
+    return built if isinstance(built, dict) else {}
 
 
 def open_imported(importer: Importer, dest: str | Path, *, name: str) -> Benchmark:
     """The imported benchmark in ``dest``: imported on first use, reused afterwards. One imported
     by another importer spec is refused (a ``dataset.importer.*`` override never silently reuses
-    what an earlier spec wrote there)."""
+    what an earlier spec wrote there), and so is one an earlier :data:`IMPORT_VERSION` wrote (its
+    labels follow older rules)."""
     dest = Path(dest)
     if not (dest / INFO_FILE).is_file():
         log.info("importing %s into %s (first use)", name, dest)
         return import_benchmark(importer, dest, name=name)
+    version = _built_by(dest).get("import_version")
+    if version is not None and version != IMPORT_VERSION:
+        raise ConfigError(
+            f"benchmark {dest} was written by import version {version}, this code writes {IMPORT_VERSION} (structure "
+            f"rules, evidence types and merges changed): import it again with python -m vldocir.apps.import_benchmark "
+            f"dataset=<this dataset> overwrite=true, or delete that directory"
+        )
     recorded, wanted = recorded_importer(dest), json.loads(json.dumps(importer.spec()))
     if recorded is not None and recorded != wanted:
         differing = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
