@@ -177,6 +177,27 @@ def test_mmlongbench_a_question_without_doc_id_is_one_line(tmp_path):
         MMLongBenchDoc(source=str(tmp_path), ocr=None, cache_dir=str(tmp_path / "cache")).read()
 
 
+def test_a_record_without_its_document_is_one_line_in_longdocurl_and_mmdocir(tmp_path):
+    records = (FIXTURES / "longdocurl" / "LongDocURL.jsonl").read_text().splitlines()
+    broken = json.loads(records[2])
+    broken["doc_no"] = None
+    (tmp_path / "ldu").mkdir()
+    (tmp_path / "ldu" / "LongDocURL.jsonl").write_text("\n".join([*records[:2], json.dumps(broken), *records[3:]]))
+    with pytest.raises(
+        ImporterError, match=r"LongDocURL\.jsonl: record 3 \(free_gemini15_pro_4000001_1_9_2\) has no doc_no$"
+    ):
+        LongDocURL(source=str(tmp_path / "ldu"), ocr=None, cache_dir=str(tmp_path / "cache")).read()
+    source = write_mmdocir(tmp_path / "mmdocir")
+    lines = (source / "MMDocIR_annotations.jsonl").read_text().splitlines()
+    record = json.loads(lines[1])
+    record["doc_name"] = None
+    (source / "MMDocIR_annotations.jsonl").write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]))
+    with pytest.raises(
+        ImporterError, match=r"MMDocIR_annotations\.jsonl:2: not an MMDocIR annotation record .*doc_name"
+    ):
+        MMDocIR(source=str(source)).read()
+
+
 @pytest.mark.slow
 def test_mmlongbench_without_its_documents_folder_exits_2_in_one_line(tmp_path):
     """Before any PDF is read: the import app exits 2 with one line naming the folder it looked for
