@@ -14,7 +14,7 @@ import pytest
 from helpers import MINI_DIR, REPO_ROOT
 from importer_fixtures import png
 from vldocir.data.benchmark import BenchmarkError, load_benchmark
-from vldocir.data.evidence import STRUCTURE_RULES, evidence_structures
+from vldocir.data.evidence import STRUCTURE_RULES, evidence_structures, within_document_structure
 from vldocir.data.schema import UNKNOWN_DOCUMENTS_STRUCTURE
 from vldocir.errors import ConfigError
 from vldocir.importers.base import (
@@ -76,6 +76,9 @@ def test_structures_follow_the_projects_distance_rule():
         "adjacent", "near", "far", "cross", "run", "stride", "outlier", "repeat"
     }  # fmt: skip
     assert unknown["single"] == "page_single" and unknown["multi"] == "page_multi"
+    # The per-query form the VLM generation labels with gives the same labels, query by query.
+    for query, pages in evidence[evidence["doc_id"] == "d"].groupby("query_id")["page_number"]:
+        assert within_document_structure(pages, 4) == (got[query] if pages.nunique() > 1 else None), query
 
 
 def test_the_mini_keeps_its_labels_under_the_largest_gap_rule():

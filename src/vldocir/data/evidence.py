@@ -10,6 +10,7 @@ build: they live with the tables they read.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 
 import pandas as pd
@@ -47,6 +48,16 @@ def pair_structure(gap: int, near_max_gap: int) -> str | None:
     if gap == 1:
         return "doc_adjacent"
     return "doc_near" if gap <= near_max_gap else "doc_far"
+
+
+def within_document_structure(page_numbers: Iterable[int], near_max_gap: int) -> str | None:
+    """The structure of evidence pages in one document: :func:`pair_structure` of the largest gap
+    between consecutive distinct pages (:data:`STRUCTURE_RULES`); ``None`` for fewer than two
+    distinct pages."""
+    numbers = sorted(set(page_numbers))
+    if len(numbers) < 2:
+        return None
+    return pair_structure(max(b - a for a, b in itertools.pairwise(numbers)), near_max_gap)
 
 
 def evidence_types(element_types: Iterable[str]) -> list[str]:

@@ -26,7 +26,7 @@ their evidence pages through the elements table with
 :func:`vldocir.data.evidence.resolve_element_pages` (the code path of the template
 queries) and labelled from where the evidence lands: a page-family query is Page-Single with one
 cited element and Page-Multi with several; a within-document query takes its structure from the
-distance between its pages (:func:`~vldocir.data.evidence.pair_structure`). The
+largest gap between its pages (:func:`~vldocir.data.evidence.within_document_structure`). The
 deterministic filter (:data:`FILTER_DISCARDS`) then drops within-document queries whose evidence
 lies on one page and Cross-Doc queries whose evidence lies in one document.
 
@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vldocir.data.evidence import evidence_types, page_id, pair_structure, resolve_element_pages
+from vldocir.data.evidence import evidence_types, page_id, resolve_element_pages, within_document_structure
 from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
 from vldocir.llm import UNUSABLE_KINDS, ChatClient, ChatResult, Validator, image_part
@@ -630,11 +630,11 @@ def _resolve(
     if family in ("page_single", "page_multi"):  # one page: one element or several (paper §3.1)
         structure = "page_single" if len(query["evidence"]) == 1 else "page_multi"
     elif family == "within_doc":
-        indices = sorted({index for _, index in pages})
-        if len(indices) < 2:
+        within = within_document_structure((index for _, index in pages), near_max_gap)
+        if within is None:
             discard = "evidence_on_one_page"
         else:
-            structure = pair_structure(indices[-1] - indices[0], near_max_gap)
+            structure = within
     elif family == "cross_doc" and len(cited) < 2:
         discard = "evidence_in_one_document"
     element_types = evidence_types(types[(d, e)] for d, ids in cited.items() for e in ids)
