@@ -7,6 +7,8 @@ Notation of the paper (§4.1, App. B.2): E(q) the evidence pages of query q, R_k
                    IDCG@k summing the min(|E(q)|, k) largest gains times the first discounts
 - RecallAll@k(q) = 1[E(q) ⊆ R_k(q)]
 - nDCGAll@k(q)   = RecallAll@k(q) · nDCG@k(q)
+- MRR@k(q)       = 1 / (rank of the first evidence page) when that rank <= k, else 0 (mteb's
+                   ``MRR@k``; a per-query column, not one of :data:`METRICS`, like ``pages_found@k``)
 
 Graded relevance. The qrels may carry a ``grade`` (ViDoRe v2/v3, BEIR; absent or null: 1, so a
 benchmark without grades is binary and evaluates as before, bit for bit). E(q) is the set of pages
@@ -223,7 +225,8 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
     """One row per benchmark query: its attributes, evidence counts and every metric at every k.
 
     Metric columns are fractions in [0, 1]; ``pages_found@k``/``docs_found@k`` count the evidence
-    pages and evidence documents (any page of the document) in the top k.
+    pages and evidence documents (any page of the document) in the top k; ``mrr@k`` is the
+    reciprocal rank of the first evidence page in the top k (0 when none is).
     """
     ks = sorted({int(k) for k in ks})
     if not ks or ks[0] < 1:
@@ -246,6 +249,9 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
     hit_query, hit_rank = qcode[hit_rows], rank[hit_rows]
     hit_gain = None if gain is None else gain[hit_rows]
     row_doc = index.page_doc[pcode]
+    # 0-based rank of each query's first evidence page (max(k): none in the run's top max(k) rows)
+    first_hit = np.full(n_queries, ks[-1], dtype=np.int64)
+    np.minimum.at(first_hit, hit_query, hit_rank)
     doc_hits = []  # per evidence-document slot: (query, rank) of the rows on that document
     for slot in range(index.evidence_docs.shape[1]):
         rows = np.flatnonzero(index.evidence_docs[:, slot][qcode] == row_doc)
@@ -278,5 +284,6 @@ def per_query_metrics(run: pa.Table, index: EvidenceIndex, ks: Sequence[int]) ->
             f"recallall@{k}": complete,
             f"pages_found@{k}": found,
             f"docs_found@{k}": docs_found,
+            f"mrr@{k}": np.where(first_hit < k, 1.0 / (first_hit + 1), 0.0),
         }
     return pd.concat([out, pd.DataFrame(columns)], axis=1)
