@@ -45,7 +45,23 @@ from pathlib import Path
 import pyarrow as pa
 
 from importer_fixtures import IMAGE, V2_CORPUS, V2_QRELS, V2_QUERIES, V3_CORPUS, V3_DOCS, V3_QRELS, V3_QUERIES, png
-from importer_fixtures import _write as write_shards
+from importer_fixtures import _write as write_parquet_shards
+
+
+def hf_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the ``huggingface`` metadata ``datasets.push_to_hub`` writes into each shard, its
+    ``image`` column typed ``Image`` (so ``datasets`` decodes it to a PIL image, as it does the hub's)."""
+    from datasets import Features, Image
+
+    features = Features.from_arrow_schema(schema)
+    if "image" in features:
+        features["image"] = Image()
+    return schema.with_metadata({"huggingface": json.dumps({"info": {"features": features.to_dict()}})})
+
+
+def write_shards(root: Path, config: str, rows: list[dict], schema: pa.Schema, split: str = "test") -> None:
+    """importer_fixtures' shard writer, with the ``huggingface`` schema metadata."""
+    write_parquet_shards(root, config, rows, hf_schema(schema), split=split)
 
 
 def write_readme(root: Path, configs: dict[str, dict[str, str]], *, default: str | None = None) -> None:
