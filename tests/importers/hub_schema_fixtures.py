@@ -453,15 +453,15 @@ MMDOCIR_SPLIT = "train"
 
 def mmdocir_layout(domain: int) -> tuple[dict[str, list[str]], list[tuple[str, str, dict[str, int]]]]:
     """A domain's documents (doc -> page ids) and questions (query id, text, {page id: score}): two
-    documents of 3 and 4 pages; two questions in the first domains, one in the others; one question
-    with two evidence pages and a score-0 row."""
+    documents of 3 and 8 pages; two questions in the first four domains, one in the others; the second
+    with evidence pages 2 and 7 of the longer document and a score-0 row."""
     name = MMDOCIR_DOMAINS[domain]
-    docs = {f"{name}-d{d}": [f"{domain * 100 + d * 10 + p}" for p in range(n)] for d, n in ((0, 3), (1, 4))}
+    docs = {f"{name}-d{d}": [f"{domain * 100 + d * 10 + p}" for p in range(n)] for d, n in ((0, 3), (1, 8))}
     first, second = docs[f"{name}-d0"], docs[f"{name}-d1"]
     questions = [(f"{name}-q0", f"what does the {name} say on page two", {first[1]: 1})]
     if domain < 4:
         questions.append(
-            (f"{name}-q1", f"which {name} pages hold the table", {second[1]: 1, second[3]: 1, second[0]: 0})
+            (f"{name}-q1", f"which {name} pages hold the table", {second[1]: 1, second[6]: 1, second[0]: 0})
         )
     return docs, questions
 
@@ -507,3 +507,43 @@ def write_mmdocir_mteb(root: Path, domains: int = len(MMDOCIR_DOMAINS)) -> Path:
 def mmdocir_counts(domains: int = len(MMDOCIR_DOMAINS)) -> dict[str, int]:
     """Queries per domain (subset) of :func:`write_mmdocir_mteb`, counted from its layout."""
     return {MMDOCIR_DOMAINS[d]: len(mmdocir_layout(d)[1]) for d in range(domains)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The hub layouts of the PDF benchmarks and of ViDoRe v1's QA form (the dataset configs' sources)
+# ----------------------------------------------------------------------------------------------
+
+PDF_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pdf_importers"
+
+
+def write_longdocurl_hub(root: Path) -> Path:
+    """``dengchao/LongDocURL``'s layout: ``LongDocURL_public.jsonl`` (the question records of
+    tests/fixtures/pdf_importers/longdocurl) and ``pdf_files.tar.gz`` holding document 4000001's PDF
+    (9 pages with a text layer); document 4000002's pages as PNGs under ``pdf_pngs/``."""
+    import tarfile
+
+    from PIL import Image
+
+    from helpers import make_pdf
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "LongDocURL_public.jsonl").write_text((PDF_FIXTURES / "longdocurl" / "LongDocURL.jsonl").read_text())
+    pdf = make_pdf(root / "4000001.pdf", [[f"lda{p:02d} is on this page."] for p in range(1, 10)])
+    with tarfile.open(root / "pdf_files.tar.gz", "w:gz") as tar:
+        tar.add(pdf, arcname="pdf_files/4000001.pdf")
+    pdf.unlink()
+    pngs = root / "pdf_pngs" / "4000-4999" / "4000"
+    pngs.mkdir(parents=True)
+    for index in range(6):
+        Image.new("RGB", (61, 79), (255, 255, 255 - index)).save(pngs / f"4000002_{index}.png")
+    return root
+
+
+def write_vidore_v1_qa_hub(root: Path) -> Path:
+    """``vidore/docvqa_test_subsampled``: importer_fixtures' QA-form rows under ``data/`` and the card's
+    configs header."""
+    from importer_fixtures import write_vidore_v1_qa
+
+    write_vidore_v1_qa(root)
+    write_readme(root, {"default": {"test": "data/test-*"}})
+    return root
