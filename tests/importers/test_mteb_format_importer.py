@@ -75,3 +75,17 @@ def test_bad_sources_are_one_line(tmp_path):
     (source / "README.md").unlink()
     with pytest.raises(ImporterError, match=r"academic_paper-queries/train-\*\.parquet"):
         MtebFormatImporter(source=str(source), split="train", subsets=["academic_paper"]).read()
+
+
+def test_language_subsets_by_default(tmp_path):
+    """mteb's per-language layout (ViDoRe v3's mteb_format): each language's queries carry it in
+    ``language``; each subset's corpus is its own (ids prefixed), so a corpus repeated per language is
+    read once per language."""
+    source = fx.write_vidore_v3_mteb_format(tmp_path / "src")
+    importer = MtebFormatImporter(source=str(source), subsets=["english", "german"], documents="none")
+    bench = import_benchmark(importer, tmp_path / "b", name="v3")
+    assert bench.info["built_by"]["languages"] == {"english": 2, "german": 2}
+    assert bench.info["built_by"]["kept"]["pages"] == 2 * sum(len(t) for t in fx.V3_DOCUMENTS.values())
+    assert set(bench.queries["query_id"]) == {
+        f"{lang}:query-test-{fx.v3_query_id(q, lang)}" for lang in ("english", "german") for q in (0, 1)
+    }

@@ -10,7 +10,7 @@ split each (``split``; a config with a single split is read whatever its name, a
 - several (``subsets``: mteb's ``hf_subsets``, e.g. one per domain or language): ``<subset>-corpus``,
   ``<subset>-queries``, ``<subset>-qrels``, ``<subset>-top_ranked``. Page and query ids are then
   prefixed ``<subset>:`` (each subset numbers its own) and each query's subset is kept in the column
-  ``subset_column`` (e.g. ``domain``), so the protocol can evaluate each subset alone.
+  ``subset_column`` (``language``, or e.g. ``domain``), so the protocol can evaluate each subset alone.
 
 Columns, either spelling: corpus ``id`` / ``_id`` / ``corpus-id`` with ``image`` and optionally ``text``
 (and ``title``); queries ``id`` / ``_id`` / ``query-id`` with ``text`` / ``query``; qrels ``query-id``,
@@ -80,8 +80,9 @@ class MtebFormatImporter(Importer):
     split: str = "test"
     subsets: list[str] | None = None
     """mteb's hf_subsets (``<subset>-corpus`` ...); None: the default configs (``corpus`` ...)."""
-    subset_column: str = "subset"
-    """The queries column that holds each query's subset (with ``subsets``)."""
+    subset_column: str = "language"
+    """The queries column that holds each query's subset (with ``subsets``): ``language`` (mteb's
+    hf_subsets are mostly languages) or ``domain`` (MMDocIR's), columns a protocol can split by."""
     page_text: bool = True
     """The corpus ``text`` as the pages' dom_text; false: images only (mteb's T2I tasks drop the text)."""
     documents: str = "top_ranked"
