@@ -5,14 +5,20 @@ Face hub cache at the revision the composed config pins (read at test time), the
 a tiny visual one), ``setting=doc_scope`` where the protocol ranks within the document. The printed
 report names the protocol and its main score; a protocol with subsets (languages, domains) prints one
 row per subset and their mean, and metrics.json holds one record per subset with the fixture's query
-count."""
+count. On the run the pipeline stored, mteb's evaluator (``calculate_retrieval_scores``, ``mrr``) gives
+every query the nDCG@k, Recall@k and MRR@k of per_query.parquet, and the protocol's main score is
+the mean of mteb's per-query values within each subset, then over subsets. (The run is handed to mteb
+as this project ranks it, score then page_id, as distinct scores: the retrievers' ties are broken one
+way for both; test_mteb_oracle.py checks mteb's loaders and tie-free runs.)"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import hub_schema_fixtures as fx
@@ -76,15 +82,18 @@ def test_run_py_follows_the_benchmarks_protocol(name, offline_hub, isolated_path
 
     retriever = ["retriever=dom_bm25"] if spec.text else [*tiny_overrides("colqwen25", tiny), "depth=40"]
     scope = ["setting=doc_scope"] if protocol.scope == "document" else []
-    metrics, _, _ = evaluate(f"dataset={name}", *spec.overrides, *retriever, *scope)
+    metrics, _, run_dir = evaluate(f"dataset={name}", *spec.overrides, *retriever, *scope)
     printed = capsys.readouterr().out
 
     main = protocol.main_score
     assert f"Protocol: {protocol.name}; main score {main} = " in printed
     section = metrics["protocol"]
     assert section["main_score"] == main and section["name"] == protocol.name
-    imported = load_benchmark(isolated_paths / "data" / dataset.name).info["imported_from"]
+    bench = load_benchmark(isolated_paths / "data" / dataset.name)
+    imported = bench.info["imported_from"]
     assert (imported["source"], imported["revision"]) == (dataset.importer.source, revision)
+    main_by_mteb = mteb_on_the_stored_run(run_dir, bench, metrics["ks"], main, protocol.subsets)
+    assert section["mean"][main] == pytest.approx(100 * main_by_mteb, abs=1e-6)  # (metrics.json: 6 decimals)
     if spec.subsets is None:
         assert not section["subsets"]
         return
@@ -95,3 +104,35 @@ def test_run_py_follows_the_benchmarks_protocol(name, offline_hub, isolated_path
     assert sorted(rows) == sorted([*spec.subsets, "mean"])
     mean = sum(row[main] for row in section["per_subset"].values()) / len(spec.subsets)
     assert section["mean"][main] == pytest.approx(mean)
+
+
+def mteb_on_the_stored_run(run_dir: Path, bench, ks, main: str, subsets: str | None) -> float:
+    """mteb's per-query nDCG@k, Recall@k, MRR@k on the stored run equal per_query.parquet's; returns the
+    main score from mteb's per-query values (the mean within each subset, then over subsets)."""
+    from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores, mrr
+
+    run = pd.read_parquet(run_dir / "run.parquet", columns=["query_id", "page_id", "score"])
+    run = run.sort_values(["query_id", "score", "page_id"], ascending=[True, False, True], kind="stable")
+    run["rank"] = run.groupby("query_id").cumcount()
+    results = {q: dict(zip(g["page_id"], -g["rank"].astype(float), strict=True)) for q, g in run.groupby("query_id")}
+    qrels = {
+        q: dict(zip(g["page_id"], g["grade"].astype(int), strict=True)) for q, g in bench.qrels.groupby("query_id")
+    }
+    evaluated = calculate_retrieval_scores(results, qrels, list(ks))
+    reciprocal = mrr(qrels, results, list(ks))
+    per_query = pd.read_parquet(run_dir / "per_query.parquet").set_index("query_id")
+    theirs = {}  # (metric, k) -> {query: value}; a query absent from the run scores 0 (as here)
+    for k in ks:
+        theirs[("ndcg", k)] = {q: evaluated.all_scores[q][f"ndcg_cut_{k}"] for q in results}
+        theirs[("recall", k)] = {q: evaluated.all_scores[q][f"recall_{k}"] for q in results}
+        theirs[("mrr", k)] = dict(zip(results, reciprocal[f"MRR@{k}"], strict=True))
+    for (metric, k), values in theirs.items():
+        mine = per_query[f"{metric}@{k}"]
+        expected = pd.Series(values).reindex(mine.index, fill_value=0.0)
+        assert mine.to_numpy() == pytest.approx(expected.to_numpy(), abs=1e-12), f"{metric}@{k}"
+    metric, k = main.split("@")
+    values = pd.Series(theirs[(metric, int(k))]).reindex(per_query.index, fill_value=0.0)
+    if not subsets:
+        return float(values.mean())
+    subset_of = bench.queries.set_index("query_id")[subsets].reindex(per_query.index)
+    return float(values.groupby(subset_of).mean().mean())
