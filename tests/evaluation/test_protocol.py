@@ -256,8 +256,8 @@ def test_multi_page_docs_unknown_is_left_out_of_structure_balanced_means():
         assert weights[2:].sum() == 0 and weights @ frame["recallall@3"] * 100 == pytest.approx(50.0)
     report = format_report(metrics, "x", reused=False)
     assert (
-        "3 queries labelled multi_page_docs_unknown are left out of the structure Macro (and of every "
-        "structure-balanced mean); Micro counts them"
+        "3 queries labelled multi_page_docs_unknown (multi-page, documents unknown) are left out of the structure "
+        "Macro (and of every structure-balanced mean); Micro counts them"
     ) in report
 
 

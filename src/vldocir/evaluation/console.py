@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.data.schema import EVIDENCE_STRUCTURES, UNKNOWN_DOCUMENTS_STRUCTURE
 from vldocir.evaluation.aggregate import headline_columns
 
 HEADLINE_AGGREGATES = {
@@ -111,7 +111,8 @@ def format_report(metrics: dict, run_dir, reused: bool, intervals: pd.DataFrame 
     for label, row in metrics["breakdowns"]["structure"].items():
         if label not in EVIDENCE_STRUCTURES:
             lines.append(
-                f"{_count(row['n_queries'])} queries{f' per {subsets}' if subsets else ''} labelled {label} are left "
+                f"{_count(row['n_queries'])} queries{f' per {subsets}' if subsets else ''} labelled {label}"
+                f"{' (multi-page, documents unknown)' if label == UNKNOWN_DOCUMENTS_STRUCTURE else ''} are left "
                 "out of the structure Macro (and of every structure-balanced mean); Micro counts them"
             )
     by_language = metrics["breakdowns"].get("language")
