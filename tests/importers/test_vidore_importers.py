@@ -125,14 +125,17 @@ def test_a_source_without_the_configs_is_one_line(tmp_path):
 
 def test_run_py_on_imported_v3_with_bm25_and_a_tiny_visual_retriever(v3_source, isolated_paths, tiny):
     dataset = ["dataset=vidore_v3_hr", f"dataset.importer.source={v3_source}", "dataset.importer.revision=null"]
-    metrics, manifest, _ = evaluate(*dataset, "retriever=dom_bm25")
-    assert _structures(metrics) == {s: n for s, n in V3_COUNTS["structures"].items() if n}
-    assert metrics["n_queries"] == V3_COUNTS["kept"]["queries"]
+    metrics, manifest, _ = evaluate(*dataset, "retriever=dom_bm25", "eval.pooled=true")
+    # The protocol scores each language alone; the pooled view counts every query once.
+    assert _structures(metrics["pooled"]) == {s: n for s, n in V3_COUNTS["structures"].items() if n}
+    assert metrics["pooled"]["n_queries"] == V3_COUNTS["kept"]["queries"]
+    assert {lang: row["n_queries"] for lang, row in metrics["protocol"]["per_subset"].items()} == V3_COUNTS["languages"]
     root = isolated_paths / "data" / "vidore-v3-hr"
     assert manifest["benchmark"]["root"] == str(root)
     stamp = (root / "benchmark.json").stat().st_mtime_ns
-    visual, _, _ = evaluate(*dataset, *tiny_overrides("colqwen25", tiny), "depth=19")
-    assert _structures(visual) == _structures(metrics) and (root / "benchmark.json").stat().st_mtime_ns == stamp
+    visual, _, _ = evaluate(*dataset, *tiny_overrides("colqwen25", tiny), "depth=19", "eval.pooled=true")
+    assert _structures(visual["pooled"]) == _structures(metrics["pooled"])
+    assert (root / "benchmark.json").stat().st_mtime_ns == stamp
     assert load_benchmark(root).fingerprint == json.loads((root / "benchmark.json").read_text())["fingerprint"]
     with pytest.raises(ConfigError, match=r"imported with another dataset\.importer spec"):
         evaluate(*dataset, "retriever=dom_bm25", "dataset.importer.languages=[english]")

@@ -220,6 +220,12 @@ class Importer(abc.ABC):
     def read(self) -> ImportedData:
         """The source's data as :class:`ImportedData`."""
 
+    def provenance(self, **overrides: Any) -> dict[str, Any]:
+        """Where an import comes from, the first keys of its :attr:`ImportedData.info`: ``format``,
+        ``source``, ``revision`` and ``license`` (the importer's, where it has one), then ``overrides``."""
+        origin = {"format": self.format, "source": str(self.source), "revision": self.revision}
+        return origin | {"license": getattr(self, "license", None)} | overrides
+
     def spec(self) -> dict[str, Any]:
         """What determines the import, recorded in benchmark.json and compared on reuse."""
         cls = type(self)

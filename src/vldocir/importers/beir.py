@@ -121,10 +121,7 @@ class BeirImporter(Importer):
             qrels=read_qrels_tsv(qrels_file),
             source=name,
             info={
-                "format": self.format,
-                "source": str(self.source),
-                "revision": self.revision,
-                "license": self.license,
+                **self.provenance(),
                 "split": self.split,
                 "qrels": str(qrels_file.relative_to(qrels_root)),
             },

@@ -215,10 +215,7 @@ class LongDocURL(LongDocumentImporter):
             ]
         )
         data.info = {
-            "format": self.format,
-            "source": self.source,
-            "revision": self.revision,
-            "license": self.license,
+            **self.provenance(),
             "questions_file": str(questions_path.relative_to(root)),
             "questions_in_file": len(records),
             "documents_from": {"pdf": sorted(report.documents), "png": sorted(set(png_pages["doc_id"]))},

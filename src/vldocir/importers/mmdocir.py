@@ -206,10 +206,7 @@ class MMDocIR(LongDocumentImporter):
             ]
         )
         data.info = {
-            "format": self.format,
-            "source": self.source,
-            "revision": self.revision,
-            "license": self.license,
+            **self.provenance(),
             "pages_from": page_source,
             "dom_text": self.dom_text,
             "documents_in_file": len(documents),

@@ -190,10 +190,7 @@ class MMLongBenchDoc(LongDocumentImporter):
             ]
         )
         data.info = {
-            "format": self.format,
-            "source": self.source,
-            "revision": self.revision,
-            "license": self.license,
+            **self.provenance(),
             "questions_file": str(samples_path.relative_to(root)),
             "questions_in_file": len(samples),
             "pdf": {**report.summary(), "settings": self.pdf.page_settings()},

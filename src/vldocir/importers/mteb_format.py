@@ -132,10 +132,7 @@ class MtebFormatImporter(Importer):
             source=name,
             document_ids=rule,
             info={
-                "format": self.format,
-                "source": str(self.source),
-                "revision": self.revision,
-                "license": self.license,
+                **self.provenance(),
                 "split": self.split,
                 "subsets": list(self.subsets) if self.subsets else None,
             },

@@ -186,10 +186,7 @@ class ViDoReImporter(Importer):
             documents=self._documents(root),
             document_ids=document_ids,
             info={
-                "format": "vidore_v3" if "markdown" in corpus_columns else "vidore_beir",
-                "source": str(self.source),
-                "revision": self.revision,
-                "license": self.license,
+                **self.provenance(format="vidore_v3" if "markdown" in corpus_columns else "vidore_beir"),
                 "split": self.split,
             },
         )
@@ -314,10 +311,7 @@ class ViDoReQAImporter(Importer):
             source=name,
             document_ids="from the source (docId)" if "docId" in columns else "derived from image_filename",
             info={
-                "format": self.format,
-                "source": str(self.source),
-                "revision": self.revision,
-                "license": self.license,
+                **self.provenance(),
                 "split": self.split,
             },
             notes=["the source has no page text: dom_text and ocr_text are empty (text retrievers need an OCR pass)"],
