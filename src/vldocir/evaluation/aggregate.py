@@ -26,6 +26,13 @@ from vldocir.evaluation.codes import LANGUAGE
 from vldocir.evaluation.metrics import metric_columns
 
 STRUCTURE = "evidence_structure"
+HEADLINE_METRICS = ("ndcgall", "recallall")
+"""The metrics of the headline table (and of a protocol's per-subset records)."""
+
+
+def headline_columns(ks) -> list[str]:
+    """``ndcgall@k`` and ``recallall@k`` for each k, in :func:`metric_columns`' order."""
+    return [c for c in metric_columns(ks) if c.startswith(tuple(f"{m}@" for m in HEADLINE_METRICS))]
 
 
 def _records(frame: pd.DataFrame) -> dict:
@@ -49,8 +56,13 @@ def balanced_by(per_query: pd.DataFrame, by: str, columns: Sequence[str]) -> tup
     """Per value of ``by``: the structure-balanced mean (M_g of Eq. 9) of each column, in percent.
 
     Returns the table (index = group value, plus ``n_queries`` and ``n_structures``) and the list
-    of empty ``group/structure`` cells among the structures present in the benchmark.
+    of empty ``group/structure`` cells among the structures present in the benchmark. Queries of a
+    label outside :data:`EVIDENCE_STRUCTURES` (``multi_page_docs_unknown``) are left out, as they are
+    of Macro: a structure-balanced mean balances the six structures.
     """
+    known = per_query[STRUCTURE].isin(EVIDENCE_STRUCTURES)
+    if not known.all():
+        per_query = per_query[known]
     cells = per_query.groupby([by, STRUCTURE], observed=True)[list(columns)].mean()
     balanced = cells.groupby(level=0).mean() * 100
     balanced.insert(0, "n_structures", cells.groupby(level=0).size())

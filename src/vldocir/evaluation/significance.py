@@ -3,7 +3,8 @@
 Every aggregate of :mod:`vldocir.evaluation.aggregate` is a fixed linear weighting of the per-query
 values, ``aggregate = w . x`` (:func:`aggregate_weights`), with ``w`` constant within a *cell*
 (all queries for Micro; a structure for Macro and ``structure:<s>``; a (source, structure) cell for
-source Macro and ``source:<g>``; likewise for domains). That makes both procedures matrix products:
+source Macro and ``source:<g>``; likewise for domains; a label outside the six structures, such as
+``multi_page_docs_unknown``, enters Micro only, as in ``summarise``). That makes both procedures matrix products:
 
 - :func:`bootstrap_intervals`: a stratified bootstrap; each resample draws, within every cell of the
   aggregate, as many queries as the cell holds (with replacement), so the cell sizes the aggregate
@@ -95,10 +96,10 @@ def _targets(per_query: pd.DataFrame, cells: bool) -> list[_Target]:
     for aggregate, by in _GROUP_OF.items():
         grouped = _cells(frame[[by, STRUCTURE]])
         group_cells[by] = grouped
-        groups = sorted({g for g, _ in grouped})
+        groups = sorted({g for g, s in grouped if s in EVIDENCE_STRUCTURES})
         idx, weights = [], []
         for g in groups:
-            mine = [c for c in grouped if c[0] == g]
+            mine = [c for c in grouped if c[0] == g and c[1] in EVIDENCE_STRUCTURES]
             for c in mine:
                 idx.append(grouped[c])
                 weights.append(1 / (len(groups) * len(mine)))
@@ -110,8 +111,8 @@ def _targets(per_query: pd.DataFrame, cells: bool) -> list[_Target]:
         for by in [b for b in ATTRIBUTE_BREAKDOWNS if b in frame.columns]:
             group_cells[by] = _cells(frame[[by, STRUCTURE]])
         for by, grouped in group_cells.items():
-            for g in sorted({g for g, _ in grouped}):
-                mine = [c for c in grouped if c[0] == g]
+            for g in sorted({g for g, s in grouped if s in EVIDENCE_STRUCTURES}):
+                mine = [c for c in grouped if c[0] == g and c[1] in EVIDENCE_STRUCTURES]
                 out.append(_Target(f"{by}:{g}", tuple(grouped[c] for c in mine), np.full(len(mine), 1 / len(mine))))
         out += [
             _Target(f"source_structure:{g}/{s}", (idx,), np.ones(1)) for (g, s), idx in group_cells["source"].items()

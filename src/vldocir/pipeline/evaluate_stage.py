@@ -1,6 +1,8 @@
 """``stage=evaluate``: the job's run resolved (reused or computed, its inputs first), evaluated at
 ``eval.ks`` and published in the results store with its manifest (config, versions, timings, cache
-events); with ``eval.language``, its evaluation on that language's queries beside it."""
+events); with ``eval.language``, its evaluation on that language's queries beside it. Where the
+dataset config names a ``protocol``, every evaluation follows it (per subset, its main score:
+:mod:`vldocir.evaluation.protocol`)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 from vldocir import store
 from vldocir.cache import ArtifactCache, content_key
 from vldocir.config_checks import ConfigError
-from vldocir.evaluation.aggregate import check_language, language_subset, summarise
+from vldocir.evaluation.aggregate import check_language, language_subset
 from vldocir.evaluation.console import format_report, headline_intervals, structure_table
+from vldocir.evaluation.protocol import Protocol, with_main_k
 from vldocir.io import atomic_write_json
 from vldocir.manifest import redact_secrets
 from vldocir.pipeline.datasets import open_benchmark
@@ -51,13 +54,14 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
         language = str(language)
         check_language(bench.arrow("queries", ["language"]).column(0).to_pandas(), language)
 
-    ks, depth = [int(k) for k in cfg.eval.ks], int(cfg.depth)
+    protocol, pooled = _protocol(cfg, bench, one_language=language is not None)
+    ks, depth = with_main_k(cfg.eval.ks, protocol), int(cfg.depth)
     manifest["benchmark"] = {**bench.summary(), "root": str(bench.root)}
-    resolver = RunResolver(bench, cache, ks)
+    resolver = RunResolver(bench, cache, ks, protocol, pooled)
     tick = time.perf_counter()
     resolved = resolver.resolve(cfg, overrides)
     timings["retrieve_s"] = time.perf_counter() - tick
-    manifest.update(run_sections(resolved, depth, ks, bench.fingerprint))
+    manifest.update(run_sections(resolved, depth, ks, bench.fingerprint, resolver.eval_params))
 
     tick = time.perf_counter()
     per_query, metrics = resolver.evaluate(resolved)
@@ -81,14 +85,14 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
             manifest={**manifest},
         )
         per_query = language_subset(per_query, language)
-        metrics = {"language": language, **summarise(per_query, ks)}
+        metrics = {"language": language, **resolver.summarise(per_query, resolved.scope)}
         setting_dir = store.setting_directory(
             cfg.paths.results_dir, f"{bench.name}.lang-{language}", cfg.retriever.id, cfg.setting.id
         )
         manifest["store"] = {
             **manifest["store"],
             "language": language,
-            "eval_key": content_key({"run": resolved.key, "ks": ks, "language": language}),
+            "eval_key": content_key({"run": resolved.key, "ks": ks, "language": language, **resolver.eval_params}),
         }
         reused = store.Entry(whole)
     entry = store.publish(
@@ -107,6 +111,32 @@ def evaluate(cfg: DictConfig, tracker) -> dict[str, Any]:
     intervals = headline_intervals(per_query, ks) if OmegaConf.select(cfg, "eval.intervals", default=False) else None
     print(format_report(metrics, entry, resolved.reused is not None, intervals), flush=True)
     return metrics
+
+
+def _protocol(cfg: DictConfig, bench, one_language: bool) -> tuple[Protocol | None, bool]:
+    """The dataset's protocol (``dataset.protocol``; absent on older configs: none) and ``eval.pooled``,
+    checked before any search: the subsets column, the main score's k within ``depth``, intervals
+    (not of a mean over subsets; ``one_language``: ``eval.language`` evaluates one query set)."""
+    block = OmegaConf.select(cfg, "dataset.protocol")
+    protocol = Protocol.from_config(OmegaConf.to_container(block, resolve=True) if block is not None else None)
+    pooled = bool(OmegaConf.select(cfg, "eval.pooled", default=False))
+    if protocol is None:
+        return None, pooled
+    if protocol.subsets is not None:
+        column = bench.arrow("queries", [protocol.subsets]).column(0)
+        protocol.check_subsets(column.null_count == len(column))
+        if OmegaConf.select(cfg, "eval.intervals", default=False) and not one_language:
+            raise ConfigError(
+                f"eval.intervals=true: the intervals of a mean over {protocol.subsets} query sets (dataset.protocol) "
+                "are not computed yet; evaluate one language (eval.language=<code>) or set "
+                "dataset.protocol.subsets=null for intervals over one query set"
+            )
+    if protocol.main_k > int(cfg.depth):
+        raise ConfigError(
+            f"dataset.protocol.main_score={protocol.main_score} needs k={protocol.main_k} but depth={cfg.depth} "
+            f"keeps only {cfg.depth} pages per query; raise depth"
+        )
+    return protocol, pooled
 
 
 def _rounded(timings: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from vldocir.cache import ArtifactCache, content_key
 from vldocir.data.benchmark import Benchmark
 from vldocir.evaluation.aggregate import summarise
 from vldocir.evaluation.metrics import RUN_COLUMNS, EvidenceIndex, per_query_metrics
+from vldocir.evaluation.protocol import Protocol, summarise_protocol
 from vldocir.leases import Lease
 from vldocir.manifest import redact_secrets
 from vldocir.pipeline.jobs import plan_job, start_manifest
@@ -42,6 +43,7 @@ class ResolvedRun:
     query_flags: dict[str, dict[str, Any]] = field(default_factory=dict)
     entry: Path | None = None  # the entry that holds it evaluated at this job's ks
     claim: Lease | None = None  # this job's claim on computing it, held until its entry is published
+    scope: str = "corpus"  # the setting's search scope (corpus | document)
 
     @property
     def run(self) -> pa.Table:
@@ -61,11 +63,20 @@ class RunResolver:
     Each input is composed as its own job (:func:`plan_job`), resolved the same way (recursively),
     evaluated at the job's ``eval.ks`` and filed as an entry of its own; within one job an input
     named twice is resolved once. Every resolution is a ``run`` cache event (hit or miss) in the
-    manifest.
+    manifest. Every evaluation follows the dataset's ``protocol`` (``None``: none; ``pooled``: add
+    the pooled view, see :mod:`vldocir.evaluation.protocol`).
     """
 
-    def __init__(self, bench: Benchmark, cache: ArtifactCache, ks: list[int]):
+    def __init__(
+        self,
+        bench: Benchmark,
+        cache: ArtifactCache,
+        ks: list[int],
+        protocol: Protocol | None = None,
+        pooled: bool = False,
+    ):
         self.bench, self.cache, self.ks = bench, cache, ks
+        self.protocol, self.pooled = protocol, pooled
         self.done: dict[str, ResolvedRun] = {}
         self._index: EvidenceIndex | None = None
 
@@ -110,7 +121,9 @@ class RunResolver:
         self.cache.record("run", key, "hit" if stored else ("overwrite" if cfg.cache_policy == "overwrite" else "miss"))
         if stored is not None:
             log.info("%s: reusing the run stored in %s (key %s): no search", label, stored.path, key)
-            resolved = ResolvedRun(None, key, stored, setting_dir, inputs=inputs, query_flags=_stored_flags(stored))
+            resolved = ResolvedRun(
+                None, key, stored, setting_dir, inputs=inputs, query_flags=_stored_flags(stored), scope=setting.scope
+            )
         else:
             for other in store.other_parameters(setting_dir, key, self.bench.fingerprint, depth):
                 log.warning(
@@ -136,7 +149,14 @@ class RunResolver:
             )
             run = setting.make_run(job)
             resolved = ResolvedRun(
-                run, key, None, setting_dir, retrieval=job.stats, inputs=inputs, query_flags=job.query_flags
+                run,
+                key,
+                None,
+                setting_dir,
+                retrieval=job.stats,
+                inputs=inputs,
+                query_flags=job.query_flags,
+                scope=setting.scope,
             )
         resolved.claim = claim
         self.done[key] = resolved
@@ -165,7 +185,18 @@ class RunResolver:
         per_query = per_query_metrics(run, self.index, self.ks)
         for column, values in resolved.query_flags.items():
             per_query[column] = per_query["query_id"].map(values)
-        return per_query, summarise(per_query, self.ks)
+        return per_query, self.summarise(per_query, resolved.scope)
+
+    def summarise(self, per_query: pd.DataFrame, scope: str) -> dict:
+        """``metrics.json`` of per-query rows (all, or one language's): under the protocol if there is one."""
+        if self.protocol is None:
+            return summarise(per_query, self.ks)
+        return summarise_protocol(per_query, self.ks, self.protocol, self.pooled, run_scope=scope)
+
+    @property
+    def eval_params(self) -> dict[str, Any]:
+        """What besides the run and ks makes ``metrics.json`` (part of the store's ``eval_key``)."""
+        return {} if self.protocol is None else self.protocol.eval_params(self.pooled)
 
     def resolve_and_file(self, cfg: DictConfig, overrides: list[str], chain: tuple[str, ...]) -> ResolvedRun:
         """Resolve an input run and make sure the store holds it evaluated at this job's ks."""
@@ -182,7 +213,7 @@ class RunResolver:
             input_of=chain[-1],
             benchmark={**self.bench.summary(), "root": str(self.bench.root)},
             cache=[],
-            **run_sections(resolved, int(cfg.depth), self.ks, self.bench.fingerprint),
+            **run_sections(resolved, int(cfg.depth), self.ks, self.bench.fingerprint, self.eval_params),
         )
         resolved.entry = store.publish(
             resolved.setting_dir,
@@ -199,14 +230,20 @@ class RunResolver:
         return resolved
 
 
-def run_sections(resolved: ResolvedRun, depth: int, ks: list[int], fingerprint: str) -> dict[str, Any]:
-    """The manifest's ``run``, ``store`` and (for a run computed now) ``retrieval`` sections."""
+def run_sections(
+    resolved: ResolvedRun, depth: int, ks: list[int], fingerprint: str, eval_params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The manifest's ``run``, ``store`` and (for a run computed now) ``retrieval`` sections.
+    ``eval_params``: what else makes the evaluation (a protocol), hashed into ``eval_key``."""
     run: dict[str, Any] = {"key": resolved.key, "depth": depth, "reused": resolved.reused is not None}
     if resolved.inputs:
         run["inputs"] = resolved.inputs
     if resolved.query_flags:
         run["query_flags"] = sorted(resolved.query_flags)
-    sections: dict[str, Any] = {"run": run, "store": _store_record(resolved.key, depth, ks, fingerprint)}
+    sections: dict[str, Any] = {
+        "run": run,
+        "store": _store_record(resolved.key, depth, ks, fingerprint, eval_params or {}),
+    }
     if resolved.reused is not None:
         run["reused_from"] = str(resolved.reused.path)
     else:
@@ -214,10 +251,10 @@ def run_sections(resolved: ResolvedRun, depth: int, ks: list[int], fingerprint: 
     return sections
 
 
-def _store_record(run_key: str, depth: int, ks: list[int], fingerprint: str) -> dict[str, Any]:
+def _store_record(run_key: str, depth: int, ks: list[int], fingerprint: str, eval_params: dict) -> dict[str, Any]:
     return {
         "run_key": run_key,
-        "eval_key": content_key({"run": run_key, "ks": ks}),
+        "eval_key": content_key({"run": run_key, "ks": ks, **eval_params}),
         "depth": depth,
         "ks": ks,
         "fingerprint": fingerprint,

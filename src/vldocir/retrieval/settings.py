@@ -158,6 +158,8 @@ class RunJob:
 class Setting(ABC):
     #: whether the run depends on the job's retriever itself (beyond its input runs): part of the run key
     uses_retriever: bool = True
+    #: the search scope: ``corpus`` (the whole corpus) or ``document`` (the query's own documents)
+    scope: str = "corpus"
 
     def inputs(self) -> tuple[RunSpec, ...]:
         """The runs this setting combines; none for a setting that searches with the retriever."""
@@ -230,20 +232,29 @@ class DocumentScope(Setting):
 
     An operator over one input run (``input``: a setting of this job's retriever, or
     ``retriever:setting``), computed ``input_depth`` pages deep as a run of its own: its rows on the
-    query's documents, in the input's order (score, then page_id), cut at the job's depth.
+    query's documents, in the input's order (score, then page_id), then the pages of those
+    documents that the input did not return, cut at the job's depth.
+
+    Pages not returned. A query with fewer input rows than ``input_depth`` was not cut: the
+    retriever ranks no other page (BM25 returns only pages sharing a term with the query). Its
+    documents' other pages are appended in page order (page_index, then page_id) with scores
+    strictly below its lowest returned score, so every question has a ranking of its whole
+    document(s), as the protocol ranks every page; the run's stats (``retrieval.doc_scope``) count
+    them (``pages_appended``, and a ``note``: "doc_scope: N pages the retriever did not return were
+    appended in page order"), ``per_query.parquet`` per query (``scope_pages_appended``).
 
     Exactness: the input holds the corpus's top ``input_depth`` pages, so the pages of a document
     that it holds are exactly that document's top pages, in order (up to ties at the input's last
     score). Where the input was cut at ``input_depth`` before it held every page of a query's
-    documents, that query is ranked exactly down to the pages held: its metrics at k are exact
-    while k <= that number. (A query with fewer input rows than ``input_depth`` was not cut: the
-    retriever ranks no other page, e.g. BM25's pages without a query term.) ``per_query.parquet``
-    gives the counts per query (``scope_pages``, ``scope_pages_ranked``), the manifest
+    documents, that query is ranked exactly down to the pages held (nothing is appended to it): its
+    metrics at k are exact while k <= that number. ``per_query.parquet`` gives the counts per query
+    (``scope_pages``, ``scope_pages_ranked``: those the input ranked), the manifest
     (``retrieval.doc_scope``) the number of queries cut; ``input_depth`` >= the corpus's page count
     never cuts one.
     """
 
     uses_retriever = False
+    scope = "document"
 
     def __init__(self, input: Any = "base", input_depth: int = 1000):
         if isinstance(input_depth, bool) or not isinstance(input_depth, int) or input_depth < 1:
@@ -256,12 +267,14 @@ class DocumentScope(Setting):
         return (self.run,)
 
     def cache_params(self) -> dict[str, Any]:
-        return {"setting": "doc_scope", "scope": "evidence_documents"}  # (the input's key holds its depth)
+        # (the input's key holds its depth); "unreturned": runs made before pages were appended differ
+        return {"setting": "doc_scope", "scope": "evidence_documents", "unreturned": "appended_in_page_order"}
 
     def make_run(self, job: RunJob) -> pa.Table:
         run, stats, flags = scope_to_documents(job.inputs[0], job.bench, job.depth, list(job.queries), self.input_depth)
         job.stats["doc_scope"] = stats
         job.query_flags.update(flags)
+        log.info("%s", stats["note"])
         if stats["queries_cut"]:
             log.warning(
                 "doc_scope: the input run (depth %d) was cut before it held every page of the documents of "
@@ -278,19 +291,25 @@ class DocumentScope(Setting):
 def scope_to_documents(
     run: pa.Table, bench: Benchmark, depth: int, query_ids: Sequence[str], input_depth: int | None = None
 ) -> tuple[pa.Table, dict[str, Any], dict[str, dict[str, Any]]]:
-    """The rows of ``run`` on pages of each query's evidence documents, ranked and cut at ``depth``.
+    """The rows of ``run`` on pages of each query's evidence documents, then the pages of those
+    documents that ``run`` did not return (for a query it holds whole), ranked and cut at ``depth``.
 
-    ``input_depth``: the depth ``run`` was cut at (``None``: a query with fewer rows than its
-    documents' pages counts as cut). Returns the run, stats (``queries``, ``queries_cut``,
-    ``fewest_pages_ranked_when_cut``, ``rows_in``, ``rows_kept``) and per-query flags
-    ``scope_pages`` (pages of the query's documents) and ``scope_pages_ranked`` (those in ``run``).
+    ``input_depth``: the depth ``run`` was cut at. A query with fewer rows than that was not cut:
+    its documents' pages missing from ``run`` are appended in page order (page_index, then page_id)
+    with scores strictly below its lowest returned one (``None``: nothing is appended, and a query
+    with fewer rows than its documents' pages counts as cut). Returns the run, stats (``queries``,
+    ``queries_cut``, ``fewest_pages_ranked_when_cut``, ``pages_appended``,
+    ``queries_with_pages_appended``, ``note``, ``rows_in``, ``rows_kept``) and per-query flags
+    ``scope_pages`` (pages of the query's documents), ``scope_pages_ranked`` (those in ``run``)
+    and ``scope_pages_appended``.
     """
-    pages = bench.arrow("pages", ["page_id", "doc_id"])
+    pages = bench.arrow("pages", ["page_id", "doc_id", "page_index"])
     qrels = bench.arrow("qrels", ["query_id", "doc_id", "grade"])
     qrels = qrels.filter(pc.greater(pc.fill_null(qrels.column("grade"), 1), 0))  # evidence: grade > 0
     docs = pc.unique(pages.column("doc_id"))
     n_docs = len(docs)
     queries = pa.array(list(query_ids), pa.string())
+    page_ids = pages.column("page_id").combine_chunks()
     page_doc = _codes(pages.column("doc_id"), docs)
     # Each query's scope documents, as an (n_queries, width) table of document codes padded with -1.
     pair_query, pair_doc = _codes(qrels.column("query_id"), queries), _codes(qrels.column("doc_id"), docs)
@@ -301,7 +320,7 @@ def scope_to_documents(
     scope_docs = np.full((len(queries), max(int(counts.max(initial=0)), 1)), -1, dtype=np.int64)
     scope_docs[pair_query, np.arange(len(pair_query)) - np.repeat(np.cumsum(counts) - counts, counts)] = pair_doc
     row_query = _codes(run.column("query_id"), queries)
-    row_page = _codes(run.column("page_id"), pages.column("page_id").combine_chunks())
+    row_page = _codes(run.column("page_id"), page_ids)
     if (row_query < 0).any() or (row_page < 0).any():
         raise ValueError("doc_scope: the input run names queries or pages that the benchmark does not have")
     row_doc = page_doc[row_page]
@@ -309,11 +328,29 @@ def scope_to_documents(
     for slot in range(scope_docs.shape[1]):
         inside |= scope_docs[:, slot][row_query] == row_doc
     kept = run.filter(pa.array(inside))
+    rows_per_query = np.bincount(row_query, minlength=len(queries))
+    input_cut = np.ones(len(queries), bool) if input_depth is None else rows_per_query >= input_depth
+    appended_query, appended_page, appended_score = _unreturned_pages(
+        pages,
+        page_doc,
+        pair_query[~input_cut[pair_query]],
+        pair_doc[~input_cut[pair_query]],
+        row_query[inside],
+        row_page[inside],
+        kept.column("score"),
+        len(queries),
+    )
     rows = pa.table(
         {
-            "query_id": kept.column("query_id").cast(pa.string()),
-            "page_id": kept.column("page_id").cast(pa.string()),
-            "score": kept.column("score"),
+            "query_id": pa.concat_arrays(
+                [kept.column("query_id").cast(pa.string()).combine_chunks(), queries.take(appended_query)]
+            ),
+            "page_id": pa.concat_arrays(
+                [kept.column("page_id").cast(pa.string()).combine_chunks(), page_ids.take(appended_page)]
+            ),
+            "score": pa.concat_arrays(
+                [kept.column("score").cast(pa.float64()).combine_chunks(), pa.array(appended_score, pa.float64())]
+            ),
         }
     )
     scoped, conversion = run_from_rows(rows, list(query_ids), depth)
@@ -321,21 +358,63 @@ def scope_to_documents(
     doc_pages = np.bincount(page_doc, minlength=n_docs)
     scope_pages = np.bincount(scope_keys // n_docs, weights=doc_pages[scope_keys % n_docs], minlength=len(queries))
     ranked = np.bincount(row_query[inside], minlength=len(queries))
-    cut = ranked < scope_pages
-    if input_depth is not None:
-        cut &= np.bincount(row_query, minlength=len(queries)) >= input_depth
+    appended = np.bincount(appended_query, minlength=len(queries))
+    cut = (ranked < scope_pages) & input_cut
     stats = {
         "queries": len(query_ids),
         "queries_cut": int(cut.sum()),
         "fewest_pages_ranked_when_cut": int(ranked[cut].min()) if cut.any() else None,
+        "pages_appended": int(appended.sum()),
+        "queries_with_pages_appended": int((appended > 0).sum()),
+        "note": f"doc_scope: {int(appended.sum())} pages the retriever did not return were appended in page order",
         "rows_in": conversion["rows_in"],
         "rows_kept": conversion["rows_kept"],
     }
     flags = {
         "scope_pages": dict(zip(query_ids, scope_pages.astype(np.int64).tolist(), strict=True)),
         "scope_pages_ranked": dict(zip(query_ids, ranked.tolist(), strict=True)),
+        "scope_pages_appended": dict(zip(query_ids, appended.tolist(), strict=True)),
     }
     return scoped, stats, flags
+
+
+def _unreturned_pages(
+    pages: pa.Table,
+    page_doc: np.ndarray,
+    pair_query: np.ndarray,
+    pair_doc: np.ndarray,
+    ranked_query: np.ndarray,
+    ranked_page: np.ndarray,
+    ranked_score: pa.ChunkedArray,
+    n_queries: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pages of the (query, document) pairs given that the run did not rank for that query, in
+    page order (page_index, then page_id) per query, scored 1, 2, ... below the query's lowest
+    ranked score (0 without one). Returns (A,) query codes, page codes and float64 scores."""
+    n_pages = len(page_doc)
+    page_ids = pages.column("page_id").combine_chunks()
+    page_index = pages.column("page_index").to_numpy(zero_copy_only=False)
+    id_rank = np.empty(n_pages, dtype=np.int64)
+    id_rank[pc.sort_indices(page_ids).to_numpy()] = np.arange(n_pages)
+    order_rank = np.empty(n_pages, dtype=np.int64)
+    order_rank[np.lexsort((id_rank, page_index))] = np.arange(n_pages)  # position in page order
+    by_doc = np.argsort(page_doc, kind="stable")
+    doc_pages = np.bincount(page_doc, minlength=int(page_doc.max(initial=-1)) + 1)
+    doc_start = np.cumsum(doc_pages) - doc_pages
+    lengths = doc_pages[pair_doc]
+    offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    query = np.repeat(pair_query, lengths)
+    page = by_doc[np.repeat(doc_start[pair_doc], lengths) + offsets]
+    new = ~np.isin(query * n_pages + page, ranked_query * n_pages + ranked_page)
+    query, page = query[new], page[new]
+    order = np.lexsort((order_rank[page], query))
+    query, page = query[order], page[order]
+    lowest = np.full(n_queries, np.inf)
+    np.minimum.at(lowest, ranked_query, ranked_score.to_numpy().astype(np.float64))
+    lowest[np.isinf(lowest)] = 0.0
+    counts = np.bincount(query, minlength=n_queries)
+    position = np.arange(len(query)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return query, page, lowest[query] - (position + 1)
 
 
 def _codes(values: pa.ChunkedArray | pa.Array, value_set: pa.Array) -> np.ndarray:
