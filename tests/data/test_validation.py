@@ -314,6 +314,15 @@ def multi_page_with_one_page(t: Tables) -> Expect:
     return Expect("queries", qrel["query_id"], "multi-page structures must have evidence on at least two pages")
 
 
+def documents_unknown_with_one_page(t: Tables) -> Expect:
+    """``multi_page_docs_unknown`` (a source without document ids) needs two or more evidence pages."""
+    frame = t.read("queries")
+    single = t.evidence().query("evidence_structure == 'page_single'")["query_id"].iloc[0]
+    frame.loc[frame["query_id"] == single, "evidence_structure"] = "multi_page_docs_unknown"
+    t.write("queries", frame)
+    return Expect("queries", single, "multi-page structures must have evidence on at least two pages")
+
+
 def within_doc_in_two_docs(t: Tables) -> Expect:
     evidence = t.evidence()
     pages = t.read("pages")
@@ -580,6 +589,7 @@ CASES: list[Case] = [
     query_without_qrels,
     single_page_with_two_pages,
     multi_page_with_one_page,
+    documents_unknown_with_one_page,
     within_doc_in_two_docs,
     adjacent_not_consecutive,
     cross_doc_in_one_doc,
@@ -633,6 +643,18 @@ def test_broken_benchmark_is_rejected(bench_copy, case: Case):
     message = str(error)
     assert message.startswith(expect.table if expect.row is None else f"{expect.table}[{expect.row}]: ")
     assert expect.rule in message
+
+
+def test_documents_unknown_is_accepted_on_two_or_more_pages(bench_copy):
+    """The label of a multi-page query whose documents are not known loads wherever the evidence has
+    two or more pages, in one document or several."""
+    t = Tables(bench_copy)
+    frame = t.read("queries")
+    relabelled = frame["evidence_structure"].isin(["doc_near", "cross_doc"])
+    frame.loc[relabelled, "evidence_structure"] = "multi_page_docs_unknown"
+    t.write("queries", frame)
+    bench = load_benchmark(bench_copy, memo=False)
+    assert (bench.queries["evidence_structure"] == "multi_page_docs_unknown").sum() == relabelled.sum() > 0
 
 
 def test_error_counts_every_offending_row(bench_copy):

@@ -137,7 +137,13 @@ def write_vidore_v3(root: Path) -> Path:
     _write(root, "corpus", corpus, V3_CORPUS, shards=2)
 
     a, b, c = (lambda p, d=d: ids[(d, p)] for d in ("hr_a", "hr_b", "slides_c"))
-    queries = [  # (query_id, text, language, content types)
+    content_types = {  # the card's labels (others: ["Text"]); the form placeholder and an unknown label
+        10: ["Table", "Text"],
+        13: ["Image", "N/A (If relevance score=0)"],
+        4: ["Text", "Diagram"],
+        5: ["Infographic", "Mixed"],
+    }
+    queries = [  # (query_id, text, language)
         (1, "How many days of remote work are allowed?", "english"),
         (2, "What is the annual leave and its rules?", "english"),
         (3, "Quelle est la durée du congé parental et le budget de formation ?", "french"),
@@ -162,7 +168,7 @@ def write_vidore_v3(root: Path) -> Path:
                 "language": language,
                 "query_types": ["extractive"],
                 "query_format": "question",
-                "content_type": ["text"],
+                "content_type": content_types.get(q, ["Text"]),
                 "raw_answers": ["x"],
                 "query_generator": "human",
                 "query_generation_pipeline": "p",
@@ -175,7 +181,7 @@ def write_vidore_v3(root: Path) -> Path:
         V3_QUERIES,
     )
     qrels = [  # (query_id, corpus_id, score, content types, boxes)
-        (1, a(1), 2, ["text"], [_box(1, 0)]),
+        (1, a(1), 2, ["Text", "N/A (If relevance score=0)"], [_box(1, 0)]),  # one kind: page_single
         (2, a(2), 1, ["text"], [_box(1, 0), _box(1, 1), _box(2, 0)]),  # two elements (annotator 1)
         (3, a(3), 2, ["text"], []),
         (3, a(4), 1, ["text"], []),  # pages 3 and 4: doc_adjacent
@@ -194,7 +200,7 @@ def write_vidore_v3(root: Path) -> Path:
         (12, b(5), 1, ["text"], []),  # its query text is blank
         (13, c(2), 1, ["image"], []),
         (13, c(3), 1, ["image"], []),
-        (13, c(4), 1, ["image"], []),  # span 2: doc_near
+        (13, c(4), 1, ["image"], []),  # pages 2, 3, 4 (largest gap 1): doc_adjacent
     ]
     _write(
         root,
@@ -228,8 +234,16 @@ def write_vidore_v3(root: Path) -> Path:
 
 
 V3_COUNTS = {
-    "structures": {"page_single": 2, "page_multi": 2, "doc_adjacent": 1, "doc_near": 2, "doc_far": 1, "cross_doc": 1},
+    "structures": {"page_single": 2, "page_multi": 2, "doc_adjacent": 2, "doc_near": 1, "doc_far": 1, "cross_doc": 1},
     "languages": {"english": 5, "french": 3, "german": 1},
+    "structures_per_language": {  # 1, 11 single, 2 multi, 5 far, 6 cross | 3, 13 adjacent, 4 near | 10 multi
+        "english": {"page_single": 2, "page_multi": 1, "doc_adjacent": 0, "doc_near": 0, "doc_far": 1, "cross_doc": 1},
+        "french": {"page_single": 0, "page_multi": 0, "doc_adjacent": 2, "doc_near": 1, "doc_far": 0, "cross_doc": 0},
+        "german": {"page_single": 0, "page_multi": 1, "doc_adjacent": 0, "doc_near": 0, "doc_far": 0, "cross_doc": 0},
+    },
+    # per kept query: 10 Table+Text, 13 Image (placeholder dropped), 4 Text (Diagram unmapped), 5 Infographic+Mixed
+    "evidence_types": {"10": ["table", "text"], "13": ["image"], "4": ["text"], "5": ["image", "other"], "1": ["text"]},
+    "unmapped_labels": {"Diagram": 1},
     "dropped": {
         "pages": {"duplicate_page_id": 1, "missing_image": 1},
         "qrels": {"duplicate": 1, "not_relevant": 1, "unknown_query": 1},
@@ -305,8 +319,16 @@ V2_COUNTS = {  # with file names: documents derived from them
     "structures": {"page_single": 1, "page_multi": 0, "doc_adjacent": 1, "doc_near": 0, "doc_far": 1, "cross_doc": 1},
     "kept": {"documents": 2, "pages": 12, "queries": 4},
 }
-V1_BEIR_COUNTS = {  # no document ids at all: each page its own document, multi-page queries cross_doc
-    "structures": {"page_single": 1, "page_multi": 0, "doc_adjacent": 0, "doc_near": 0, "doc_far": 0, "cross_doc": 3},
+V1_BEIR_COUNTS = {  # no document ids at all: each page its own document, multi-page queries: documents unknown
+    "structures": {
+        "page_single": 1,
+        "page_multi": 0,
+        "doc_adjacent": 0,
+        "doc_near": 0,
+        "doc_far": 0,
+        "cross_doc": 0,
+        "multi_page_docs_unknown": 3,
+    },
     "kept": {"documents": 12, "pages": 12, "queries": 4},
 }
 
@@ -332,7 +354,8 @@ V1_QA = pa.schema(
 
 
 def write_vidore_v1_qa(root: Path) -> Path:
-    """6 query rows on 5 pages (two rows share one page; one page has no image): see ``V1_QA_COUNTS``."""
+    """8 query rows on 5 pages (rows share pages; one page has no image; two rows repeat an earlier
+    row's text, as docvqa's 500 rows hold 451 texts): see ``V1_QA_COUNTS``."""
     rows = []
     for i, (doc, page, text) in enumerate(
         [
@@ -357,15 +380,22 @@ def write_vidore_v1_qa(root: Path) -> Path:
             }
         )
     rows.append({**rows[0], "questionId": "49100", "query": "What is the amount due on the invoice?"})  # same page
+    # Texts repeated on other pages: merged into 49000 (pages 101_p1, 102_p1: two documents, cross_doc)
+    # and 49001 (101_p2, 101_p1: pages 1 and 2 of document 101, doc_adjacent).
+    rows.append({**rows[2], "questionId": "49101", "query": rows[0]["query"]})
+    rows.append({**rows[0], "questionId": "49102", "query": rows[1]["query"]})
     rows[3]["image"] = None  # a row whose image is missing: its page is dropped, so is its query
     _write(root, "data", rows, V1_QA)
     return root
 
 
-V1_QA_COUNTS = {
-    "structures": {"page_single": 5, "page_multi": 0, "doc_adjacent": 0, "doc_near": 0, "doc_far": 0, "cross_doc": 0},
-    "kept": {"documents": 3, "pages": 4, "queries": 5},
-    "dropped": {"pages": {"missing_image": 1}, "queries": {"evidence_not_in_corpus": 1}},
+V1_QA_COUNTS = {  # 49002, 49004, 49100 single; 49000 cross_doc, 49001 doc_adjacent (merged); 49003 no page image
+    "structures": {"page_single": 3, "page_multi": 0, "doc_adjacent": 1, "doc_near": 0, "doc_far": 0, "cross_doc": 1},
+    "kept": {"documents": 3, "pages": 4, "queries": 5, "qrels": 7},
+    "dropped": {
+        "pages": {"missing_image": 1},
+        "queries": {"evidence_not_in_corpus": 1, "merged_duplicate_text": 2},
+    },
 }
 
 

@@ -14,8 +14,8 @@ import pytest
 from helpers import REPO_ROOT, evaluate
 from importer_fixtures import V3_COUNTS, hub_cache, write_vidore_v3
 from vldocir.data.benchmark import load_benchmark
-from vldocir.importers.base import import_benchmark
-from vldocir.importers.beir import BeirImporter
+from vldocir.importers.base import ImporterError, import_benchmark
+from vldocir.importers.beir import BeirImporter, read_qrels_tsv
 
 TOY = REPO_ROOT / "tests" / "fixtures" / "importers" / "beir_toy"
 REAL = REPO_ROOT.parent / "shared" / "real-benchmarks" / "beir-dbpedia-entity"
@@ -44,6 +44,24 @@ def test_beir_toy_hand_count(tmp_path):
     assert bench.info["sources"] == ["beir_toy"]
     dev = import_benchmark(BeirImporter(source=str(TOY), split="dev"), tmp_path / "dev", name="dev")
     assert dev.info["built_by"]["structures"]["page_single"] == 1
+
+
+def test_qrels_without_a_header_are_read(tmp_path):
+    """Some BEIR-style sets ship qrels without the header line: the first line is then a judgement
+    (its third field a number, its first two not BEIR's column names) and is read as one."""
+    source = tmp_path / "headerless"
+    shutil.copytree(TOY, source)
+    qrels = source / "qrels" / "test.tsv"
+    lines = qrels.read_text().splitlines(keepends=True)
+    qrels.write_text("".join(lines[1:]))
+    assert read_qrels_tsv(qrels).equals(read_qrels_tsv(TOY / "qrels" / "test.tsv"))
+    with_header = import_benchmark(BeirImporter(source=str(TOY)), tmp_path / "a", name="toy").info["built_by"]
+    without = import_benchmark(BeirImporter(source=str(source)), tmp_path / "b", name="toy").info["built_by"]
+    for key in ("structures", "dropped", "grades", "kept"):
+        assert without[key] == with_header[key]
+    qrels.write_text("qid\tdocid\trel\n" + "".join(lines[1:]))  # another header: still refused
+    with pytest.raises(ImporterError, match=r"header \['qid', 'docid', 'rel'\] is not BEIR's"):
+        read_qrels_tsv(qrels)
 
 
 def test_run_py_on_imported_beir_with_bm25(isolated_paths):
@@ -96,7 +114,13 @@ def test_hub_source_offline_through_the_import_app(tmp_path):
         "dataset.importer.source=hf://toy-org/vidore_v3_hr",
         "dataset.importer.revision=main",
     ]
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "hf://toy-org/vidore_v3_hr is read at revision main, not a pinned commit" in refused.stderr
+    assert not (tmp_path / "data" / "vidore-v3-hr").exists()
+    done = subprocess.run(
+        [*command, "dataset.importer.allow_unpinned=true"], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     per_structure = ", ".join(f"{s} {n}" for s, n in V3_COUNTS["structures"].items())
     assert f"per structure: {per_structure}" in done.stdout
@@ -104,8 +128,14 @@ def test_hub_source_offline_through_the_import_app(tmp_path):
     root = tmp_path / "data" / "vidore-v3-hr"
     assert load_benchmark(root).info["imported_from"]["source"] == "hf://toy-org/vidore_v3_hr"
     shutil.rmtree(tmp_path / "hub" / "datasets--toy-org--vidore_v3_hr")
+    assert "allow_unpinned" not in load_benchmark(root).info["built_by"]["importer"]  # (not part of the spec)
     missing = subprocess.run(
-        [*command[:-2], "dataset.importer.source=hf://toy-org/absent", "dataset.name=absent"],
+        [
+            *command[:-2],
+            "dataset.importer.source=hf://toy-org/absent",
+            f"dataset.importer.revision={commit}",
+            "dataset.name=absent",
+        ],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -116,6 +146,6 @@ def test_hub_source_offline_through_the_import_app(tmp_path):
     assert (
         missing.stderr.strip()
         .splitlines()[-1]
-        .startswith("import_benchmark error: could not fetch dataset 'toy-org/absent' (revision main)")
+        .startswith(f"import_benchmark error: could not fetch dataset 'toy-org/absent' (revision {commit})")
     )
     assert Path(root / "benchmark.json").is_file()

@@ -11,12 +11,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import MINI_DIR
+from helpers import MINI_DIR, REPO_ROOT
 from importer_fixtures import png
 from vldocir.data.benchmark import BenchmarkError, load_benchmark
-from vldocir.data.evidence import evidence_structures
+from vldocir.data.evidence import STRUCTURE_RULES, evidence_structures
+from vldocir.data.schema import UNKNOWN_DOCUMENTS_STRUCTURE
 from vldocir.errors import ConfigError
-from vldocir.importers.base import ImportedData, Importer, import_benchmark, open_imported, write_imported
+from vldocir.importers.base import (
+    EVIDENCE_TYPE_VOCABULARY,
+    PINNED_REVISION,
+    ImportedData,
+    Importer,
+    ImporterError,
+    import_benchmark,
+    open_imported,
+    summary,
+    write_imported,
+)
+from vldocir.importers.beir import BeirImporter
 
 
 def test_structures_follow_the_projects_distance_rule():
@@ -33,13 +45,19 @@ def test_structures_follow_the_projects_distance_rule():
             ("far", "d", 9, 1),
             ("cross", "d", 1, 1),
             ("cross", "e", 1, 1),
-            ("three", "d", 2, 1),
-            ("three", "d", 3, 1),
-            ("three", "d", 4, 1),
+            *[("run", "d", p, 1) for p in (3, 4, 5, 6, 7, 8)],  # six consecutive pages (span 5)
+            *[("stride", "d", p, 1) for p in (1, 3, 5, 7, 9, 11)],  # every other page (span 10)
+            ("outlier", "d", 1, 1),
+            ("outlier", "d", 2, 1),
+            ("outlier", "d", 9, 1),  # one page 7 after the others
+            ("repeat", "d", 4, 1),
+            ("repeat", "d", 4, 1),  # the same page twice: one gap of 0 is no gap
+            ("repeat", "d", 6, 1),
         ],
         columns=["query_id", "doc_id", "page_number", "n_elements"],
     )
     got = evidence_structures(evidence, near_max_gap=4).to_dict()
+    # By hand, the largest gap between consecutive pages: run 1, stride 2, outlier 7, repeat 2.
     assert got == {
         "single": "page_single",
         "multi": "page_multi",
@@ -47,9 +65,28 @@ def test_structures_follow_the_projects_distance_rule():
         "near": "doc_near",
         "far": "doc_far",
         "cross": "cross_doc",
-        "three": "doc_near",
-    }  # (first to last page: 2 apart)
+        "run": "doc_adjacent",
+        "stride": "doc_near",
+        "outlier": "doc_far",
+        "repeat": "doc_near",
+    }
     assert evidence_structures(evidence, near_max_gap=3).to_dict()["near"] == "doc_far"
+    unknown = evidence_structures(evidence, documents_known=False).to_dict()
+    assert {q for q, s in unknown.items() if s == UNKNOWN_DOCUMENTS_STRUCTURE} == {
+        "adjacent", "near", "far", "cross", "run", "stride", "outlier", "repeat"
+    }  # fmt: skip
+    assert unknown["single"] == "page_single" and unknown["multi"] == "page_multi"
+
+
+def test_the_mini_keeps_its_labels_under_the_largest_gap_rule():
+    """No mini query has three or more evidence pages, so the rule gives its stored labels."""
+    bench = load_benchmark(MINI_DIR)
+    qrels = bench.qrels.merge(bench.pages[["page_id", "page_index"]], on="page_id")
+    assert qrels.groupby("query_id").size().max() == 2
+    labels = evidence_structures(qrels.rename(columns={"page_index": "page_number"}).assign(n_elements=1))
+    stored = bench.queries.set_index("query_id")["evidence_structure"]
+    multi_page = stored[~stored.isin(["page_single", "page_multi"])]
+    assert (labels[multi_page.index] == multi_page).all() and len(multi_page) == 89
 
 
 def _toy() -> ImportedData:
@@ -181,6 +218,18 @@ def test_first_use_imports_then_reuses_and_refuses_another_spec(tmp_path):
     assert sorted(p.name for p in dest.parent.iterdir()) == ["toy"]  # no staging or old copy left behind
 
 
+def test_an_import_of_another_import_version_is_not_reused(tmp_path):
+    dest = tmp_path / "data" / "toy"
+    open_imported(_Toy(source="nowhere"), dest, name="toy")
+    info = json.loads((dest / "benchmark.json").read_text())
+    info["built_by"]["import_version"] = 1  # written before the largest-gap rule and the label tables
+    (dest / "benchmark.json").write_text(json.dumps(info))
+    with pytest.raises(ConfigError, match=r"written by import version 1, this code writes 2 .* overwrite=true"):
+        open_imported(_Toy(source="nowhere"), dest, name="toy")
+    again = import_benchmark(_Toy(source="nowhere"), dest, name="toy", replace=True)
+    assert again.info["built_by"]["import_version"] == 2
+
+
 def test_an_import_never_replaces_a_folder_that_is_not_a_benchmark(tmp_path):
     dest = tmp_path / "mine"
     dest.mkdir()
@@ -189,3 +238,99 @@ def test_an_import_never_replaces_a_folder_that_is_not_a_benchmark(tmp_path):
         import_benchmark(_Toy(source="nowhere"), dest, name="toy")
     assert (dest / "notes.txt").read_text() == "keep me"
     shutil.rmtree(dest)
+
+
+def test_the_structure_rules_are_recorded_and_printed(tmp_path):
+    bench = write_imported(_toy(), tmp_path / "toy", name="toy", near_max_gap=3)
+    rules = bench.info["built_by"]["structure_rules"]
+    assert rules == {**STRUCTURE_RULES, "near_max_gap": 3}
+    assert rules["within_document"].startswith("largest gap between consecutive evidence pages")
+    printed = summary(bench)
+    assert "    within a document: largest gap between consecutive evidence pages" in printed
+    assert "(near_max_gap 3)" in printed and "    one page: two or more evidence elements (boxes)" in printed
+    assert bench.info["built_by"]["unmapped_labels"] == {}
+
+
+def test_labels_are_mapped_through_the_table_and_the_others_counted():
+    data = _toy()
+    table = {"text": "text", "figure": "image", "placeholder": None}
+    assert data.evidence_types(["Text", " figure ", "Placeholder", "Hyperlink", None, ""], table) == ["image", "text"]
+    assert data.evidence_types(["hyperlink", "Hyperlink"], table) == []
+    assert data.unmapped_labels == {"Hyperlink": 2, "hyperlink": 1}
+
+
+@pytest.mark.parametrize("revision", ["main", None, "v1.0", "0123456789abcdef"])
+def test_an_unpinned_hub_source_is_refused_in_one_line(tmp_path, revision):
+    with pytest.raises(ImporterError, match=r"hf://org/set is read at revision .*, not a pinned commit") as refused:
+        import_benchmark(_Toy(source="hf://org/set", revision=revision), tmp_path / "toy", name="toy")
+    assert "\n" not in str(refused.value) and "allow_unpinned=true" in str(refused.value)
+    assert not (tmp_path / "toy").exists()
+    allowed = import_benchmark(
+        _Toy(source="hf://org/set", revision=revision, allow_unpinned=True), tmp_path / "ok", name="toy"
+    )
+    assert "allow_unpinned" not in allowed.info["built_by"]["importer"]  # (the spec stays comparable)
+
+
+def test_pinned_and_local_sources_pass_and_beir_qrels_are_checked_too(tmp_path):
+    _Toy(source="hf://org/set", revision="0123456789abcdef0123456789abcdef01234567").check_pinned()
+    _Toy(source=str(tmp_path)).check_pinned()  # a local folder has no revision to pin
+    beir = BeirImporter(
+        source="hf://BeIR/x", revision="0123456789abcdef0123456789abcdef01234567", qrels_source="hf://BeIR/x-qrels"
+    )
+    with pytest.raises(ImporterError, match=r"qrels_source=hf://BeIR/x-qrels .* set dataset\.importer\.qrels_revision"):
+        beir.check_pinned()
+
+
+def test_rows_left_out_are_named_ten_at_most():
+    data = _toy()
+    data.name_rows("queries left out, evidence_page_zero", [f"question {i}" for i in range(12)])
+    assert data.notes[-1] == (
+        "queries left out, evidence_page_zero (12): " + "; ".join(f"question {i}" for i in range(10)) + "; and 2 more"
+    )
+
+
+def test_every_mapping_table_maps_into_the_vocabulary():
+    from vldocir.importers import longdocurl, mmdocir, mmlongbench, vidore
+
+    tables = [vidore.CONTENT_TYPES, mmlongbench.EVIDENCE_SOURCES, mmdocir.QUESTION_TYPES, longdocurl.EVIDENCE_SOURCES]
+    for table in tables:
+        assert all(key == key.strip().lower() for key in table)  # (labels are looked up lower-cased)
+        assert set(table.values()) - {None} <= set(EVIDENCE_TYPE_VOCABULARY)
+
+
+PUBLIC_CONFIGS = (
+    "beir_dbpedia_entity",
+    "longdocurl",
+    "mmdocir",
+    "mmlongbench_doc",
+    "vidore_docvqa",
+    "vidore_v1_docvqa_beir",
+    "vidore_v2_esg",
+    "vidore_v3_hr",
+)
+
+
+@pytest.mark.parametrize("name", PUBLIC_CONFIGS)
+def test_every_public_config_is_pinned_and_names_its_protocol(name):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.load(REPO_ROOT / "conf" / "dataset" / f"{name}.yaml")
+    importer = config.importer
+    assert importer.source.startswith("hf://") and PINNED_REVISION.match(importer.revision)
+    assert importer.allow_unpinned is False
+    protocol = config.protocol
+    assert set(protocol) == {"name", "main_score", "subsets", "scope", "summary"}
+    metric, k = protocol.main_score.split("@")
+    assert metric in {"ndcg", "recall", "mrr"} and int(k) > 0
+    assert protocol.scope in {"corpus", "document"} and protocol.subsets in {None, "language"}
+    # multilingual sets are scored per language (mteb's hf_subsets); ViDoRe v1/v2 at nDCG@5, v3 and BEIR at nDCG@10
+    expected = {
+        "vidore_v2_esg": ("ndcg@5", "language"),
+        "vidore_v3_hr": ("ndcg@10", "language"),
+        "vidore_docvqa": ("ndcg@5", None),
+        "vidore_v1_docvqa_beir": ("ndcg@5", None),
+        "beir_dbpedia_entity": ("ndcg@10", None),
+        "mmdocir": ("recall@5", None),
+    }
+    if name in expected:
+        assert (protocol.main_score, protocol.subsets) == expected[name]

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -58,18 +61,19 @@ def _jpeg(label: str) -> bytes:
 # -- MMLongBench-Doc ---------------------------------------------------------------------------------
 # samples.json: 18 questions over report-a (8 pages), slides_b (10), scan-e (3, images only: no text
 # layer), broken.pdf (truncated) and missing.pdf (absent). By hand: page_single [3], [4, 4] (a page
-# given twice), [5], [10], scan-e [2]; page_multi [4] with a chart and a table; doc_adjacent [2, 3];
-# doc_near [2, 5], [1, 2, 3] (first to last: 2), [3, 7]; doc_far [1, 8]; left out: one "None" answer
-# format, one "[]" of an answerable question, page 0 of a 1-indexed list, page 9 of 8, "page six",
-# and the questions of the broken and the missing PDF.
+# given twice), [5], [10], scan-e [2], [4] with a chart and a table (labels name modalities: not
+# page_multi unless page_multi_from_labels); doc_adjacent [2, 3], [1, 2, 3] (largest gap 1); doc_near
+# [2, 5], [3, 7]; doc_far [1, 8]; left out: one "None" answer format, one "[]" of an answerable
+# question, page 0 of a 1-indexed list, page 9 of 8, "page six", and the questions of the broken and
+# the missing PDF. q00009 lists 'Figure' and 'Hyperlink' (no mapping: counted).
 MMLB_COUNTS = {
-    "structures": _counts(5, 1, 1, 3, 1),
+    "structures": _counts(6, 0, 2, 2, 1),
     "kept": {"documents": 3, "pages": 21, "queries": 11, "qrels": 17},
     "dropped": {
         "qrels": {"repeated_page_number": 1},
         "queries": {
-            "evidence_page_before_first_page": 1,
             "evidence_page_past_document_end": 1,
+            "evidence_page_zero": 1,
             "no_evidence": 1,
             "pdf_unavailable": 2,
             "unanswerable": 1,
@@ -129,11 +133,92 @@ def test_mmlongbench_imports_with_the_hand_counts(mmlb_source, tmp_path):
     qrels = bench.qrels
     assert sorted(qrels.loc[qrels["query_id"] == "q00001", "page_id"]) == ["report-a-p001", "report-a-p002"]
     queries = bench.queries.set_index("query_id")
-    assert queries.loc["q00004", "evidence_structure"] == "page_multi"
+    assert queries.loc["q00004", "evidence_structure"] == "page_single"  # a chart and a table: labels, not counts
     assert queries.loc["q00004", "evidence_types"].tolist() == ["chart", "table"]
+    assert queries.loc["q00009", "evidence_types"].tolist() == ["image"] and built["unmapped_labels"] == {
+        "Hyperlink": 1
+    }
+    assert queries.loc["q00010", "evidence_structure"] == "doc_adjacent"  # [1, 2, 3]
+    named = [n for n in built["notes"] if n.startswith("queries left out")]
+    assert named == [
+        "queries left out, unparseable_evidence_pages (1): question 17 (slides_b.pdf): evidence_pages 'page six'",
+        "queries left out, evidence_page_zero (1): question 7 (report-a.pdf): evidence_pages '[0, 2]'",
+        "queries left out, evidence_page_past_document_end (1): question 8 (report-a.pdf): evidence_pages '[9]'",
+    ]
     assert queries.loc["q00010", "answer"] == "['plan', 'build', 'ship']"
     assert set(bench.documents["domain"]) == {"Research report / Introduction", "Tutorial/Workshop", "Brochure"}
     assert load_benchmark(bench.root).fingerprint == bench.fingerprint  # validates on load
+
+
+def test_mmlongbench_page_multi_from_labels_is_an_option(mmlb_source, tmp_path):
+    importer = MMLongBenchDoc(
+        source=str(mmlb_source),
+        ocr=None,
+        pdf=PdfConfig(width=WIDTH, workers=1),
+        cache_dir=str(tmp_path / "cache"),
+        page_multi_from_labels=True,
+    )
+    built = import_benchmark(importer, tmp_path / "bench", name="mmlb-labels").info["built_by"]
+    assert built["structures"] == _counts(4, 2, 2, 2, 1)  # q00004 (chart, table), q00009 (figure, hyperlink)
+    assert built["importer"]["page_multi_from_labels"] is True
+    assert built["structure_rules"]["page_multi"].endswith(
+        "(page_multi_from_labels: each distinct evidence label counts as an element)"
+    )
+
+
+def test_mmlongbench_a_question_without_doc_id_is_one_line(tmp_path):
+    samples = json.loads((FIXTURES / "mmlongbench" / "samples.json").read_text())
+    samples[3]["doc_id"] = None
+    (tmp_path / "documents").mkdir()
+    (tmp_path / "samples.json").write_text(json.dumps(samples))
+    with pytest.raises(
+        ImporterError, match=r"samples\.json: question 3 \('How many times is rpa01 .*'\) has no doc_id$"
+    ):
+        MMLongBenchDoc(source=str(tmp_path), ocr=None, cache_dir=str(tmp_path / "cache")).read()
+
+
+def test_a_record_without_its_document_is_one_line_in_longdocurl_and_mmdocir(tmp_path):
+    records = (FIXTURES / "longdocurl" / "LongDocURL.jsonl").read_text().splitlines()
+    broken = json.loads(records[2])
+    broken["doc_no"] = None
+    (tmp_path / "ldu").mkdir()
+    (tmp_path / "ldu" / "LongDocURL.jsonl").write_text("\n".join([*records[:2], json.dumps(broken), *records[3:]]))
+    with pytest.raises(
+        ImporterError, match=r"LongDocURL\.jsonl: record 3 \(free_gemini15_pro_4000001_1_9_2\) has no doc_no$"
+    ):
+        LongDocURL(source=str(tmp_path / "ldu"), ocr=None, cache_dir=str(tmp_path / "cache")).read()
+    source = write_mmdocir(tmp_path / "mmdocir")
+    lines = (source / "MMDocIR_annotations.jsonl").read_text().splitlines()
+    record = json.loads(lines[1])
+    record["doc_name"] = None
+    (source / "MMDocIR_annotations.jsonl").write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]))
+    with pytest.raises(
+        ImporterError, match=r"MMDocIR_annotations\.jsonl:2: not an MMDocIR annotation record .*doc_name"
+    ):
+        MMDocIR(source=str(source)).read()
+
+
+@pytest.mark.slow
+def test_mmlongbench_without_its_documents_folder_exits_2_in_one_line(tmp_path):
+    """Before any PDF is read: the import app exits 2 with one line naming the folder it looked for
+    (it logged a warning per PDF, then ended in KeyError: 'doc_id')."""
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    shutil.copy(FIXTURES / "mmlongbench" / "samples.json", tmp_path / "src" / "data" / "samples.json")
+    env = {
+        **os.environ,
+        "VLDOCIR_DATA_DIR": str(tmp_path / "data"),
+        "VLDOCIR_LOG_DIR": str(tmp_path / "logs"),
+        "VLDOCIR_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    command = [sys.executable, "-m", "vldocir.apps.import_benchmark", "dataset=mmlongbench_doc"]
+    command += [f"dataset.importer.source={tmp_path / 'src'}", "dataset.importer.revision=null"]
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"import_benchmark error: {tmp_path / 'src'}: no documents folder (documents/ or data/documents/) holding "
+        "the PDFs the questions name; download it with the questions, or set dataset.importer.documents"
+    ]
+    assert not (tmp_path / "cache" / "pdf").exists()
 
 
 def test_mmlongbench_through_the_pipeline_with_bm25_and_a_tiny_visual_retriever(mmlb_source, isolated_paths, tiny):
@@ -148,7 +233,7 @@ def test_mmlongbench_through_the_pipeline_with_bm25_and_a_tiny_visual_retriever(
     metrics, _manifest, _ = evaluate(*dataset, "retriever=dom_bm25")
     expected = {s: n for s, n in MMLB_COUNTS["structures"].items() if n}
     assert _structures(metrics) == expected and metrics["n_queries"] == 11
-    assert metrics["empty"]["structures"] == ["cross_doc"]  # Macro is over the five present
+    assert metrics["empty"]["structures"] == ["page_multi", "cross_doc"]  # Macro is over the four present
     # Each text question names its pages' keywords: BM25 finds every evidence page of those.
     assert metrics["breakdowns"]["structure"]["doc_adjacent"]["recallall@5"] == 100.0
     visual, _, _ = evaluate(*dataset, *tiny_overrides("colqwen25", tiny), "depth=19")
@@ -164,12 +249,12 @@ def test_mmlongbench_through_the_pipeline_with_bm25_and_a_tiny_visual_retriever(
 # -- LongDocURL -----------------------------------------------------------------------------------
 # LongDocURL.jsonl: 13 questions over 4000001 (a PDF, 9 pages, in pdf_files.tar.gz), 4000002 (PNGs
 # only: pages 0, 1, 2, 3, 5, page 3 twice in two folders, page 4 missing) and 4000003 (no files). By
-# hand: page_single [3], 4000002 [2]; page_multi [4] (a table and a figure), [5] (two boxes);
-# doc_adjacent [2, 3]; doc_near [6, 6, 8], 4000002 [1, 4]; doc_far [1, 9]; left out: page 0, page 10
-# of 9, page 7 of 6, 4000003's question, 4000002's page 5 (its PNG 4 is missing: evidence not in the
-# corpus).
+# hand: page_single [3], 4000002 [2], [4] (a table and a figure: labels, not counted elements);
+# page_multi [5] (two boxes); doc_adjacent [2, 3]; doc_near [6, 6, 8], 4000002 [1, 4]; doc_far [1, 9];
+# left out: page 0, page 10 of 9, page 7 of 6, 4000003's question, 4000002's page 5 (its PNG 4 is
+# missing: evidence not in the corpus).
 LDU_COUNTS = {
-    "structures": _counts(2, 2, 1, 2, 1),
+    "structures": _counts(3, 1, 1, 2, 1),
     "kept": {"documents": 2, "pages": 14, "queries": 8},
     "dropped": {
         "pages": {"duplicate_page_id": 1},
@@ -177,8 +262,8 @@ LDU_COUNTS = {
         "queries": {
             "document_unavailable": 1,
             "evidence_not_in_corpus": 1,
-            "evidence_page_before_first_page": 1,
             "evidence_page_past_document_end": 2,
+            "evidence_page_zero": 1,
         },
     },
 }
@@ -312,6 +397,16 @@ def test_mmdocir_imports_the_pages_parquet_with_the_hand_counts(tmp_path, monkey
     assert set(bench.documents["domain"]) == {"Financial report", "Guidebook", "Tutorial/Workshop"}
     qrels = bench.qrels.set_index(["query_id", "page_id"])
     assert qrels.loc[("q00004", "annual-report-x-p007"), "n_evidence_elements"] == 2
+    # type: bare DocBench labels, a list in a string, "[]"; one label no table names (counted)
+    types = bench.queries.set_index("query_id")["evidence_types"].map(list)
+    assert types[["q00000", "q00002", "q00004", "q00006", "q00007", "q00009", "q00012"]].tolist() == [
+        ["metadata"], ["text"], ["chart", "table"], [], ["table"], ["image"], ["text"]
+    ]  # fmt: skip
+    assert built["unmapped_labels"] == {"Equation": 1}
+    assert [n for n in built["notes"] if n.startswith("queries left out")] == [
+        "queries left out, evidence_page_before_first_page (1): question 10 (field-guide-y.pdf): page_id [-1]",
+        "queries left out, evidence_page_past_document_end (1): question 5 (annual-report-x.pdf): page_id [12]",
+    ]
 
 
 def test_mmdocir_rows_of_another_document_are_one_line(tmp_path):
@@ -356,11 +451,12 @@ def test_mmdocir_real_slice(tmp_path):
 @pytest.mark.skipif(not (REAL / "longdocurl").is_dir(), reason=f"no real LongDocURL slice at {REAL / 'longdocurl'}")
 def test_longdocurl_real_slice(tmp_path):
     """LongDocURL's 3-record sample with the evidence PNGs and their neighbours: [54] one table, one box:
-    single; [42] a table and a figure: multi; [15, 16]: adjacent. Page 54 is PNG 4055915_53."""
+    single; [42] a table and a figure (labels, no boxes): single; [15, 16]: adjacent. Page 54 is PNG
+    4055915_53."""
     importer = LongDocURL(source=str(REAL / "longdocurl"), ocr=None, cache_dir=str(tmp_path / "cache"))
     bench = import_benchmark(importer, tmp_path / "bench", name="ldu-real")
     built = bench.info["built_by"]
-    assert built["structures"] == _counts(1, 1, 1, 0, 0)
+    assert built["structures"] == _counts(2, 0, 1, 0, 0)
     assert built["kept"]["pages"] == 10 and built["kept"]["queries"] == 3
     qrels = bench.qrels
     evidence = qrels.loc[qrels["query_id"] == "free_gemini15_pro_4055915_42_71_8", "page_id"].tolist()

@@ -50,8 +50,15 @@ def test_v3_imports_with_the_hand_counted_structures_drops_and_languages(v3_sour
     assert grades.loc[("3", "2"), "grade"] == 2 and grades.loc[("11", "11"), "grade"] == 2
     queries = bench.queries.set_index("query_id")
     assert queries.loc["3", "language"] == "french" and list(queries.loc["1", "query_types"]) == ["extractive"]
+    assert built["structures_per_language"] == V3_COUNTS["structures_per_language"]
+    assert built["unmapped_labels"] == V3_COUNTS["unmapped_labels"]
+    for query_id, types in V3_COUNTS["evidence_types"].items():
+        assert queries.loc[query_id, "evidence_types"].tolist() == types
+    assert queries.loc["1", "evidence_structure"] == "page_single"  # the placeholder is no second kind
     printed = summary(bench)
     assert "page_multi 2" in printed and "documents without a text layer: 1 (e.g. slides_c)" in printed
+    assert "    french: page_single 0, page_multi 0, doc_adjacent 2, doc_near 1, doc_far 0, cross_doc 0" in printed
+    assert "unmapped labels (no evidence type; left out): 'Diagram' 1" in printed
 
 
 def test_v3_one_language(v3_source, tmp_path):
@@ -71,7 +78,16 @@ def test_v2_and_v1_beir_derive_documents_from_file_names_or_say_there_are_none(t
     assert built["document_ids"] == (NO_DOCUMENT_IDS if not with_filenames else built["document_ids"])
     if with_filenames:
         assert sorted(bench.documents["doc_id"]) == ["esg_report_1", "esg_report_2"]
-    assert "document ids: " + built["document_ids"] in summary(bench)
+    printed = summary(bench)
+    assert "document ids: " + built["document_ids"] in printed
+    unknown = "3 queries are multi_page_docs_unknown (several pages, documents unknown): left out of structure Macro"
+    assert (unknown in printed) == (not with_filenames)
+    # four languages, one query each: one query set per language
+    assert built["structures_per_language"]["spanish"] == (
+        {**dict.fromkeys(counts["structures"], 0), "multi_page_docs_unknown": 1}
+        if not with_filenames
+        else {**dict.fromkeys(counts["structures"], 0), "cross_doc": 1}
+    )
 
 
 def test_v1_qa_form_one_page_per_query(tmp_path):
@@ -81,8 +97,11 @@ def test_v1_qa_form_one_page_per_query(tmp_path):
     assert built["structures"] == V1_QA_COUNTS["structures"]
     assert {k: built["kept"][k] for k in V1_QA_COUNTS["kept"]} == V1_QA_COUNTS["kept"]
     assert built["dropped"] == V1_QA_COUNTS["dropped"]
-    qrels = bench.qrels.set_index("query_id")
-    assert qrels.loc["49100", "page_id"] == qrels.loc["49000", "page_id"] == "101_p1.png"  # one page, two queries
+    qrels = bench.qrels.groupby("query_id")["page_id"].agg(sorted)
+    assert qrels["49100"] == ["101_p1.png"]  # a page two queries share
+    assert qrels["49000"] == ["101_p1.png", "102_p1.png"] and qrels["49001"] == ["101_p1.png", "101_p2.png"]
+    assert set(bench.queries["query_id"]) == {"49000", "49001", "49002", "49004", "49100"}
+    assert any(n.startswith("2 query rows repeat an earlier row's query text: merged") for n in built["notes"])
 
 
 @pytest.mark.parametrize(

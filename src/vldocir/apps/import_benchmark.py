@@ -7,8 +7,11 @@ project's form, explicitly: what ``python run.py dataset=<name>`` does on first 
         dataset.name=vidore-v2-esg-fr
     python -m vldocir.apps.import_benchmark dataset=vidore_v3_hr overwrite=true   # import again
 
-Prints what was kept and dropped (per table and reason), the queries per evidence structure and per
-language, and how documents were identified; benchmark.json records the same (``built_by``).
+Prints what was kept and dropped (per table and reason), the queries per evidence structure with the
+rules that labelled them, per language and per structure within each language, the source labels no
+mapping table names, how documents were identified and the notes (rows left out, named);
+benchmark.json records the same (``built_by``). A hub source not pinned to a commit is refused
+(exit 2, one line) unless ``dataset.importer.allow_unpinned=true``.
 """
 
 from hydra.utils import instantiate

@@ -14,9 +14,29 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
+from vldocir.data.schema import UNKNOWN_DOCUMENTS_STRUCTURE
+
 NEAR_MAX_GAP = 4
 """Default largest page distance of a Doc-Near pair (Doc-Far: larger). A built benchmark records the
 value it used in ``benchmark.json`` (``built_by.near_max_gap`` or ``built_by.spec.near_max_gap``)."""
+
+
+STRUCTURE_RULES: dict[str, object] = {
+    "documents": "evidence pages in two or more documents: cross_doc; a source without document ids "
+    f"(each page its own document): {UNKNOWN_DOCUMENTS_STRUCTURE} for two or more pages",
+    "within_document": "largest gap between consecutive evidence pages (sorted, distinct page numbers): "
+    "1 doc_adjacent, 2..near_max_gap doc_near, more doc_far",
+    "near_max_gap": NEAR_MAX_GAP,
+    "page_multi": "two or more evidence elements (boxes) on the query's one page; else page_single",
+}
+"""The rules :func:`evidence_structures` labels queries by, as recorded in an import's
+``benchmark.json`` (``built_by.structure_rules``, with the ``near_max_gap`` it used) and printed
+beside its structure counts."""
+
+
+def structure_rules(near_max_gap: int = NEAR_MAX_GAP) -> dict[str, object]:
+    """:data:`STRUCTURE_RULES` with the ``near_max_gap`` a benchmark was labelled with."""
+    return {**STRUCTURE_RULES, "near_max_gap": int(near_max_gap)}
 
 
 def pair_structure(gap: int, near_max_gap: int) -> str | None:
@@ -55,13 +75,22 @@ def resolve_element_pages(elements: pd.DataFrame, doc_id: str, element_ids: Sequ
     return {e: int(doc[e]) for e in element_ids}
 
 
-def evidence_structures(evidence: pd.DataFrame, near_max_gap: int = NEAR_MAX_GAP) -> pd.Series:
-    """The evidence structure of each query from its evidence pages, the rule of every query path:
+def evidence_structures(
+    evidence: pd.DataFrame, near_max_gap: int = NEAR_MAX_GAP, *, documents_known: bool = True
+) -> pd.Series:
+    """The evidence structure of each query from its evidence pages, the rule of every query path
+    (:data:`STRUCTURE_RULES`):
 
     - pages in two or more documents: ``cross_doc``;
-    - two or more pages of one document: :func:`pair_structure` of the distance between its first
-      and last evidence page (``doc_adjacent`` / ``doc_near`` / ``doc_far``);
-    - one page: ``page_multi`` when two or more evidence elements lie on it, else ``page_single``.
+    - two or more pages of one document: :func:`pair_structure` of the **largest gap between
+      consecutive evidence pages** (sorted, distinct page numbers), so a run of consecutive pages is
+      ``doc_adjacent`` however long, and one far page makes the set ``doc_far``; for two pages this
+      is their distance (the rule generated benchmarks are built with);
+    - one page: ``page_multi`` when two or more evidence elements lie on it, else ``page_single``;
+    - ``documents_known=False`` (a source without document ids: each page was made its own
+      document): two or more pages are ``multi_page_docs_unknown``
+      (:data:`~vldocir.data.schema.UNKNOWN_DOCUMENTS_STRUCTURE`): nothing says whether they lie in
+      one document or several.
 
     ``evidence``: one row per (query, evidence page) with ``query_id``, ``doc_id``, ``page_number``
     (the page's position in its document, as the source numbers its pages: distances are measured
@@ -73,13 +102,16 @@ def evidence_structures(evidence: pd.DataFrame, near_max_gap: int = NEAR_MAX_GAP
     stats = grouped.agg(
         n_docs=("doc_id", "nunique"),
         n_pages=("page_number", "size"),
-        first=("page_number", "min"),
-        last=("page_number", "max"),
         n_elements=("n_elements", "max"),
     )
+    pages = frame[["query_id", "page_number"]].drop_duplicates().sort_values(["query_id", "page_number"])
+    gaps = pages["page_number"].diff().where(pages["query_id"].eq(pages["query_id"].shift()))
+    stats["largest_gap"] = gaps.groupby(pages["query_id"]).max().reindex(stats.index).fillna(0)
     structure = pd.Series("page_single", index=stats.index, dtype=object, name="evidence_structure")
     structure[(stats["n_pages"] == 1) & (stats["n_elements"] >= 2)] = "page_multi"
     within = (stats["n_docs"] == 1) & (stats["n_pages"] >= 2)
-    structure[within] = [pair_structure(int(gap), near_max_gap) for gap in (stats["last"] - stats["first"])[within]]
+    structure[within] = [pair_structure(int(gap), near_max_gap) for gap in stats["largest_gap"][within]]
     structure[stats["n_docs"] >= 2] = "cross_doc"
+    if not documents_known:
+        structure[stats["n_pages"] >= 2] = UNKNOWN_DOCUMENTS_STRUCTURE
     return structure

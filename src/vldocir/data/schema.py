@@ -28,6 +28,14 @@ EVIDENCE_STRUCTURES: tuple[str, ...] = (
 )
 """The six evidence structures, in the paper's order (which is also the order of every report)."""
 
+UNKNOWN_DOCUMENTS_STRUCTURE = "multi_page_docs_unknown"
+"""The label of a query with evidence on two or more pages whose documents are not known (an imported
+source without document ids, where each page was made its own document): neither ``cross_doc`` nor
+within one document. Not one of :data:`EVIDENCE_STRUCTURES`, so structure Macro leaves it out."""
+
+STRUCTURE_LABELS: tuple[str, ...] = (*EVIDENCE_STRUCTURES, UNKNOWN_DOCUMENTS_STRUCTURE)
+"""Every ``evidence_structure`` a query may carry."""
+
 SOURCES: tuple[str, ...] = ("wikipedia", "arxiv", "pubmed", "sec")
 """The document sources of the paper: each has its renderer clean-up rules and query prompts."""
 

@@ -40,11 +40,19 @@ would be incomplete); labels each query's evidence structure with the shared rul
 (:func:`vldocir.data.evidence.evidence_structures`); and writes the tables with
 :func:`vldocir.data.benchmark.write_benchmark` and a ``benchmark.json`` holding ``imported_from``
 (format, source, revision, licence), the declared ``sources`` and ``built_by`` (the importer's spec,
-``near_max_gap``, counts kept, dropped per table and reason, the distribution per structure and per
-language, the documents without a text layer, how document ids were found, notes).
+``near_max_gap`` and the ``structure_rules`` that labelled the queries, counts kept, dropped per
+table and reason, the distribution per structure, per language and per structure within each
+language (``structures_per_language``: a query translated into six languages is one query of each
+language's set), the source labels no mapping table names (``unmapped_labels``), the documents
+without a text layer, how document ids were found, notes). Without document ids
+(:data:`NO_DOCUMENT_IDS`) a multi-page query is ``multi_page_docs_unknown``.
+
+Every ``hf://`` source must be pinned to a commit (:meth:`Importer.check_pinned`, run before any
+read), unless ``allow_unpinned``. Source labels become evidence types only through a mapping table
+(:meth:`ImportedData.evidence_types`, :data:`EVIDENCE_TYPE_VOCABULARY`).
 
 Importers count what only they can see with :meth:`ImportedData.drop` (``unanswerable``,
-``evidence_page_outside_document`` for a page 0 in a 1-indexed list or past the document's end,
+``evidence_page_zero`` for a page 0 in a 1-indexed list, ``evidence_page_past_document_end``,
 ``language_not_selected``, ...). :func:`import_benchmark` runs an importer into a directory (staged,
 renamed into place) and :func:`open_imported` is the pipeline's first-use import, cached and refused
 when the config's importer spec differs from the one recorded.
@@ -58,6 +66,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -74,15 +83,28 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from vldocir.data.benchmark import INFO_FILE, Benchmark, SortedBatches, load_benchmark, write_benchmark
-from vldocir.data.evidence import NEAR_MAX_GAP, evidence_structures
-from vldocir.data.schema import DECLARED_SOURCES_KEY, EVIDENCE_STRUCTURES, IMAGE_TYPE
+from vldocir.data.evidence import NEAR_MAX_GAP, evidence_structures, structure_rules
+from vldocir.data.schema import (
+    DECLARED_SOURCES_KEY,
+    EVIDENCE_STRUCTURES,
+    IMAGE_TYPE,
+    UNKNOWN_DOCUMENTS_STRUCTURE,
+)
 from vldocir.errors import ConfigError, VldocirError
 
 log = logging.getLogger(__name__)
 
 HUB_PREFIX = "hf://"
-IMPORT_VERSION = 1
-"""Bumped whenever what :func:`write_imported` writes for the same input changes."""
+PINNED_REVISION = re.compile(r"^[0-9a-f]{40}$")
+"""A hub revision that names one commit (a branch or tag such as ``main`` moves)."""
+EVIDENCE_TYPE_VOCABULARY = ("text", "layout", "table", "chart", "image", "metadata", "other")
+"""The evidence types an imported query may carry: every importer maps its source's labels onto these
+through a table of its own (:meth:`ImportedData.evidence_types`); a label missing from the table is
+left out and counted (``built_by.unmapped_labels``), never passed through."""
+IMPORT_VERSION = 2
+"""Bumped whenever what :func:`write_imported` writes for the same input changes (2: the largest-gap
+structure rule, multi_page_docs_unknown, mapped evidence types, merged duplicate texts); an import of
+another version is not reused (:func:`open_imported`)."""
 IMAGES_PER_FOLDER = 1000
 RUN_ROWS = 4096
 """Pages per sorted run of texts on disk while an import streams (a run is held whole before it is written)."""
@@ -141,14 +163,43 @@ class ImportedData:
     ``derived from <what>``, or :data:`NO_DOCUMENT_IDS` (each page its own document)."""
     notes: list[str] = field(default_factory=list)
     dropped: dict[str, Counter] = field(default_factory=dict)
+    unmapped_labels: Counter = field(default_factory=Counter)
+    """Source labels that no mapping table names, with how often they were seen (left out)."""
 
     def drop(self, table: str, reason: str, n: int = 1) -> None:
         """Count ``n`` rows of ``table`` left out for ``reason``."""
         if n:
             self.dropped.setdefault(table, Counter())[reason] += int(n)
 
+    def evidence_types(self, labels: Iterable[Any], table: dict[str, str | None]) -> list[str]:
+        """The distinct evidence types (sorted) of a query's source ``labels`` through an importer's
+        mapping ``table`` (keys lower-case; a value None: a label that names no evidence type, such as
+        a form's placeholder, dropped on purpose). A label the table lacks is counted in
+        :attr:`unmapped_labels` and left out."""
+        types = set()
+        for label in labels:
+            if label is None or (isinstance(label, float) and label != label):
+                continue
+            text = str(label).strip()
+            if not text:
+                continue
+            if text.lower() not in table:
+                self.unmapped_labels[text] += 1
+                continue
+            if table[text.lower()] is not None:
+                types.add(table[text.lower()])
+        return sorted(types)
 
-NO_DOCUMENT_IDS = "none in the source: each page is its own document, so a multi-page query is cross_doc"
+    def name_rows(self, reason: str, rows: list[str], limit: int = 10) -> None:
+        """A note naming the rows left out for ``reason`` (at most ``limit``, then how many more)."""
+        if rows:
+            more = f"; and {len(rows) - limit} more" if len(rows) > limit else ""
+            self.notes.append(f"{reason} ({len(rows)}): " + "; ".join(rows[:limit]) + more)
+
+
+NO_DOCUMENT_IDS = (
+    f"none in the source: each page is its own document, so a multi-page query is {UNKNOWN_DOCUMENTS_STRUCTURE}"
+)
 
 
 @dataclass
@@ -159,6 +210,9 @@ class Importer(abc.ABC):
     revision: str | None = None
     near_max_gap: int = NEAR_MAX_GAP
     """Largest page distance of a doc_near pair (:func:`~vldocir.data.evidence.pair_structure`)."""
+    allow_unpinned: bool = False
+    """Read an ``hf://`` source at a revision that is not a commit (``main``, a tag, null): refused
+    otherwise (:meth:`check_pinned`). Left out of :meth:`spec`: it does not change what is read."""
 
     format: ClassVar[str] = ""
 
@@ -169,7 +223,29 @@ class Importer(abc.ABC):
     def spec(self) -> dict[str, Any]:
         """What determines the import, recorded in benchmark.json and compared on reuse."""
         cls = type(self)
-        return {"_target_": f"{cls.__module__}.{cls.__qualname__}", **dataclasses.asdict(self)}
+        spec = {"_target_": f"{cls.__module__}.{cls.__qualname__}", **dataclasses.asdict(self)}
+        spec.pop("allow_unpinned", None)
+        return spec
+
+    def hub_sources(self) -> list[tuple[str, str, str | None]]:
+        """``(option, source, revision)`` of every source the importer reads (BEIR adds its qrels')."""
+        return [("source", str(self.source), self.revision)]
+
+    def check_pinned(self) -> None:
+        """Refuse, in one line, an ``hf://`` source whose revision is not a full commit, unless
+        :attr:`allow_unpinned`: a branch moves, and a benchmark's numbers must name what they read."""
+        for option, source, revision in self.hub_sources():
+            if not source.startswith(HUB_PREFIX) or PINNED_REVISION.match(str(revision or "")):
+                continue
+            if self.allow_unpinned:
+                log.warning("reading %s at revision %s, not a pinned commit (allow_unpinned)", source, revision)
+                continue
+            where = "revision" if option == "source" else f"{option.removesuffix('source')}revision"
+            raise ImporterError(
+                f"dataset.importer.{option}={source} is read at revision {revision or 'null'}, not a pinned commit: "
+                f"set dataset.importer.{where} to a full 40-character commit (the configs' pins and where they "
+                "come from: docs/evaluation.md, Public benchmarks), or dataset.importer.allow_unpinned=true"
+            )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -465,7 +541,7 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     qrels["page_number"] = qrels["page_id"].map(pages.set_index("page_id")["page_number"])
     if "n_elements" not in qrels:
         qrels["n_elements"] = qrels["element_ids"].map(lambda ids: len(ids) if ids is not None else 1)
-    structures = evidence_structures(qrels, near_max_gap)
+    structures = evidence_structures(qrels, near_max_gap, documents_known=data.document_ids != NO_DOCUMENT_IDS)
     queries["evidence_structure"] = queries["query_id"].map(structures)
 
     doc_info = documents.set_index("doc_id")
@@ -491,8 +567,15 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
         "document_ids": data.document_ids,
         "kept": {"documents": len(documents), "pages": len(pages), "queries": len(queries), "qrels": len(qrels)},
         "dropped": {table: dict(sorted(counts.items())) for table, counts in sorted(data.dropped.items())},
-        "structures": {s: int((queries["evidence_structure"] == s).sum()) for s in EVIDENCE_STRUCTURES},
+        "structure_rules": _structure_rules(near_max_gap, importer),
+        "structures": _structure_counts(queries),
         "languages": {str(k): int(v) for k, v in queries["language"].value_counts().sort_index().items()},
+        "structures_per_language": {
+            str(language): _structure_counts(group) for language, group in queries.groupby("language", sort=True)
+        }
+        if queries["language"].nunique() >= 2
+        else {},
+        "unmapped_labels": dict(sorted(data.unmapped_labels.items())),
         "grades": {str(k): int(v) for k, v in qrels["grade"].value_counts().sort_index().items()},
         "documents_without_text": {"count": len(without_text), "doc_ids": without_text[:20]},
         "notes": list(data.notes),
@@ -508,6 +591,23 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     }
     tables = {"documents": documents, "pages": pages_table, "elements": elements, "queries": queries, "qrels": qrels}
     return write_benchmark(root, tables, info)
+
+
+def _structure_rules(near_max_gap: int, importer: dict[str, Any] | None) -> dict[str, Any]:
+    """The shared rules, and where an importer counts the source's labels as elements, that too."""
+    rules = structure_rules(near_max_gap)
+    if (importer or {}).get("page_multi_from_labels"):
+        rules["page_multi"] += " (page_multi_from_labels: each distinct evidence label counts as an element)"
+    return rules
+
+
+def _structure_counts(queries: pd.DataFrame) -> dict[str, int]:
+    """Queries per evidence structure: the six always, the documents-unknown label when it occurs."""
+    counts = queries["evidence_structure"].value_counts()
+    out = {s: int(counts.get(s, 0)) for s in EVIDENCE_STRUCTURES}
+    if counts.get(UNKNOWN_DOCUMENTS_STRUCTURE, 0):
+        out[UNKNOWN_DOCUMENTS_STRUCTURE] = int(counts[UNKNOWN_DOCUMENTS_STRUCTURE])
+    return out
 
 
 def _elements(data: ImportedData, pages: pd.DataFrame) -> pd.DataFrame:
@@ -565,6 +665,7 @@ def import_benchmark(importer: Importer, dest: str | Path, *, name: str, replace
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = dest.parent / f".{dest.name}.importing-{uuid.uuid4().hex[:8]}"
     old = dest.parent / f".{dest.name}.replaced-{uuid.uuid4().hex[:8]}"
+    importer.check_pinned()
     try:
         data = importer.read()
         write_imported(data, staging, name=name, near_max_gap=importer.near_max_gap, importer=importer.spec())
@@ -585,20 +686,33 @@ def import_benchmark(importer: Importer, dest: str | Path, *, name: str, replace
 
 
 def recorded_importer(dest: Path) -> dict | None:
+    return _built_by(dest).get("importer")
+
+
+def _built_by(dest: Path) -> dict:
     try:
-        return json.loads((dest / INFO_FILE).read_text()).get("built_by", {}).get("importer")
+        built = json.loads((dest / INFO_FILE).read_text()).get("built_by", {})
     except (OSError, ValueError, AttributeError):
-        return None
+        return {}
+    return built if isinstance(built, dict) else {}
 
 
 def open_imported(importer: Importer, dest: str | Path, *, name: str) -> Benchmark:
     """The imported benchmark in ``dest``: imported on first use, reused afterwards. One imported
     by another importer spec is refused (a ``dataset.importer.*`` override never silently reuses
-    what an earlier spec wrote there)."""
+    what an earlier spec wrote there), and so is one an earlier :data:`IMPORT_VERSION` wrote (its
+    labels follow older rules)."""
     dest = Path(dest)
     if not (dest / INFO_FILE).is_file():
         log.info("importing %s into %s (first use)", name, dest)
         return import_benchmark(importer, dest, name=name)
+    version = _built_by(dest).get("import_version")
+    if version is not None and version != IMPORT_VERSION:
+        raise ConfigError(
+            f"benchmark {dest} was written by import version {version}, this code writes {IMPORT_VERSION} (structure "
+            f"rules, evidence types and merges changed): import it again with python -m vldocir.apps.import_benchmark "
+            f"dataset=<this dataset> overwrite=true, or delete that directory"
+        )
     recorded, wanted = recorded_importer(dest), json.loads(json.dumps(importer.spec()))
     if recorded is not None and recorded != wanted:
         differing = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
@@ -610,21 +724,49 @@ def open_imported(importer: Importer, dest: str | Path, *, name: str) -> Benchma
 
 
 def summary(bench: Benchmark) -> str:
-    """What an import kept and dropped, per structure and language: printed by the import app."""
+    """What an import kept and dropped, per structure (and the rules that labelled them), per language
+    (and per structure within each language), the labels no mapping table names: printed by the import
+    app."""
     built = bench.info.get("built_by", {})
     kept = built.get("kept", {})
+    structures = built.get("structures", {})
     lines = [
         f"imported {bench.name} ({bench.info.get('imported_from', {}).get('source')}) into {bench.root}",
         f"  kept: {', '.join(f'{v} {k}' for k, v in kept.items())}",
-        "  per structure: " + ", ".join(f"{s} {n}" for s, n in built.get("structures", {}).items()),
+        "  per structure: " + ", ".join(f"{s} {n}" for s, n in structures.items()),
     ]
-    empty = [s for s, n in built.get("structures", {}).items() if not n]
+    rules = built.get("structure_rules")
+    if rules:
+        lines += [
+            "  structure rules (benchmark.json built_by.structure_rules):",
+            f"    within a document: {rules.get('within_document')} (near_max_gap {rules.get('near_max_gap')})",
+            f"    one page: {rules.get('page_multi')}",
+            f"    documents: {rules.get('documents')}",
+        ]
+    empty = [s for s, n in structures.items() if not n]
     if empty:
         lines.append(f"  structures without queries (Macro averages the others): {', '.join(empty)}")
+    if structures.get(UNKNOWN_DOCUMENTS_STRUCTURE):
+        lines.append(
+            f"  {structures[UNKNOWN_DOCUMENTS_STRUCTURE]} queries are {UNKNOWN_DOCUMENTS_STRUCTURE} (several pages, "
+            "documents unknown): left out of structure Macro"
+        )
     if built.get("languages"):
         lines.append("  per language: " + ", ".join(f"{k} {v}" for k, v in built["languages"].items()))
+    per_language = built.get("structures_per_language") or {}
+    if per_language:
+        lines.append("  per structure counts every language's copy of a query; one query set per language:")
+        lines += [
+            f"    {language}: " + ", ".join(f"{s} {n}" for s, n in counts.items())
+            for language, counts in per_language.items()
+        ]
     for table, counts in built.get("dropped", {}).items():
         lines.append(f"  dropped {table}: " + ", ".join(f"{n} {reason}" for reason, n in counts.items()))
+    if built.get("unmapped_labels"):
+        lines.append(
+            "  unmapped labels (no evidence type; left out): "
+            + ", ".join(f"{label!r} {n}" for label, n in built["unmapped_labels"].items())
+        )
     lines.append(f"  document ids: {built.get('document_ids')}")
     without = built.get("documents_without_text", {})
     if without.get("count"):

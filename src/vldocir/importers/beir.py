@@ -4,8 +4,9 @@ The BEIR layout (Thakur et al., 2021; also what mteb's text retrieval tasks ship
 
 - ``corpus.jsonl`` (or ``.jsonl.gz``): one passage per line, ``{"_id", "title", "text", "metadata"}``;
 - ``queries.jsonl``: ``{"_id", "text", "metadata"}``, the queries of every split;
-- ``qrels/<split>.tsv``: tab-separated with the header ``query-id corpus-id score``; graded scores
-  (dbpedia-entity: 0/1/2). A score of 0 is an explicit non-relevant judgement: not evidence.
+- ``qrels/<split>.tsv``: tab-separated with the header ``query-id corpus-id score`` (a file without
+  the header, whose first line is a judgement, is read too); graded scores (dbpedia-entity: 0/1/2).
+  A score of 0 is an explicit non-relevant judgement: not evidence.
 
 Each passage becomes a text-only document of one page (``page_id`` = ``doc_id`` = its ``_id``;
 no image, ``dom_text`` = title and text, ``ocr_text`` null, ``width``/``height`` null), so a query
@@ -52,12 +53,37 @@ def _jsonl(path: Path) -> Iterator[dict]:
                     raise ImporterError(f"{path}:{number}: not a JSON line ({error.msg})") from error
 
 
+QRELS_HEADER = ["query-id", "corpus-id", "score"]
+
+
+def _headerless(first_line: str) -> bool:
+    """Whether a qrels file's first line is a judgement, not a header: its third field is a number and
+    its first two are not BEIR's column names (some BEIR-style sets ship their qrels without one)."""
+    fields = first_line.rstrip("\r\n").split("\t")
+    if len(fields) < 3 or fields[:2] == QRELS_HEADER[:2]:
+        return False
+    try:
+        float(fields[2])
+    except ValueError:
+        return False
+    return True
+
+
 def read_qrels_tsv(path: Path) -> pd.DataFrame:
-    """``query-id corpus-id score`` with a header line, ids as strings, scores as integers."""
+    """``query-id corpus-id score``, with BEIR's header line or without one (:func:`_headerless`),
+    ids as strings, scores as integers."""
     with _open_text(path) as handle:
         text = handle.read()
-    frame = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False)
-    wanted = ["query-id", "corpus-id", "score"]
+    headerless = _headerless(text.split("\n", 1)[0])
+    frame = pd.read_csv(
+        io.StringIO(text),
+        sep="\t",
+        dtype=str,
+        keep_default_na=False,
+        header=None if headerless else "infer",
+        names=QRELS_HEADER if headerless else None,
+    )
+    wanted = QRELS_HEADER
     if list(frame.columns[:3]) != wanted:
         raise ImporterError(f"{path}: header {list(frame.columns)} is not BEIR's 'query-id corpus-id score'")
     try:
@@ -79,6 +105,10 @@ class BeirImporter(Importer):
     license: str | None = None
 
     format = "beir"
+
+    def hub_sources(self) -> list[tuple[str, str, str | None]]:
+        qrels = [("qrels_source", str(self.qrels_source), self.qrels_revision)] if self.qrels_source else []
+        return [*super().hub_sources(), *qrels]
 
     def read(self) -> ImportedData:
         root = fetch(self.source, self.revision)

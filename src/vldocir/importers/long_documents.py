@@ -8,10 +8,13 @@ for PDF pages and OCR, evidence page lists as the sources spell them, and eviden
   left out of the spec that ``benchmark.json`` records and a reuse compares.
 - :func:`evidence_pages`: a source's list of evidence page numbers (1-indexed in MMLongBench-Doc and
   LongDocURL, 0-indexed in MMDocIR) as 0-based pages of the document: repeated numbers collapse
-  (counted), a number before the first page (page 0 of a 1-indexed list) or past the document's
-  end makes the question unusable, with that reason.
+  (counted), a page 0 in a 1-indexed list (:data:`PAGE_ZERO`), a number before the first page or
+  past the document's end makes the question unusable, with that reason; :class:`NamedDrops`
+  names those questions in the notes.
 - :func:`parse_list`: the lists the sources store as strings (``"[19, 20]"``, ``"['Chart']"``).
-- :func:`evidence_types`: the sources' modality labels as this project's evidence types.
+
+Each importer maps its source's modality labels to evidence types through a table of its own
+(:meth:`~vldocir.importers.base.ImportedData.evidence_types`).
 """
 
 from __future__ import annotations
@@ -29,27 +32,18 @@ import pandas as pd
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.pdf import PdfBatchReport, PdfConfig, page_rows, rasterize_pdfs
 from vldocir.data.evidence import page_id
-from vldocir.importers.base import Importer, ImporterError
+from vldocir.importers.base import ImportedData, Importer, ImporterError
 
-EVIDENCE_TYPES = {
-    "pure-text (plain-text)": "text",
-    "pure-text": "text",
-    "text": "text",
-    "generalized-text (layout)": "layout",
-    "layout": "layout",
-    "chart": "chart",
-    "table": "table",
-    "figure": "image",
-    "image": "image",
-}
-"""The sources' evidence labels (MMLongBench-Doc ``evidence_sources``, MMDocIR ``type``, LongDocURL
-``evidence_sources``; lower-cased) -> evidence type. Other labels are kept, lower-cased."""
-
+PAGE_ZERO = "evidence_page_zero"
+"""Drop reason: page 0 in a 1-indexed list (MMLongBench-Doc cites ``[0]`` for 3 answerable questions;
+whether it means the cover or is a slip is not said, so the question is left out and named)."""
 BEFORE_FIRST_PAGE = "evidence_page_before_first_page"
 """Drop reason: an evidence page numbered below the list's first page (page 0 in a 1-indexed list)."""
 PAST_DOCUMENT_END = "evidence_page_past_document_end"
 """Drop reason: an evidence page past the document's last page."""
 UNPARSEABLE_PAGES = "unparseable_evidence_pages"
+NAMED_REASONS = (UNPARSEABLE_PAGES, PAGE_ZERO, BEFORE_FIRST_PAGE, PAST_DOCUMENT_END)
+"""Drop reasons whose questions the notes name (a few a source has, each worth a look)."""
 
 
 def parse_list(value: Any, what: str) -> list:
@@ -99,6 +93,8 @@ def evidence_pages(numbers: Iterable[Any], n_pages: int | None, first: int) -> E
         return EvidencePages((), 0, UNPARSEABLE_PAGES)
     pages = sorted({n - first for n in values})
     repeated = len(values) - len(pages)
+    if first == 1 and 0 in values:
+        return EvidencePages((), repeated, PAGE_ZERO)
     if pages and pages[0] < 0:
         return EvidencePages((), repeated, BEFORE_FIRST_PAGE)
     if pages and n_pages is not None and pages[-1] >= n_pages:
@@ -106,10 +102,22 @@ def evidence_pages(numbers: Iterable[Any], n_pages: int | None, first: int) -> E
     return EvidencePages(tuple(pages), repeated)
 
 
-def evidence_types(labels: Iterable[Any]) -> list[str]:
-    """The distinct evidence types (sorted) of a question's evidence labels (:data:`EVIDENCE_TYPES`)."""
-    types = {EVIDENCE_TYPES.get(str(label).strip().lower(), str(label).strip().lower()) for label in labels}
-    return sorted(t for t in types if t)
+class NamedDrops:
+    """The questions an importer left out for one of :data:`NAMED_REASONS`, named in the notes:
+    ``add(reason, "question 17 (report.pdf): 'page six'")`` counts the drop, :meth:`note` writes
+    one note per reason (at most ten named, then how many more)."""
+
+    def __init__(self, data: ImportedData):
+        self.data, self.named = data, {reason: [] for reason in NAMED_REASONS}
+
+    def add(self, reason: str, name: str) -> None:
+        self.data.drop("queries", reason)
+        if reason in self.named:
+            self.named[reason].append(name)
+
+    def note(self) -> None:
+        for reason, names in self.named.items():
+            self.data.name_rows(f"queries left out, {reason}", names)
 
 
 def answer_text(value: Any) -> str | None:

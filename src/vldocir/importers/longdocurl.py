@@ -16,11 +16,15 @@ being 0-indexed), ``evidence_sources`` (``["Table", "Figure"]``), ``detailed_evi
 ``pdf.width``, the text layer as ``dom_text``), ``png`` (the shipped images as they are: no text
 layer, so ``dom_text`` is empty and the document is reported as having none; OCR gives
 ``ocr_text``) or ``auto`` (the PDF where there is one, else the PNGs). Every page found is in the
-corpus. Left out and counted by reason: unanswerable questions (no answer), evidence page 0 or past
-the document's ``total_pages``, the questions of a document with neither PDF nor PNGs
-(``document_unavailable``) and those whose evidence page has no image (``evidence_not_in_corpus``,
-counted by the writer). A question with one evidence page that shows two or more elements (two
-evidence sources, or two boxes) is ``page_multi``.
+corpus. Left out and counted by reason: unanswerable questions (no answer), evidence page 0
+(``evidence_page_zero``) or past the document's ``total_pages``, an unreadable ``evidence_pages``
+(each of those named in the notes: question id, document, the value), the questions of a document
+with neither PDF nor PNGs (``document_unavailable``) and those whose evidence page has no image
+(``evidence_not_in_corpus``, counted by the writer). A record without ``doc_no`` is refused in one
+line naming it. ``evidence_sources`` becomes ``evidence_types`` through :data:`EVIDENCE_SOURCES`.
+A question with one evidence page on which ``detailed_evidences`` draws two or more boxes is
+``page_multi``; two or more ``evidence_sources`` (modalities, not counted elements) count only with
+``page_multi_from_labels: true``.
 """
 
 from __future__ import annotations
@@ -38,15 +42,24 @@ import pandas as pd
 from vldocir.data.evidence import page_id
 from vldocir.importers.base import ImportedData, ImporterError, fetch
 from vldocir.importers.long_documents import (
+    UNPARSEABLE_PAGES,
     LongDocumentImporter,
+    NamedDrops,
     answer_text,
     evidence_pages,
-    evidence_types,
     find_file,
     parse_list,
     pdf_notes,
 )
 
+EVIDENCE_SOURCES: dict[str, str | None] = {
+    "text": "text",
+    "layout": "layout",
+    "table": "table",
+    "figure": "image",
+    "chart": "chart",
+}
+"""LongDocURL ``evidence_sources`` labels (lower-cased) -> evidence type."""
 QUESTION_FILES = ("LongDocURL_public.jsonl", "data/LongDocURL.jsonl", "LongDocURL.jsonl", "*.jsonl")
 PAGE_SOURCES = ("auto", "pdf", "png")
 _PNG_NAME = re.compile(r"^(\d+)_(\d+)\.png$")
@@ -67,6 +80,8 @@ def read_questions(path: Path) -> list[dict]:
         missing = [k for k in ("doc_no", "question", "evidence_pages") if k not in record]
         if missing:
             raise ImporterError(f"{path}: record {line_number} lacks {', '.join(missing)}")
+        if record["doc_no"] is None or not str(record["doc_no"]).strip():
+            raise ImporterError(f"{path}: record {line_number} ({record.get('question_id')}) has no doc_no")
     return records
 
 
@@ -82,6 +97,9 @@ class LongDocURL(LongDocumentImporter):
     """Archives in the source (paths or glob patterns) holding documents, extracted once into
     ``cache_dir/extracted/`` and searched like the source (e.g. ``png_files_p*.tar.gz``)."""
     license: str = "Apache-2.0 per the hub card (the GitHub repository states none)"
+    page_multi_from_labels: bool = False
+    """A one-page question listing two or more ``evidence_sources`` is ``page_multi`` (off: those labels
+    name modalities, not counted elements; boxes count either way)."""
 
     format: ClassVar[str] = "longdocurl"
     SOURCE: ClassVar[str] = "longdocurl"
@@ -132,6 +150,7 @@ class LongDocURL(LongDocumentImporter):
         data = ImportedData(
             pages=pages, queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, notes=pdf_notes(report)
         )
+        named = NamedDrops(data)
         queries, qrels = [], []
         for number, record in enumerate(records):
             doc_id = str(record["doc_no"])
@@ -142,18 +161,24 @@ class LongDocURL(LongDocumentImporter):
             if doc_id not in available:
                 data.drop("queries", "document_unavailable")
                 continue
+            where = f"{query_id} ({doc_id}): evidence_pages {record['evidence_pages']!r}"
             try:
                 numbers = parse_list(record["evidence_pages"], f"{query_id} evidence_pages")
             except ValueError:
-                numbers = [None]  # -> unparseable
+                named.add(UNPARSEABLE_PAGES, where)
+                continue
             evidence = evidence_pages(numbers, total.get(doc_id), first=1)
             if evidence.problem:
-                data.drop("queries", evidence.problem)
+                named.add(evidence.problem, where)
                 continue
             data.drop("qrels", "repeated_page_number", evidence.repeated)
-            labels = parse_list(record.get("evidence_sources"), f"{query_id} evidence_sources")
+            try:
+                labels = parse_list(record.get("evidence_sources"), f"{query_id} evidence_sources")
+            except ValueError:
+                labels = [record.get("evidence_sources")]  # (counted as an unmapped label)
             boxes = len(_BOX.findall(str(record.get("detailed_evidences") or "")))
-            n_elements = max(len(set(map(str, labels))), boxes, 1) if len(evidence.pages) == 1 else 1
+            n_labels = len(set(map(str, labels))) if self.page_multi_from_labels else 1
+            n_elements = max(n_labels, boxes, 1) if len(evidence.pages) == 1 else 1
             qrels += [(query_id, page_id(doc_id, p), 1, n_elements) for p in evidence.pages]
             queries.append(
                 {
@@ -161,12 +186,13 @@ class LongDocURL(LongDocumentImporter):
                     "text": record["question"],
                     "answer": answer_text(record["answer"]),
                     "language": "en",
-                    "evidence_types": evidence_types(labels),
+                    "evidence_types": data.evidence_types(labels, EVIDENCE_SOURCES),
                     "question_type": record.get("question_type"),
                     "task_tag": record.get("task_tag"),
                     "answer_format": record.get("answer_format"),
                 }
             )
+        named.note()
         data.queries = pd.DataFrame(
             queries,
             columns=[

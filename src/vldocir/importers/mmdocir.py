@@ -20,7 +20,10 @@ The source (``hf://MMDocIR/MMDocIR_Evaluation_Dataset`` or a local folder) holds
 What the import makes of them: ``doc_id`` is ``doc_name`` less ``.pdf``; page ids are
 ``<doc_id>-p<page, 0-based, 3 digits>``; ``dom_text`` is the page's ``vlm_text`` (option
 ``dom_text``: ``vlm_text`` | ``ocr_text`` | ``none``; the pages have no text layer of their own:
-MMDocIR rendered them from the PDFs), ``ocr_text`` its ``ocr_text``. Evidence pages before the
+MMDocIR rendered them from the PDFs), ``ocr_text`` its ``ocr_text``. ``type`` (a list in a string,
+a bare DocBench label such as ``text-only``, or ``[]``) becomes ``evidence_types`` through
+:data:`QUESTION_TYPES`; an unknown label is counted. A question whose ``page_id`` cannot be read, or
+falls outside its document, is left out and named in the notes. Evidence pages before the
 first or past a document's last page leave the question out, counted by reason; repeated pages
 count once. A question with one evidence page holding two or more of its layout boxes is
 ``page_multi``. MMDocIR's own protocol ranks pages within the query's document: run the
@@ -45,12 +48,28 @@ from vldocir.importers.base import ImportedData, ImporterError, fetch
 from vldocir.importers.long_documents import (
     UNPARSEABLE_PAGES,
     LongDocumentImporter,
+    NamedDrops,
     answer_text,
     evidence_pages,
-    evidence_types,
     parse_list,
 )
 
+QUESTION_TYPES: dict[str, str | None] = {
+    # MMLongBench-Doc's labels, as a string holding a Python list ("['Chart', 'Table']")
+    "pure-text (plain-text)": "text",
+    "generalized-text (layout)": "layout",
+    "layout": "layout",
+    "chart": "chart",
+    "table": "table",
+    "figure": "image",
+    # DocBench's labels, as a bare string (864 of the 1,658 questions)
+    "text-only": "text",
+    "multimodal-t": "table",  # multimodal, a table
+    "multimodal-f": "image",  # multimodal, a figure
+    "meta-data": "metadata",  # the document's metadata (page count, author, ...)
+    "una-web": None,  # DocBench's unanswerable ("una") family: names no modality
+}
+"""MMDocIR question ``type`` labels (lower-cased) -> evidence type; ``[]`` (17 questions) gives none."""
 TEXT_FIELDS = ("vlm_text", "ocr_text", "none")
 BATCH_ROWS = 256
 """Pages Parquet rows read at once (each holds a page image: about 120 kB)."""
@@ -65,7 +84,7 @@ def read_annotations(path: Path) -> list[dict]:
             try:
                 record = json.loads(line)
                 start, end = (int(i) for i in record["page_indices"])
-                missing = [key for key in ("doc_name", "questions") if key not in record]
+                missing = [key for key in ("doc_name", "questions") if not record.get(key) and record.get(key) != []]
                 if missing:
                     raise KeyError(", ".join(missing))
             except (ValueError, KeyError, TypeError) as error:
@@ -128,6 +147,7 @@ class MMDocIR(LongDocumentImporter):
             if page_source == "parquet"
             else self._page_content(root, documents, data)
         )
+        named = NamedDrops(data)
         queries, qrels = [], []
         number = 0
         for doc in documents:
@@ -138,14 +158,15 @@ class MMDocIR(LongDocumentImporter):
                 if question.get("A") is None:
                     data.drop("queries", "unanswerable")
                     continue
+                where = f"question {number - 1} ({doc['doc_name']}): page_id {question.get('page_id')!r}"
                 try:
                     numbers = parse_list(question.get("page_id"), f"{query_id} page_id")
                 except ValueError:
-                    data.drop("queries", UNPARSEABLE_PAGES)
+                    named.add(UNPARSEABLE_PAGES, where)
                     continue
                 evidence = evidence_pages(numbers, end - start + 1, first=0)
                 if evidence.problem:
-                    data.drop("queries", evidence.problem)
+                    named.add(evidence.problem, where)
                     continue
                 data.drop("qrels", "repeated_page_number", evidence.repeated)
                 boxes = _layouts(question.get("layout_mapping"))
@@ -163,10 +184,11 @@ class MMDocIR(LongDocumentImporter):
                         "answer": answer_text(question["A"]),
                         "domain": doc.get("domain"),
                         "language": "en",
-                        "evidence_types": evidence_types(labels),
+                        "evidence_types": data.evidence_types(labels, QUESTION_TYPES),
                         "question_type": str(question.get("type")),
                     }
                 )
+        named.note()
         data.queries = pd.DataFrame(
             queries, columns=["query_id", "text", "answer", "domain", "language", "evidence_types", "question_type"]
         )

@@ -13,12 +13,20 @@ What the import makes of them: every page of every PDF a question names is a pag
 (:mod:`vldocir.construction.pdf`: an image at ``pdf.width``, the text layer as ``dom_text``, OCR);
 ``doc_id`` is the file name less ``.pdf``; page ids are ``<doc_id>-p<page, 0-based, 3 digits>``.
 Left out and counted by reason: unanswerable questions (``unanswerable``), those with no evidence
-page (``"[]"`` of an answerable question: ``no_evidence``), an evidence page 0 or past the PDF's end
-(:data:`~vldocir.importers.long_documents.BEFORE_FIRST_PAGE`, ``PAST_DOCUMENT_END``), an
-unreadable list, and the questions of a PDF that is missing or damaged (``pdf_unavailable``; the
-PDF is named in the notes). A page number given twice counts once (``qrels: repeated_page_number``).
-A question with one evidence page and two or more evidence sources (a chart and a table) shows at
-least two elements on it: ``page_multi``; otherwise its structure follows from its pages.
+page (``"[]"`` of an answerable question: ``no_evidence``), an evidence page 0 of the 1-indexed list
+(``evidence_page_zero``: 3 answerable questions cite ``[0]``; MMDocIR's re-annotation maps two of
+them to the first page and not the third, so no rule reproduces it: they are left out and named) or
+past the PDF's end (``evidence_page_past_document_end``), an unreadable list
+(``unparseable_evidence_pages``), each of those named in the notes (question number, document, the
+value), and the questions of a PDF that is missing or damaged (``pdf_unavailable``; the PDF is named
+in the notes). A source without its documents folder, or a question without a ``doc_id``, is refused
+in one line before any PDF is read. A page number given twice counts once
+(``qrels: repeated_page_number``).
+
+``evidence_sources`` becomes ``evidence_types`` through :data:`EVIDENCE_SOURCES`. Those labels name
+the question's modalities, not counted elements, so a one-page question is ``page_single`` however
+many it lists; ``page_multi_from_labels: true`` makes two or more labels on one page ``page_multi``
+(the rule before: 70 of the 597 one-page questions).
 """
 
 from __future__ import annotations
@@ -34,9 +42,9 @@ from vldocir.importers.base import ImportedData, ImporterError, fetch
 from vldocir.importers.long_documents import (
     UNPARSEABLE_PAGES,
     LongDocumentImporter,
+    NamedDrops,
     answer_text,
     evidence_pages,
-    evidence_types,
     find_file,
     parse_list,
     pdf_notes,
@@ -44,6 +52,14 @@ from vldocir.importers.long_documents import (
 
 SAMPLE_FILES = ("samples.json", "data/samples.json", "data/train-*.parquet", "*.parquet")
 DOCUMENT_FOLDERS = ("documents", "data/documents")
+EVIDENCE_SOURCES: dict[str, str | None] = {
+    "pure-text (plain-text)": "text",
+    "generalized-text (layout)": "layout",
+    "chart": "chart",
+    "table": "table",
+    "figure": "image",
+}
+"""MMLongBench-Doc ``evidence_sources`` labels (lower-cased) -> evidence type."""
 COLUMNS = ("doc_id", "doc_type", "question", "answer", "evidence_pages", "evidence_sources", "answer_format")
 
 
@@ -68,6 +84,9 @@ class MMLongBenchDoc(LongDocumentImporter):
     documents: str | None = None
     """The folder of PDFs, relative to the source; None: the first of :data:`DOCUMENT_FOLDERS` found."""
     license: str = "CC BY-NC 4.0 (data, research use only; code Apache-2.0), per the GitHub README"
+    page_multi_from_labels: bool = False
+    """A one-page question listing two or more ``evidence_sources`` is ``page_multi`` (off: those labels
+    name modalities, not counted elements)."""
 
     format: ClassVar[str] = "mmlongbench_doc"
     SOURCE: ClassVar[str] = "mmlongbench_doc"
@@ -77,39 +96,57 @@ class MMLongBenchDoc(LongDocumentImporter):
         samples_path = find_file(root, [self.samples] if self.samples else SAMPLE_FILES, "questions file")
         samples = read_samples(samples_path)
         folders = [self.documents] if self.documents else DOCUMENT_FOLDERS
-        pdf_dir = next((root / f for f in folders if (root / f).is_dir()), root / folders[0])
+        pdf_dir = next((root / f for f in folders if (root / f).is_dir()), None)
+        if pdf_dir is None:
+            raise ImporterError(
+                f"{root}: no documents folder ({' or '.join(f + '/' for f in folders)}) holding the PDFs the "
+                "questions name; download it with the questions, or set dataset.importer.documents"
+            )
+        null = samples["doc_id"].isna() | (samples["doc_id"].astype(str).str.strip() == "")
+        if null.any():
+            first = int(null.to_numpy().nonzero()[0][0])
+            raise ImporterError(
+                f"{samples_path}: question {first} ({samples['question'].iloc[first]!r}) has no doc_id"
+                + (f" ({int(null.sum())} questions have none)" if null.sum() > 1 else "")
+            )
         names = list(dict.fromkeys(str(name) for name in samples["doc_id"]))
         doc_ids = {name: name.removesuffix(".pdf") for name in names}
         pages, report = self.rasterize([(doc_ids[name], pdf_dir / name) for name in names])
+        if not report.documents:
+            raise ImporterError(f"{pdf_dir}: none of the {len(names)} PDFs the questions name can be read")
         n_pages = {doc_id: doc.n_pages for doc_id, doc in report.documents.items()}
 
         data = ImportedData(
             pages=pages, queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, notes=pdf_notes(report)
         )
+        named = NamedDrops(data)
         queries, qrels = [], []
         for number, row in enumerate(samples.to_dict("records")):
-            query_id, doc_id = f"q{number:05d}", doc_ids[str(row["doc_id"])]
+            name = str(row["doc_id"])
+            query_id, doc_id = f"q{number:05d}", doc_ids[name]
             if str(row["answer_format"]).strip() == "None":
                 data.drop("queries", "unanswerable")
                 continue
             if doc_id not in n_pages:
                 data.drop("queries", "pdf_unavailable")
                 continue
+            where = f"question {number} ({name}): evidence_pages {row['evidence_pages']!r}"
             try:
                 numbers = parse_list(row["evidence_pages"], f"question {number} evidence_pages")
             except ValueError:
-                data.drop("queries", UNPARSEABLE_PAGES)
+                named.add(UNPARSEABLE_PAGES, where)
                 continue
             evidence = evidence_pages(numbers, n_pages[doc_id], first=1)
             if evidence.problem:
-                data.drop("queries", evidence.problem)
+                named.add(evidence.problem, where)
                 continue
             data.drop("qrels", "repeated_page_number", evidence.repeated)
             try:
                 labels = parse_list(row["evidence_sources"], f"question {number} evidence_sources")
             except ValueError:
-                labels = []
-            n_elements = len({str(label) for label in labels}) if len(evidence.pages) == 1 else 1
+                labels = [row["evidence_sources"]]  # (counted as an unmapped label)
+            n_labels = len({str(label) for label in labels})
+            n_elements = n_labels if self.page_multi_from_labels and len(evidence.pages) == 1 else 1
             qrels += [(query_id, page_id(doc_id, p), 1, max(n_elements, 1)) for p in evidence.pages]
             queries.append(
                 {
@@ -118,11 +155,12 @@ class MMLongBenchDoc(LongDocumentImporter):
                     "answer": answer_text(row["answer"]),
                     "domain": row["doc_type"],
                     "language": "en",
-                    "evidence_types": evidence_types(labels),
+                    "evidence_types": data.evidence_types(labels, EVIDENCE_SOURCES),
                     "answer_format": row["answer_format"],
                     "evidence_sources": str(row["evidence_sources"]),
                 }
             )
+        named.note()
         data.queries = pd.DataFrame(
             queries,
             columns=[

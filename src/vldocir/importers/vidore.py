@@ -7,7 +7,7 @@ Two forms, read from the datasets' own cards and mteb's loaders:
   ``query``, ``image``, ``docId``, ``image_filename``, ``page``, ``answer`` (often null: these are
   retrieval queries, not unanswerable ones), ``source``. A page is identified by its
   ``image_filename``; rows naming a page already seen share it. Documents: ``docId`` where given,
-  else derived from the file name; one evidence page per query.
+  else derived from the file name; one evidence page per row, rows of one text merged (below).
 - **BEIR form** (:class:`ViDoReImporter`): the configs ``corpus``, ``queries``, ``qrels`` (and v3's
   ``documents_metadata``) as ``<config>/<split>-*.parquet``. v1 ``_beir`` and v2 use hyphens
   (``corpus-id``, ``query-id``), v3 underscores (``corpus_id``, ``doc_id``, ``markdown``,
@@ -23,11 +23,19 @@ page); v1/v2 carry none. Graded scores are kept (``qrels.grade``), score 0 is no
 A single evidence page is ``page_multi`` when its boxes show two or more elements (the most boxes
 one annotator drew on it) or its ``content_type`` lists two or more kinds. Queries keep
 ``language`` (as the dataset spells it, e.g. ``english``) and their other attributes;
-``languages: [..]`` keeps only those (the rest counted as ``language_not_selected``).
+``languages: [..]`` keeps only those (the rest counted as ``language_not_selected``). v3's
+``content_type`` becomes ``evidence_types`` through :data:`CONTENT_TYPES` (its form placeholder
+``N/A (If relevance score=0)`` names no type and is dropped; an unknown label is counted).
+
+The QA form repeats a query text once per relevant page (docvqa: 500 rows, 451 texts, up to 12 pages
+for one text); ViDoRe's evaluation and mteb's BEIR copy score each text once with all its pages, so
+rows with the same text are merged into the first row's query (counted as
+``queries: merged_duplicate_text``, said in the notes).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +49,18 @@ from vldocir.importers.base import NO_DOCUMENT_IDS, ImportedData, Importer, Impo
 
 BATCH_ROWS = 64
 """Corpus rows read at a time: a few dozen page images in memory, whatever the corpus size."""
+
+CONTENT_TYPES: dict[str, str | None] = {
+    "text": "text",
+    "table": "table",
+    "chart": "chart",
+    "infographic": "image",  # a designed graphic read as a picture, not a data chart
+    "image": "image",
+    "mixed": "other",
+    "other": "other",
+    "n/a (if relevance score=0)": None,  # the annotation form's placeholder, not a modality
+}
+"""ViDoRe v3 ``content_type`` labels (lower-cased; the card's values) -> evidence type."""
 
 _PAGE_IN_NAME = re.compile(r"^(?P<doc>.+?)[_\-. ]*(?:page|pg|p)[_\-. ]*(?P<page>\d+)$", re.IGNORECASE)
 
@@ -110,6 +130,11 @@ def _box_elements(boxes) -> int:
 
 def _distinct(values) -> list[str]:
     return sorted({str(v) for v in values}) if values is not None and len(values) else []
+
+
+def _kinds(values) -> int:
+    """Kinds of content a qrel's ``content_type`` lists (placeholders that name none not counted)."""
+    return len([v for v in _distinct(values) if CONTENT_TYPES.get(v.strip().lower(), v) is not None])
 
 
 def _name_of(source: str) -> str:
@@ -220,7 +245,7 @@ class ViDoReImporter(Importer):
         out["language"] = queries.get("language")
         out["generator"] = queries.get("query_generator")
         if "content_type" in queries:
-            out["evidence_types"] = queries["content_type"].map(_distinct)
+            out["evidence_types"] = [data.evidence_types(_distinct(v), CONTENT_TYPES) for v in queries["content_type"]]
         for column in ("query_types", "query_format", "source_type"):
             if column in queries:
                 out[column] = queries[column].map(lambda v: list(v) if isinstance(v, np.ndarray) else v)
@@ -239,9 +264,29 @@ class ViDoReImporter(Importer):
             }
         )
         boxes = qrels["bounding_boxes"].map(_box_elements) if "bounding_boxes" in qrels else 0
-        kinds = qrels["content_type"].map(lambda v: len(_distinct(v))) if "content_type" in qrels else 0
+        kinds = qrels["content_type"].map(_kinds) if "content_type" in qrels else 0
         out["n_elements"] = np.maximum(np.maximum(boxes, kinds), 1)
         return out
+
+
+def _merge_duplicate_texts(rows: list[dict], data: ImportedData) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The QA form's rows as queries and qrels, rows with the same query text merged into the first
+    one's query (its id and answer) with all their pages: ``(queries, qrels)``."""
+    frame = pd.DataFrame(rows, columns=["query_id", "text", "answer", "page_id", "source_label"])
+    key = frame["text"].where(frame["text"].notna(), "\0" + frame["query_id"].astype(str))  # (no text: alone)
+    frame["merged_into"] = frame.groupby(key, sort=False)["query_id"].transform("first")
+    repeated = frame["merged_into"] != frame["query_id"]
+    data.drop("queries", "merged_duplicate_text", int(repeated.sum()))
+    if repeated.any():
+        pages = frame.groupby("merged_into")["page_id"].nunique()
+        data.notes.append(
+            f"{int(repeated.sum())} query rows repeat an earlier row's query text: merged into that query with "
+            f"all their pages, as ViDoRe and mteb score them ({int((pages >= 2).sum())} queries have two or more "
+            f"pages, up to {int(pages.max())})"
+        )
+    queries = frame[~repeated].drop(columns=["page_id", "source_label", "merged_into"])
+    qrels = pd.DataFrame({"query_id": frame["merged_into"], "page_id": frame["page_id"], "grade": 1})
+    return queries.assign(language=None, generator=None), qrels
 
 
 @dataclass
@@ -280,9 +325,9 @@ class ViDoReQAImporter(Importer):
         rows: list[dict] = []
         data.pages = self._pages(files, rows, data)
         # The queries come with the pages: their tables are made once the pages have streamed by.
-        frame = lambda: pd.DataFrame(rows, columns=["query_id", "text", "answer", "page_id", "source_label"])  # noqa: E731
-        data.queries = lambda: frame().drop(columns=["page_id", "source_label"]).assign(language=None, generator=None)
-        data.qrels = lambda: frame()[["query_id", "page_id"]].assign(grade=1)
+        merged = functools.cache(lambda: _merge_duplicate_texts(rows, data))
+        data.queries = lambda: merged()[0]
+        data.qrels = lambda: merged()[1]
         return data
 
     def _pages(self, files: list[Path], rows: list[dict], data: ImportedData) -> Iterator[pd.DataFrame]:
