@@ -89,3 +89,28 @@ def test_language_subsets_by_default(tmp_path):
     assert set(bench.queries["query_id"]) == {
         f"{lang}:query-test-{fx.v3_query_id(q, lang)}" for lang in ("english", "german") for q in (0, 1)
     }
+
+
+@pytest.mark.parametrize(
+    ("config", "task"),
+    [
+        ("mteb_mmlongbench_doc_retrieval", "MMLongBenchDocRetrieval"),
+        ("mteb_mmdocir_t2i_retrieval", "MMDocIRT2IRetrieval"),
+        ("mteb_mmdocir_t2it_retrieval", "MMDocIRT2ITRetrieval"),
+    ],
+)
+def test_mteb_configs_read_what_the_mteb_task_pins(config, task):
+    """Source, revision, split, subsets and main score as mteb's task definition has them."""
+    import mteb
+    from hydra.utils import instantiate
+
+    from helpers import compose_cfg
+
+    dataset = compose_cfg(f"dataset={config}").dataset
+    importer, metadata = instantiate(dataset.importer), mteb.get_task(task).metadata
+    assert (importer.source, importer.revision) == (f"hf://{metadata.dataset['path']}", metadata.dataset["revision"])
+    assert [importer.split] == metadata.eval_splits and importer.allow_unpinned is False
+    assert importer.subsets == (list(metadata.eval_langs) if isinstance(metadata.eval_langs, dict) else None)
+    metric, k = metadata.main_score.split("_at_")
+    assert dataset.protocol.main_score == f"{metric}@{k}"
+    assert importer.page_text == ("t" in metadata.category.split("2")[1])  # t2i: images only; t2it: text too
