@@ -88,6 +88,22 @@ def test_wandb_run_mirrors_the_store_entry(stub_wandb, small_bench_dir):
     assert config["config"]["dataset"]["source"] == str(small_bench_dir)
 
 
+def test_wandb_summary_holds_the_protocols_main_score_per_subset(stub_wandb, isolated_paths):
+    from evaluation.test_scope_language import write_graded_bench
+
+    protocol = "+dataset.protocol={name:mteb test,main_score:ndcg@5,subsets:language,scope:corpus,summary:by language}"
+
+    tracker, runs = stub_wandb
+    bench = write_graded_bench(isolated_paths / "graded")
+    metrics, _, _ = evaluate(f"dataset.source={bench}", "dataset.name=graded-two-lang", protocol, tracker=tracker)
+    (run,) = runs
+    section = metrics["protocol"]
+    assert run.summary["main_score/ndcg@5"] == pytest.approx(section["mean"]["ndcg@5"])
+    per_language = {k.split("/")[1]: v for k, v in run.summary.items() if k.startswith("language/")}
+    assert per_language == pytest.approx({lang: r["ndcg@5"] for lang, r in section["per_subset"].items()})
+    assert set(per_language) == {"en", "fr", "unknown"}
+
+
 def test_failed_job_still_finishes_its_wandb_run(stub_wandb, isolated_paths):
     tracker, runs = stub_wandb
     missing = isolated_paths / "no-such-benchmark"

@@ -1,10 +1,11 @@
 """Weights & Biases mirror of a results-store entry.
 
-The manifest becomes the run config, the aggregates the summary, and the structure × metric table
-a ``wandb.Table``. The API key is read by wandb from ``WANDB_API_KEY`` (or ``wandb login``) and is
-never passed through the config. What W&B records goes through the project's one redaction rule
-(:mod:`vldocir.manifest`): the manifest as config, the command line, the run's name, group and
-tags. Content hashes (``store.run_key``, ``run.key``) are no secrets and stay visible.
+The manifest becomes the run config, the aggregates (and the benchmark protocol's main score, per
+subset too) the summary, and the structure × metric table a ``wandb.Table``. The API key is read by
+wandb from ``WANDB_API_KEY`` (or ``wandb login``) and is never passed through the config. What W&B
+records goes through the project's one redaction rule (:mod:`vldocir.manifest`): the manifest as
+config, the command line, the run's name, group and tags. Content hashes (``store.run_key``,
+``run.key``) are no secrets and stay visible.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class WandbTracker:
         }
         summary["n_queries"] = metrics["n_queries"]
         summary["n_queries_missing_from_run"] = metrics["n_queries_missing_from_run"]
+        summary |= _protocol_summary(metrics.get("protocol"))
         self.run.summary.update(summary)
         table = structure_table.reset_index()
         self.run.log({"structure_metrics": wandb.Table(dataframe=table)})
@@ -109,3 +111,15 @@ class WandbTracker:
         if self.run is not None:
             self.run.finish(exit_code=1 if failed else 0)
             self.run = None
+
+
+def _protocol_summary(protocol: dict[str, Any] | None) -> dict[str, Any]:
+    """The benchmark's main score (``main_score/<metric>``, the mean over subsets where the protocol
+    has them) and its value per subset (``<subsets>/<value>/<metric>``), as the console shows them."""
+    if not protocol:
+        return {}
+    score = protocol["main_score"]
+    summary = {f"main_score/{score}": protocol["mean"][score]}
+    for subset, record in (protocol.get("per_subset") or {}).items():
+        summary[f"{protocol['subsets']}/{subset}/{score}"] = record[score]
+    return summary
