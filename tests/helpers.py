@@ -339,3 +339,31 @@ def make_pdf(path: Path, pages: list[list[str]], figure_pages=frozenset(), size=
             pdf.savefig(fig)
             plt.close(fig)
     return path
+
+
+def random_tie_free_run(bench, seed: int, n_candidates: int = 25, keep: float = 0.8):
+    """Per query of ``bench``: its evidence pages (each kept with probability ``keep``) plus random other pages, with
+    strictly distinct integer scores (exact in float32, so no ties anywhere).
+
+    Returns the run table and the same run and qrels as nested dicts.
+    """
+    import numpy as np
+
+    from vldocir.data.runs import make_run
+
+    rng = np.random.default_rng(seed)
+    page_ids = bench.pages["page_id"].to_numpy(dtype=object)
+    evidence = bench.qrels.groupby("query_id")["page_id"].apply(list).to_dict()
+    query_ids = list(bench.queries["query_id"])
+    candidates, scores, as_dict = [], [], {}
+    for query in query_ids:
+        kept = [p for p in evidence[query] if rng.random() < keep]
+        others = [p for p in rng.choice(page_ids, size=n_candidates, replace=False) if p not in evidence[query]]
+        pages = list(rng.permutation(np.array(kept + others, dtype=object)))
+        score = rng.permutation(len(pages)).astype(np.float64) * 3.0 + 1.0  # distinct, float32-exact
+        candidates.append(pages)
+        scores.append(score)
+        as_dict[query] = {str(p): float(s) for p, s in zip(pages, score, strict=True)}
+    run = make_run(query_ids, candidates, scores)
+    qrels = {q: {str(p): 1 for p in pages} for q, pages in evidence.items()}
+    return run, as_dict, qrels

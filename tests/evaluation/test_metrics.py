@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 import pytrec_eval
 
+from helpers import random_tie_free_run
 from vldocir.data.runs import make_run
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.evaluation.aggregate import evidence_completeness, summarise
@@ -287,30 +288,6 @@ def test_shuffled_run_evaluates_like_sorted(index, seed, ties):
 # ----------------------------------------------------------------------------------------------
 
 
-def _random_benchmark_run(bench, seed: int, n_candidates: int = 25):
-    """Per query: its evidence pages (each kept with probability 0.8) plus random other pages, with
-    strictly distinct integer scores (exact in float32, so no ties anywhere).
-
-    Returns the run table and the same run and qrels as nested dicts.
-    """
-    rng = np.random.default_rng(seed)
-    page_ids = bench.pages["page_id"].to_numpy(dtype=object)
-    evidence = bench.qrels.groupby("query_id")["page_id"].apply(list).to_dict()
-    query_ids = list(bench.queries["query_id"])
-    candidates, scores, as_dict = [], [], {}
-    for query in query_ids:
-        kept = [p for p in evidence[query] if rng.random() < 0.8]
-        others = [p for p in rng.choice(page_ids, size=n_candidates, replace=False) if p not in evidence[query]]
-        pages = list(rng.permutation(np.array(kept + others, dtype=object)))
-        score = rng.permutation(len(pages)).astype(np.float64) * 3.0 + 1.0  # distinct, float32-exact
-        candidates.append(pages)
-        scores.append(score)
-        as_dict[query] = {str(p): float(s) for p, s in zip(pages, score, strict=True)}
-    run = make_run(query_ids, candidates, scores)
-    qrels = {q: {str(p): 1 for p in pages} for q, pages in evidence.items()}
-    return run, as_dict, qrels
-
-
 @pytest.fixture(scope="module")
 def bench_index(small_bench):
     return EvidenceIndex.from_tables(small_bench.queries, small_bench.qrels, small_bench.pages)
@@ -326,7 +303,7 @@ def test_index_from_the_needed_columns_only(small_bench, bench_index):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_equals_trec_eval(small_bench, bench_index, seed):
-    run, run_dict, qrels = _random_benchmark_run(small_bench, seed)
+    run, run_dict, qrels = random_tie_free_run(small_bench, seed)
     ours = per_query_metrics(run, bench_index, KS).set_index("query_id")
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.3,5,10", "recall.3,5,10"})
     theirs = evaluator.evaluate(run_dict)
@@ -348,7 +325,7 @@ def test_equals_trec_eval(small_bench, bench_index, seed):
 def test_equals_ranx(small_bench, bench_index, seed):
     import ranx  # here, not at the top: loading its numba functions takes ~10 s
 
-    run, run_dict, qrels = _random_benchmark_run(small_bench, seed)
+    run, run_dict, qrels = random_tie_free_run(small_bench, seed)
     ours = per_query_metrics(run, bench_index, KS).set_index("query_id")
     ranx_run = ranx.Run.from_dict(run_dict)
     measures = [f"{m}@{k}" for m in ("ndcg", "recall") for k in KS]

@@ -10,13 +10,12 @@ b) equal to mteb's own ``MRR@k`` (``mteb._evaluators.retrieval_metrics.mrr``) on
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 from mteb._evaluators.retrieval_metrics import mrr as mteb_mrr
 
-from vldocir.data.runs import make_run
+from helpers import random_tie_free_run
 from vldocir.evaluation.metrics import METRICS, EvidenceIndex, metric_columns, per_query_metrics
 
 KS = (1, 3, 5)
@@ -74,23 +73,10 @@ def test_mrr_by_hand():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mrr_equals_mteb(small_bench, seed):
-    rng = np.random.default_rng(seed)
-    page_ids = small_bench.pages["page_id"].to_numpy(dtype=object)
-    evidence = small_bench.qrels.groupby("query_id")["page_id"].apply(list).to_dict()
+    run, as_dict, qrels = random_tie_free_run(small_bench, seed, n_candidates=15, keep=0.6)
     query_ids = list(small_bench.queries["query_id"])
-    candidates, scores, as_dict = [], [], {}
-    for query in query_ids:
-        kept = [p for p in evidence[query] if rng.random() < 0.6]
-        others = [p for p in rng.choice(page_ids, size=15, replace=False) if p not in evidence[query]]
-        pages = list(rng.permutation(np.array(kept + others, dtype=object)))
-        score = rng.permutation(len(pages)).astype(np.float64) * 3.0 + 1.0  # distinct, float32-exact
-        candidates.append(pages)
-        scores.append(score)
-        as_dict[query] = {str(p): float(s) for p, s in zip(pages, score, strict=True)}
-    run = make_run(query_ids, candidates, scores)
     index = EvidenceIndex.from_tables(small_bench.queries, small_bench.qrels, small_bench.pages)
     ours = per_query_metrics(run, index, (1, 3, 5, 10)).set_index("query_id")
-    qrels = {q: {str(p): 1 for p in pages} for q, pages in evidence.items()}
     theirs = mteb_mrr(qrels, as_dict, [1, 3, 5, 10])
     for k in (1, 3, 5, 10):
         values = dict(zip(as_dict, theirs[f"MRR@{k}"], strict=True))
