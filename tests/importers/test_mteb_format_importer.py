@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 import hub_schema_fixtures as fx
+from vldocir.data.schema import UNKNOWN_DOCUMENTS_STRUCTURE
 from vldocir.importers.base import NO_DOCUMENT_IDS, ImporterError, import_benchmark, summary
 from vldocir.importers.mteb_format import DOCUMENT_RULES, MtebFormatImporter, card_configs
 
@@ -54,6 +55,13 @@ def test_no_documents_each_page_its_own(tmp_path):
     bench = import_benchmark(MtebFormatImporter(source=str(source), documents="none"), tmp_path / "b", name="x")
     assert bench.info["built_by"]["kept"]["documents"] == 9
     assert bench.info["built_by"]["document_ids"] == NO_DOCUMENT_IDS
+    assert set(bench.queries["evidence_structure"]) == {UNKNOWN_DOCUMENTS_STRUCTURE}  # 4-5 judged pages each
+    # No top_ranked config to derive documents from: the same, with the reason said.
+    bench = import_benchmark(MtebFormatImporter(source=str(source)), tmp_path / "c", name="y")
+    assert (
+        bench.info["built_by"]["document_ids"] == NO_DOCUMENT_IDS + " (no top_ranked groups to derive documents from)"
+    )
+    assert set(bench.queries["evidence_structure"]) == {UNKNOWN_DOCUMENTS_STRUCTURE}
 
 
 def test_card_configs_read_the_yaml_header(tmp_path):
@@ -114,3 +122,23 @@ def test_mteb_configs_read_what_the_mteb_task_pins(config, task):
     metric, k = metadata.main_score.split("_at_")
     assert dataset.protocol.main_score == f"{metric}@{k}"
     assert importer.page_text == ("t" in metadata.category.split("2")[1])  # t2i: images only; t2it: text too
+
+
+def test_files_outside_the_dataset_or_unreadable_are_one_line(tmp_path):
+    source = fx.write_mmlongbench_doc_mteb(tmp_path / "src")
+    card, shard = source / "README.md", source / "queries" / "test-00000-of-00001.parquet"
+    outside = tmp_path / "elsewhere.parquet"
+    shutil.copy(shard, outside)
+    card_text = card.read_text()
+    card.write_text(card_text.replace("path: queries/test-*", "path: ../elsewhere.parquet"))
+    with pytest.raises(ImporterError, match=r"config 'queries' names data files outside the dataset folder"):
+        MtebFormatImporter(source=str(source)).read()
+    card.write_text(card_text)
+    shard.unlink()
+    shard.symlink_to(outside)  # a readable Parquet file, but not the dataset's
+    with pytest.raises(ImporterError, match=r"test-00000-of-00001\.parquet: resolves outside the dataset folder"):
+        MtebFormatImporter(source=str(source)).read()
+    shard.unlink()
+    shard.write_bytes(b"PAR1 not really")
+    with pytest.raises(ImporterError, match=r"test-00000-of-00001\.parquet: cannot be read as config 'queries'"):
+        MtebFormatImporter(source=str(source)).read()

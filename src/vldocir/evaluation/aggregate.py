@@ -30,6 +30,15 @@ HEADLINE_METRICS = ("ndcgall", "recallall")
 """The metrics of the headline table (and of a protocol's per-subset records)."""
 
 
+HEADLINE_AGGREGATES = {
+    "macro": "Macro",
+    "micro": "Micro",
+    "source_macro": "Source Macro",
+    "domain_macro": "Domain Macro",
+}
+"""The headline aggregates (``metrics.json`` key: printed label), in the console's order."""
+
+
 def headline_columns(ks) -> list[str]:
     """``ndcgall@k`` and ``recallall@k`` for each k, in :func:`metric_columns`' order."""
     return [c for c in metric_columns(ks) if c.startswith(tuple(f"{m}@" for m in HEADLINE_METRICS))]

@@ -5,15 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from vldocir.data.schema import EVIDENCE_STRUCTURES, UNKNOWN_DOCUMENTS_STRUCTURE
-from vldocir.evaluation.aggregate import headline_columns
-
-HEADLINE_AGGREGATES = {
-    "macro": "Macro",
-    "micro": "Micro",
-    "source_macro": "Source Macro",
-    "domain_macro": "Domain Macro",
-}
-
+from vldocir.evaluation.aggregate import HEADLINE_AGGREGATES, headline_columns
 
 INTERVAL_LEVEL, INTERVAL_RESAMPLES, INTERVAL_SEED = 0.95, 2000, 0
 

@@ -29,7 +29,7 @@ import pandas as pd
 
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.errors import ConfigError
-from vldocir.evaluation.aggregate import headline_columns, summarise
+from vldocir.evaluation.aggregate import HEADLINE_AGGREGATES, headline_columns, summarise
 
 MAIN_SCORE_METRICS = ("ndcg", "recall", "mrr", "ndcgall", "recallall")
 """What a main score may average per query (``mrr``: the per-query ``mrr@k`` column)."""
@@ -37,8 +37,6 @@ SUBSET_COLUMNS = ("language", "domain", "source", "generator")
 """The query attributes a protocol may split the queries by."""
 SCOPES = ("corpus", "document")
 PROTOCOL_KEYS = ("name", "main_score", "subsets", "scope", "summary")
-HEADLINE_AGGREGATES = ("macro", "micro", "source_macro", "domain_macro")
-"""The aggregates recorded per subset in the ``protocol`` section (at the headline columns)."""
 
 _MAIN_SCORE = re.compile(rf"({'|'.join(MAIN_SCORE_METRICS)})@([1-9][0-9]*)")
 

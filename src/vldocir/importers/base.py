@@ -160,7 +160,7 @@ class ImportedData:
     """``format``, ``source``, ``revision``, ``license`` and anything else worth recording."""
     document_ids: str = "from the source"
     """How documents were identified, said in benchmark.json and the summary: ``from the source``,
-    ``derived from <what>``, or :data:`NO_DOCUMENT_IDS` (each page its own document)."""
+    ``derived from <what>``, or :data:`NO_DOCUMENT_IDS` (each page its own document; a reason may follow it)."""
     notes: list[str] = field(default_factory=list)
     dropped: dict[str, Counter] = field(default_factory=dict)
     unmapped_labels: Counter = field(default_factory=Counter)
@@ -547,7 +547,8 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     qrels["page_number"] = qrels["page_id"].map(pages.set_index("page_id")["page_number"])
     if "n_elements" not in qrels:
         qrels["n_elements"] = qrels["element_ids"].map(lambda ids: len(ids) if ids is not None else 1)
-    structures = evidence_structures(qrels, near_max_gap, documents_known=data.document_ids != NO_DOCUMENT_IDS)
+    documents_known = not data.document_ids.startswith(NO_DOCUMENT_IDS)  # (a reason may follow the phrase)
+    structures = evidence_structures(qrels, near_max_gap, documents_known=documents_known)
     queries["evidence_structure"] = queries["query_id"].map(structures)
 
     doc_info = documents.set_index("doc_id")

@@ -27,6 +27,7 @@ Pages in no group are documents of their own. Benchmark.json and the import summ
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
+from vldocir.data.validation import allowed_roots
 from vldocir.importers.base import NO_DOCUMENT_IDS, ImportedData, Importer, ImporterError, fetch
 
 BATCH_ROWS = 64
@@ -149,7 +151,9 @@ class MtebFormatImporter(Importer):
             split = self.split if self.split in splits else next(iter(splits)) if len(splits) == 1 else None
             if split is None:
                 raise ImporterError(f"{root}: config '{config}' has no split '{self.split}' (it has {sorted(splits)})")
-            found = sorted({f for pattern in splits[split] for f in root.glob(pattern)})
+            found = sorted(
+                {f for pattern in splits[split] for f in root.glob(_relative_pattern(pattern, root, config))}
+            )
         else:
             found = sorted((root / config).glob(f"{self.split}-*.parquet"))
         if not found:
@@ -157,17 +161,24 @@ class MtebFormatImporter(Importer):
                 f"{root}: no data files for config '{config}', split '{self.split}' "
                 f"(neither in the card's configs nor as {config}/{self.split}-*.parquet)"
             )
+        allowed = tuple(r.rstrip(os.sep) + os.sep for r in allowed_roots(root))
+        for file in found:  # a symbolic link may point anywhere: only the dataset's own files are read
+            if not os.path.realpath(file).startswith(allowed):
+                raise ImporterError(f"{file}: resolves outside the dataset folder {root}; refusing to read it")
         return found
 
     def _read(self, root: Path, configs: dict, config: str) -> pd.DataFrame:
         frames = []
         for file in self._files(root, configs, config):
-            if file.suffix == ".parquet":
-                frames.append(pq.read_table(file, columns=_small_columns(file)).to_pandas())
-            elif file.name.endswith((".jsonl", ".jsonl.gz")):
-                frames.append(pd.read_json(file, lines=True, dtype=False))
-            else:
+            if not file.name.endswith((".parquet", ".jsonl", ".jsonl.gz")):
                 raise ImporterError(f"{file}: not Parquet or JSON lines")
+            try:
+                if file.suffix == ".parquet":
+                    frames.append(pq.read_table(file, columns=_small_columns(file)).to_pandas())
+                else:
+                    frames.append(pd.read_json(file, lines=True, dtype=False))
+            except (OSError, ValueError) as error:  # (pyarrow's ArrowInvalid is a ValueError)
+                raise ImporterError(f"{file}: cannot be read as config '{config}' ({error})") from error
         return pd.concat(frames, ignore_index=True)
 
     def _queries(self, frame: pd.DataFrame, prefix: str, root: Path, config: str) -> pd.DataFrame:
@@ -198,7 +209,10 @@ class MtebFormatImporter(Importer):
     def _pages(self, corpus_files: list[tuple[str, list[Path]]], document_of: dict[str, str]) -> Iterator[pd.DataFrame]:
         for prefix, files in corpus_files:
             for file in files:
-                parquet = pq.ParquetFile(file)
+                try:
+                    parquet = pq.ParquetFile(file)
+                except (OSError, ValueError) as error:
+                    raise ImporterError(f"{file}: cannot be read as a corpus Parquet file ({error})") from error
                 names = parquet.schema_arrow.names
                 id_column = next((c for c in _ID_COLUMNS["corpus"] if c in names), None)
                 if id_column is None or "image" not in names:
@@ -215,6 +229,13 @@ class MtebFormatImporter(Importer):
                         title = rows["title"].fillna("") if "title" in rows else ""
                         chunk["dom_text"] = (title + "\n" + rows["text"].fillna("")).str.strip()
                     yield chunk
+
+
+def _relative_pattern(pattern: str, root: Path, config: str) -> str:
+    """A data-file pattern of the card, refused in one line unless it stays inside the dataset folder."""
+    if not isinstance(pattern, str) or pattern.startswith(("/", "\\")) or ".." in Path(pattern).parts:
+        raise ImporterError(f"{root}: config '{config}' names data files outside the dataset folder ({pattern!r})")
+    return pattern
 
 
 def _config(subset: str | None, kind: str) -> str:
