@@ -5,8 +5,8 @@ Layers, lowest first; a module may import from its own layer or a lower one, nev
 
     0  data, io, cache, leases, manifest, errors, retry, llm, llm_server, threads (and ``vldocir`` itself)
     1  queries | retrieval              (which do not import each other)
-    2  construction, importers | evaluation
-                                        (evaluation and the other two do not import each other;
+    2  construction, importers, interop | evaluation
+                                        (evaluation and the first two do not import each other;
                                         importers use construction's PDF renderer and OCR, never
                                         the other way round)
     3  pipeline, store, config_checks, launch
@@ -37,7 +37,7 @@ PACKAGE = SRC / "vldocir"
 LAYERS = (
     ("vldocir", "data", "io", "cache", "leases", "manifest", "errors", "retry", "llm", "llm_server", "threads"),
     ("queries", "retrieval"),
-    ("construction", "importers", "evaluation"),  # importers: foreign data -> tables, with construction's PDF and OCR
+    ("construction", "importers", "interop", "evaluation"),  # importers: foreign data -> tables; interop: ours -> theirs
     ("pipeline", "store", "config_checks", "launch"),
     ("reporting", "tracking"),
     ("apps",),
