@@ -37,7 +37,7 @@ PACKAGE = SRC / "vldocir"
 LAYERS = (
     ("vldocir", "data", "io", "cache", "leases", "manifest", "errors", "retry", "llm", "llm_server", "threads"),
     ("queries", "retrieval"),
-    ("construction", "importers", "interop", "evaluation"),  # importers: foreign data -> tables; interop: ours -> theirs
+    ("construction", "importers", "interop", "evaluation"),  # importers: theirs -> tables; interop: ours -> theirs
     ("pipeline", "store", "config_checks", "launch"),
     ("reporting", "tracking"),
     ("apps",),
