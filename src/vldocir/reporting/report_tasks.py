@@ -53,7 +53,8 @@ def run(cfg: DictConfig) -> int:
     ``cfg.paths.results_dir`` (``compare``: :func:`vldocir.reporting.compare.run_compare` first);
     with ``logger=wandb``, log the rendered tables and figures. With
     ``tables`` and ``cfg.other_runs``, the runs no paper row uses are listed too (README.md, console),
-    then the runs on every other benchmark of the store, one section each (also other_runs.md|tex).
+    then the runs on every other benchmark of the store, one section each (also other_runs.md|tex),
+    with the mteb result files of ``cfg.mteb_results`` as external rows beside the runs of their benchmark.
 
     Returns the exit status: 1 when ``check`` finds a cell that differs by more than its
     tolerance, 0 otherwise (missing runs alone do not fail).
@@ -100,8 +101,9 @@ def run(cfg: DictConfig) -> int:
         tables = build_tables(spec, view, names, cache_dir=Path(cfg.paths.cache_dir))  # significance results
     files: list[Path] = []
     if "tables" in do:
-        others = other_runs_table(spec, view) if cfg.other_runs else None
-        elsewhere = other_benchmarks(spec, view) if cfg.other_runs else []
+        external, where = external_results(cfg)
+        others = other_runs_table(spec, view, external) if cfg.other_runs else None
+        elsewhere = other_benchmarks(spec, view, external, where) if cfg.other_runs else []
         sections = None if others is None else other_runs_markdown(others, view) + benchmarks_markdown(elsewhere, view)
         files += write_tables(tables, out / "tables", note, view.choices(), sections)
         if others is not None:
@@ -133,6 +135,19 @@ def run(cfg: DictConfig) -> int:
         )
         print(f"Logged to W&B: {where}")
     return status
+
+
+def external_results(cfg: DictConfig) -> tuple[list, str]:
+    """The mteb result files of ``cfg.mteb_results`` (a folder; ``null``: none) and the folder, as the
+    reports name it. A file that does not read stops the report in one line naming it."""
+    folder = cfg.get("mteb_results")
+    if not folder:
+        return [], ""
+    from vldocir.interop.mteb_results import read_results
+
+    found = read_results(folder)
+    print(f"mteb results (external rows, not significance-tested): {len(found)} file(s) in {folder}")
+    return found, str(folder)
 
 
 def compose_report(overrides: Sequence[str] = (), paths: Mapping[str, Any] | None = None) -> DictConfig:
