@@ -350,11 +350,10 @@ def external_table(external: Sequence, metrics: Sequence[str]) -> pd.DataFrame:
 
 def _external_section(cfg: DictConfig, baseline: StoredRun, metrics: Sequence[str]) -> tuple[str, str]:
     """(console text, Markdown) of the external rows of ``cfg.mteb_results`` for the baseline's benchmark."""
-    from vldocir.reporting.other_runs import EXTERNAL_FOOTNOTE, matching
-    from vldocir.reporting.report_tasks import external_results
+    from vldocir.reporting.other_runs import EXTERNAL_FOOTNOTE, external_results, matching
     from vldocir.reporting.store_view import StoredRun as ViewRun
 
-    found, where = external_results(cfg)
+    found, where = external_results(cfg.get("mteb_results"))
     if not found:
         return "", ""
     name = baseline.benchmark[0]

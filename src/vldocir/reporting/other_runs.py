@@ -33,7 +33,7 @@ import pandas as pd
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.errors import ConfigError
 from vldocir.evaluation.protocol import Protocol
-from vldocir.interop.mteb_results import ExternalResult, task_name_of
+from vldocir.interop.mteb_results import ExternalResult, read_results, task_name_of
 from vldocir.io import atomic_write_text
 from vldocir.reporting.formats import latex_escape
 from vldocir.reporting.paper import PaperSpec, RunRef, metric_label
@@ -157,6 +157,16 @@ def matching(external: list[ExternalResult], name: str, runs: list[StoredRun]) -
     """The external results of benchmark ``name`` (matched by task name, :func:`task_names`)."""
     names = task_names(name, runs)
     return [result for result in external if result.task in names]
+
+
+def external_results(folder) -> tuple[list[ExternalResult], str]:
+    """The mteb result files of ``folder`` (``mteb_results``; ``None``: none) and the folder as the
+    reports name it. A file that does not read stops the report in one line naming it."""
+    if not folder:
+        return [], ""
+    found = read_results(folder)
+    print(f"mteb results (external rows, not significance-tested): {len(found)} file(s) in {folder}")
+    return found, str(folder)
 
 
 def external_note(external: list[ExternalResult], where: str) -> str:

@@ -30,6 +30,7 @@ from vldocir.reporting.figures import render_figures
 from vldocir.reporting.formats import write_tables
 from vldocir.reporting.other_runs import (
     benchmarks_markdown,
+    external_results,
     other_benchmarks,
     other_runs_table,
     print_other_runs,
@@ -101,7 +102,7 @@ def run(cfg: DictConfig) -> int:
         tables = build_tables(spec, view, names, cache_dir=Path(cfg.paths.cache_dir))  # significance results
     files: list[Path] = []
     if "tables" in do:
-        external, where = external_results(cfg)
+        external, where = external_results(cfg.get("mteb_results"))
         others = other_runs_table(spec, view, external) if cfg.other_runs else None
         elsewhere = other_benchmarks(spec, view, external, where) if cfg.other_runs else []
         sections = None if others is None else other_runs_markdown(others, view) + benchmarks_markdown(elsewhere, view)
@@ -135,19 +136,6 @@ def run(cfg: DictConfig) -> int:
         )
         print(f"Logged to W&B: {where}")
     return status
-
-
-def external_results(cfg: DictConfig) -> tuple[list, str]:
-    """The mteb result files of ``cfg.mteb_results`` (a folder; ``null``: none) and the folder, as the
-    reports name it. A file that does not read stops the report in one line naming it."""
-    folder = cfg.get("mteb_results")
-    if not folder:
-        return [], ""
-    from vldocir.interop.mteb_results import read_results
-
-    found = read_results(folder)
-    print(f"mteb results (external rows, not significance-tested): {len(found)} file(s) in {folder}")
-    return found, str(folder)
 
 
 def compose_report(overrides: Sequence[str] = (), paths: Mapping[str, Any] | None = None) -> DictConfig:
