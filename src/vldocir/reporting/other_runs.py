@@ -169,6 +169,13 @@ def external_results(folder) -> tuple[list[ExternalResult], str]:
     return found, str(folder)
 
 
+def unshown(external: list[ExternalResult], view: ResultsView, benchmarks: list[BenchmarkRuns]) -> list[str]:
+    """The task names of external results that no section shows (no listed runs of their benchmark)."""
+    shown = {r.path for r in matching(external, view.benchmark, view.runs())}
+    shown |= {r.path for bench in benchmarks for r in bench.external}
+    return sorted({r.task for r in external if r.path not in shown})
+
+
 def external_note(external: list[ExternalResult], where: str) -> str:
     return (
         f"{EXTERNAL_MARK} External: mteb result files in `{where}` ({len(external)} matched), read as they are; "
@@ -191,6 +198,7 @@ class BenchmarkRuns:
     runs: list[StoredRun]
     table: pd.DataFrame
     about: list[str] = field(default_factory=list)  # sentences: origin, fingerprint, queries, structures
+    external: list[ExternalResult] = field(default_factory=list)  # mteb result files shown beside the runs
 
 
 def section_ks(runs: list[StoredRun], ks) -> list[int]:
@@ -276,7 +284,8 @@ def other_benchmarks(
                 about.append(f"Main score: {metric_label(main)}, the protocol's ({protocol}; mean over its subsets).")
             if theirs:
                 about.append(external_note(theirs, where))
-            found.append(BenchmarkRuns(name, runs, runs_table(runs, section_ks(runs, spec.ks), theirs, main), about))
+            table = runs_table(runs, section_ks(runs, spec.ks), theirs, main)
+            found.append(BenchmarkRuns(name, runs, table, about, theirs))
     return found
 
 

@@ -34,6 +34,7 @@ from vldocir.reporting.other_runs import (
     other_benchmarks,
     other_runs_table,
     print_other_runs,
+    unshown,
     write_other_runs,
 )
 from vldocir.reporting.other_runs import to_markdown as other_runs_markdown
@@ -114,6 +115,9 @@ def run(cfg: DictConfig) -> int:
         print(f"Tables: {out / 'tables'}/*.md, *.tex")
         if others is not None:
             print_other_runs(others, out / "tables" / "README.md", elsewhere)
+            missing = unshown(external, view, elsewhere)
+            if missing:
+                print(f"mteb results not shown (no listed runs of their benchmark): {', '.join(missing)}")
     figures: dict[str, Path] = {}
     if "figures" in do:
         made = render_figures(

@@ -175,7 +175,9 @@ def export_mteb(runs: list[str], out: str | Path, results_dir: str | Path, force
     for item in done:
         with atomic_path(item["target"]) as tmp:
             item["result"].to_disk(tmp)
-        atomic_write_json(model_meta(item["model"]), item["target"].parent / "model_meta.json")
+        meta = item["target"].parent / "model_meta.json"
+        if not meta.exists():  # an mteb cache's own (fuller) model_meta.json is kept
+            atomic_write_json(model_meta(item["model"]), meta)
     return done
 
 
