@@ -117,8 +117,10 @@ def resolve_task(
             raise MtebResultsError(
                 f"subset(s) {', '.join(unknown)} are not hf_subsets of {meta.name} ({', '.join(langs)})"
             )
-        if len(meta.eval_splits) != 1:
-            raise MtebResultsError(f"{meta.name} evaluates splits {meta.eval_splits}; one was expected")
+        if meta.eval_splits != [split]:
+            raise MtebResultsError(f"{meta.name} evaluates split(s) {meta.eval_splits}; the benchmark is split {split}")
+        if task.ignore_identical_ids or task.skip_first_result:  # scoring options not reproduced here
+            raise MtebResultsError(f"{meta.name} ignores identical ids or skips the first result: not supported")
         return MtebTask(
             meta.name, meta.eval_splits[0], meta.main_score, tuple(task.k_values), {s: langs[s] for s in subsets}, True
         )
@@ -133,7 +135,7 @@ def resolve_task(
         k = k if k in ks else max(ks)
         main = f"{aggregate}_{_score_key(metric, k)}"
     languages = {s: DEFAULT_LANGUAGES if s == "default" else [s] for s in subsets}
-    return MtebTask(f"{VLDOCIR_TASK_PREFIX}{benchmark}", split, main, tuple(sorted(k_values)), languages, False)
+    return MtebTask(task_name_of(None, benchmark), split, main, tuple(sorted(k_values)), languages, False)
 
 
 # -- out: the scores --------------------------------------------------------------------------------
