@@ -211,3 +211,29 @@ def test_a_bad_mteb_task_or_result_file_is_one_line(tmp_path):
     with pytest.raises(mr.MtebResultsError) as error:
         mr.read_results(tmp_path)
     assert str(bad) in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_the_issues_acceptance_make_run_then_export_then_mteb_loads_it(tmp_path):
+    """As a user types it: ``python run.py`` (the default: DOM-BM25 on the mini), then
+    ``python -m vldocir.store export --format mteb <that entry> <dir>``; mteb reads the main score."""
+    import subprocess
+
+    from helpers import REPO_ROOT, run_py
+
+    done = run_py(f"paths.results_dir={tmp_path / 'results'}", f"paths.cache_dir={tmp_path / 'cache'}", "logger=none")
+    assert done.returncode == 0, done.stderr[-2000:]
+    entry = Path(done.stdout.split("Run directory: ", 1)[1].split()[0])
+    out = tmp_path / "m"
+    exported = subprocess.run(
+        [sys.executable, "-m", "vldocir.store", "export", "--format", "mteb", str(entry), str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    headline = json.loads((entry / "metrics.json").read_text())["aggregates"]["macro"]["ndcgall@10"] / 100
+    assert TaskResult.from_disk(only_file(out)).main_score == pytest.approx(headline, abs=1e-6)
+    (tasks,) = loaded_by_mteb(out).values()
+    assert tasks["VLDocIR-vl-docir-mini"].main_score == pytest.approx(headline, abs=1e-6)
