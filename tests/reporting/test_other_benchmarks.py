@@ -1,7 +1,9 @@
 """``make tables`` with runs of several benchmarks in one store: the paper tables compare the mini
 benchmark's runs (never an imported one's), and every other benchmark's runs are listed under a
 section of their own (README.md, other_runs.md, other_runs.tex, the console) with the numbers of
-their ``metrics.json``, whatever structures and ks they have."""
+their ``metrics.json``, whatever structures and ks they have, and the protocol's main score. mteb result
+files exported from the store (``mteb_results=<folder>``) come back as external rows (†) beside the runs
+of their benchmark, matched by task name, in ``make tables`` and ``do=compare``."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from report_stores import MANIFEST, PAPER_DIR, TEXT_BENCH
 from vldocir.reporting.paper import load_spec
 from vldocir.reporting.report_tasks import compose_report, run
 from vldocir.reporting.store_view import choose_benchmark
+from vldocir.store import cli as store_cli
 
 TOY = REPO_ROOT / "tests" / "fixtures" / "importers" / "beir_toy"  # its README: 2 page_single, 1 cross_doc
 BEIR = ["dataset=beir_dbpedia_entity", f"dataset.importer.source={TOY}", "dataset.importer.revision=null"]
@@ -43,15 +46,19 @@ def _rows(section: str) -> tuple[list[str], dict[tuple[str, str, str], list[str]
     return header, rows
 
 
-def _expected(entry: Path, ks: list[int]) -> dict[str, list[str]]:
-    """Macro and Micro cells of a store entry as the report prints them, from its metrics.json."""
-    aggregates = json.loads((entry / "metrics.json").read_text())["aggregates"]
+def _expected(entry: Path, ks: list[int], main: str | None = None) -> dict[str, list[str]]:
+    """Macro and Micro cells of a store entry as the report prints them, from its metrics.json; with
+    ``main``, the protocol's main score last."""
+    metrics = json.loads((entry / "metrics.json").read_text())
+    aggregates = metrics["aggregates"]
+    last = [f"{metrics['protocol']['mean'][main]:.2f}"] if main else []
     return {
         label: [
             "–" if f"{m}@{k}" not in aggregates[key] else f"{aggregates[key][f'{m}@{k}']:.2f}"
             for m in HEADLINE
             for k in ks
         ]
+        + last
         for label, key in (("Macro", "macro"), ("Micro", "micro"))
     }
 
@@ -76,8 +83,10 @@ def test_make_tables_lists_each_benchmarks_runs_under_its_own_benchmark(text_ben
     short = evaluate_run(root, *BEIR, "dataset.name=beir-k13", "retriever=dom_bm25", "eval.ks=[1,3]")
     # One mapped run each; "beir-..." sorts first, but an imported benchmark is not compared with the paper.
     assert choose_benchmark(root / "results", spec)[0] == TEXT_BENCH
+    mteb_dir = tmp_path / "mteb"  # the BEIR run (mteb's DBPedia) and the mini's mapped run, as mteb results
+    assert store_cli.main(["export", "--format", "mteb", str(beir.entry), str(mapped.entry), str(mteb_dir)]) == 0
     capsys.readouterr()
-    assert run(compose_report(report)) == 0
+    assert run(compose_report([*report, f"mteb_results={mteb_dir}"])) == 0
     printed = capsys.readouterr().out
     tables = root / "results" / "tables"
     assert _paper_tables(tables) == before, "the paper tables do not change"
@@ -86,23 +95,34 @@ def test_make_tables_lists_each_benchmarks_runs_under_its_own_benchmark(text_ben
     compared = readme.split("## Other runs in the store", 1)[1].split("## Runs on other benchmarks", 1)[0]
     header, rows = _rows(compared)
     assert header == ["Run", "Entry", "Aggregate", "nDCGAll@5", "nDCGAll@10", "RecallAll@5", "RecallAll@10"]
-    assert set(rows) == {("bm25_k09/base", variant.entry.name, a) for a in ("Macro", "Micro")}
+    mapped_key = json.loads((mapped.entry / "manifest.json").read_text())["store"]["run_key"]
+    external = ("vldocir/dom_bm25 †", f"{mapped_key}/VLDocIR-{TEXT_BENCH}.json")
+    assert set(rows) == {(*r, a) for r in [("bm25_k09/base", variant.entry.name), external] for a in ("Macro", "Micro")}
     for aggregate, cells in _expected(variant.entry, [5, 10]).items():
         assert rows[("bm25_k09/base", variant.entry.name, aggregate)] == cells
+    for aggregate, cells in _expected(mapped.entry, [5, 10]).items():  # the mapped run, through mteb's file
+        assert rows[(*external, aggregate)] == cells
+    assert "† External: an mteb result file" in compared
     assert mapped.entry.name not in compared
 
     for text in (readme, (tables / "other_runs.md").read_text()):
         sections = _sections(text)
         assert list(sections) == ["beir-dbpedia-entity", "beir-k13"]
         header, rows = _rows(sections["beir-dbpedia-entity"])
-        assert header[3:] == ["nDCGAll@5", "nDCGAll@10", "RecallAll@5", "RecallAll@10"]
-        assert set(rows) == {("dom_bm25/base", beir.entry.name, a) for a in ("Macro", "Micro")}
-        for aggregate, cells in _expected(beir.entry, [5, 10]).items():
+        assert header[3:] == ["nDCGAll@5", "nDCGAll@10", "RecallAll@5", "RecallAll@10", "Main nDCG@10"]
+        beir_key = json.loads((beir.entry / "manifest.json").read_text())["store"]["run_key"]
+        external = ("vldocir/dom_bm25 †", f"{beir_key}/DBPedia.json")  # matched by protocol.mteb_task
+        assert set(rows) == {
+            (*r, a) for r in [("dom_bm25/base", beir.entry.name), external] for a in ("Macro", "Micro")
+        }
+        for aggregate, cells in _expected(beir.entry, [5, 10], "ndcg@10").items():
             assert rows[("dom_bm25/base", beir.entry.name, aggregate)] == cells
+            assert rows[(*external, aggregate)] == cells
+        assert "Main score: nDCG@10, the protocol's (mteb DBPedia (BEIR)" in sections["beir-dbpedia-entity"]
         # Asked for 1 and 3; the protocol's main score (nDCG@10) adds 10: those columns too, @5 empty.
         header, rows = _rows(sections["beir-k13"])
-        assert header[3:] == [f"{m}@{k}" for m in ("nDCGAll", "RecallAll") for k in (1, 3, 5, 10)]
-        expected = _expected(short.entry, [1, 3, 5, 10])
+        assert header[3:] == [*(f"{m}@{k}" for m in ("nDCGAll", "RecallAll") for k in (1, 3, 5, 10)), "Main nDCG@10"]
+        expected = _expected(short.entry, [1, 3, 5, 10], "ndcg@10")
         assert expected["Macro"][2] == "–" and "–" not in [*expected["Macro"][:2], expected["Macro"][3]]
         for aggregate, cells in expected.items():
             assert rows[("dom_bm25/base", short.entry.name, aggregate)] == cells
@@ -120,9 +140,23 @@ def test_make_tables_lists_each_benchmarks_runs_under_its_own_benchmark(text_ben
     macro = _expected(short.entry, [1, 3, 5, 10])["Macro"]
     assert f"{short.entry.name.replace('_', chr(92) + '_')} & Macro & " + " & ".join(macro).replace("–", "--") in latex
     assert latex.count(r"\begin{table}") == latex.count(r"\end{table}") == 3
+    assert "External: an mteb result file" in latex
     assert (
         "Runs on other benchmarks: beir-dbpedia-entity" in printed and "Runs on other benchmarks: beir-k13" in printed
     )
+
+    # do=compare: the external rows of the baseline's benchmark follow the tested ones, never tested.
+    compare = [*report[:2], "do=compare", f"baseline={mapped.entry}", f"runs=[{variant.entry}]"]
+    compare += [f"mteb_results={mteb_dir}", "significance.n_permutations=100", f"out_dir={tmp_path / 'cmp'}"]
+    capsys.readouterr()
+    assert run(compose_report(compare)) == 0
+    printed = capsys.readouterr().out
+    external = printed.split("External rows (mteb result files", 1)[1]
+    macro = json.loads((mapped.entry / "metrics.json").read_text())["aggregates"]["macro"]
+    assert f"vldocir/dom_bm25 †   ndcgall@10                  macro  {macro['ndcgall@10']:.2f}" in external
+    assert "not significance-tested" in external and "DBPedia" not in external
+    (markdown,) = (tmp_path / "cmp" / "compare").glob("comparison_*.md")
+    assert "vldocir/dom_bm25 †" in markdown.read_text()
 
 
 def test_a_store_of_imported_runs_only_is_not_compared_with_the_paper(tmp_path, capsys):
@@ -141,7 +175,7 @@ def test_a_store_of_imported_runs_only_is_not_compared_with_the_paper(tmp_path, 
     assert run(compose_report(report)) == 0
     sections = _sections((root / "results" / "tables" / "README.md").read_text())
     _, rows = _rows(sections["beir-dbpedia-entity"])
-    assert rows[("dom_bm25/base", beir.entry.name, "Macro")] == _expected(beir.entry, [5, 10])["Macro"]
+    assert rows[("dom_bm25/base", beir.entry.name, "Macro")] == _expected(beir.entry, [5, 10], "ndcg@10")["Macro"]
     shutil.rmtree(root / "results" / "runs" / "beir-dbpedia-entity")
     assert run(compose_report([*report, "other_runs=true"])) == 0
     assert not (root / "results" / "tables" / "other_runs.md").exists(), "nothing to list: no stale file"

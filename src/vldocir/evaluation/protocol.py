@@ -6,7 +6,9 @@ over queries of a per-query metric, as mteb reports it), its **subsets** (a quer
 ``language``: each value is a query set of its own, evaluated alone, and every aggregate is the
 mean over subsets, as mteb averages a task's hf_subsets; ``null``: one query set) and its search
 **scope** (``corpus``, or ``document``: pages ranked within the query's own document, which
-``setting=doc_scope`` computes).
+``setting=doc_scope`` computes). ``mteb_task`` (optional) names the task in mteb's registry whose
+numbers the protocol reproduces (e.g. ``Vidore2ESGReportsRetrieval``): results exported in mteb's
+format (``python -m vldocir.store export --format mteb``) carry that task name; it changes no metric.
 
 :func:`summarise_protocol` is :func:`~vldocir.evaluation.aggregate.summarise` under a protocol:
 without subsets it is ``summarise`` plus the ``protocol`` section; with subsets each subset is
@@ -36,7 +38,7 @@ MAIN_SCORE_METRICS = ("ndcg", "recall", "mrr", "ndcgall", "recallall")
 SUBSET_COLUMNS = ("language", "domain", "source", "generator")
 """The query attributes a protocol may split the queries by."""
 SCOPES = ("corpus", "document")
-PROTOCOL_KEYS = ("name", "main_score", "subsets", "scope", "summary")
+PROTOCOL_KEYS = ("name", "main_score", "subsets", "scope", "summary", "mteb_task")
 
 _MAIN_SCORE = re.compile(rf"({'|'.join(MAIN_SCORE_METRICS)})@([1-9][0-9]*)")
 
@@ -50,6 +52,8 @@ class Protocol:
     subsets: str | None = None
     scope: str = "corpus"
     summary: str = ""
+    mteb_task: str | None = None
+    """The mteb task (its registry name) whose numbers this protocol reproduces; ``None``: none does."""
 
     @classmethod
     def from_config(cls, block: Mapping[str, Any] | None) -> Protocol | None:
@@ -85,7 +89,15 @@ class Protocol:
         summary = block.get("summary") or ""
         if not isinstance(summary, str):
             raise ConfigError(f"dataset.protocol.summary must be text, got {summary!r}")
-        return cls(name=name.strip(), main_score=main_score, subsets=subsets, scope=scope, summary=summary)
+        mteb_task = block.get("mteb_task")
+        if mteb_task is not None and not (isinstance(mteb_task, str) and re.fullmatch(r"[A-Za-z0-9._-]+", mteb_task)):
+            raise ConfigError(
+                f"dataset.protocol.mteb_task={mteb_task!r} must be null or an mteb task name, "
+                "e.g. Vidore2ESGReportsRetrieval"
+            )
+        return cls(
+            name=name.strip(), main_score=main_score, subsets=subsets, scope=scope, summary=summary, mteb_task=mteb_task
+        )
 
     @property
     def main_k(self) -> int:

@@ -11,6 +11,10 @@ detectable difference per structure for the baseline's query counts.
 The result is cached in ``<paths.cache_dir>/significance/<key>.json``, keyed by the compared entries' keys
 (``store.run_key``, ``store.eval_key``, the checksum of ``per_query.parquet``) and the test parameters; a
 rerun reads it ("reused"). The table is written to ``<out_dir>/compare/comparison_<key>.csv`` and ``.md``.
+
+``mteb_results=<folder>``: the mteb result files there whose task is the baseline's benchmark's
+(:func:`vldocir.reporting.other_runs.matching`) follow as external rows, their values as the files hold
+them (Micro, Macro, per structure), marked † and never tested: a result file has no per-query values.
 """
 
 from __future__ import annotations
@@ -320,6 +324,50 @@ def render(result: dict, params: Params, baseline: StoredRun) -> tuple[str, str]
     return text, markdown
 
 
+def external_table(external: Sequence, metrics: Sequence[str]) -> pd.DataFrame:
+    """The external results' values (percent) of ``metrics`` for the comparison's aggregates that
+    their files hold: ``micro`` (``ndcgall_at_10``), ``macro`` (``macro_ndcgall_at_10``) and
+    ``structure:<s>`` (``<s>_ndcgall_at_10``); plus each file's main score."""
+    from vldocir.data.schema import EVIDENCE_STRUCTURES
+    from vldocir.reporting.other_runs import EXTERNAL_MARK
+
+    rows = []
+    for result in external:
+        label = f"{result.model} {EXTERNAL_MARK}"
+        main = result.main_score_name or "main_score"
+        rows.append({"run": label, "metric": "main score", "aggregate": main, "value": 100 * result.main_score})
+        for metric in metrics:
+            name, _, k = metric.partition("@")
+            keys = {"micro": f"{name}_at_{k}", "macro": f"macro_{name}_at_{k}"}
+            keys.update({f"structure:{s}": f"{s}_{name}_at_{k}" for s in EVIDENCE_STRUCTURES})
+            for aggregate, key in keys.items():
+                if key in result.scores:
+                    rows.append(
+                        {"run": label, "metric": metric, "aggregate": aggregate, "value": 100 * result.scores[key]}
+                    )
+    return pd.DataFrame(rows, columns=["run", "metric", "aggregate", "value"])
+
+
+def _external_section(cfg: DictConfig, baseline: StoredRun, metrics: Sequence[str]) -> tuple[str, str]:
+    """(console text, Markdown) of the external rows of ``cfg.mteb_results`` for the baseline's benchmark."""
+    from vldocir.reporting.other_runs import EXTERNAL_FOOTNOTE, external_results, matching
+    from vldocir.reporting.store_view import StoredRun as ViewRun
+
+    found, where = external_results(cfg.get("mteb_results"))
+    if not found:
+        return "", ""
+    name = baseline.benchmark[0]
+    theirs = matching(found, name, [ViewRun(baseline.entry.path, name, "", "")])
+    title = f"External rows (mteb result files in {where} of {name}'s task; not significance-tested)"
+    if not theirs:
+        return f"\n{title}: none of the {len(found)} file(s) is of this benchmark's task\n", ""
+    table = external_table(theirs, metrics)
+    shown = table.assign(value=table["value"].map("{:.2f}".format))
+    text = f"\n{title}:\n{shown.to_string(index=False)}\n{EXTERNAL_FOOTNOTE.replace('`', '')}\n"
+    markdown = f"\n{title}:\n\n{shown.to_markdown(index=False, disable_numparse=True)}\n\n{EXTERNAL_FOOTNOTE}\n"
+    return text, markdown
+
+
 def run_compare(cfg: DictConfig) -> int:
     """``do=compare``: compare every run of ``cfg.runs`` with ``cfg.baseline``, print the table and write it."""
     results = Path(cfg.paths.results_dir)
@@ -343,6 +391,8 @@ def run_compare(cfg: DictConfig) -> int:
     result = {**result, "notes": [*notes, *result["notes"]]}
     print(f"Comparison {key}: {'reused' if reused else 'computed and stored in'} {path}")
     text, markdown = render(result, params, baseline)
+    external_text, external_markdown = _external_section(cfg, baseline, params.metrics)
+    text, markdown = text + external_text, markdown + external_markdown
     print(text)
     out = Path(cfg.out_dir) / "compare"
     csv, md = out / f"comparison_{key}.csv", out / f"comparison_{key}.md"

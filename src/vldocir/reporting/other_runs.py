@@ -12,7 +12,14 @@ Runs on other benchmarks come after, one section per benchmark (:func:`other_ben
 name, fingerprint, where it was imported from, its structures), also written as
 ``other_runs.md`` and ``other_runs.tex`` (:func:`write_other_runs`). A benchmark evaluated
 without the paper's ks gets columns for the ks it has; its Macro is over the structures it has
-queries for (``metrics.json``: ``macro_structures``), and the section says which.
+queries for (``metrics.json``: ``macro_structures``), and the section says which. A benchmark with a
+protocol also shows its **main score** (``metrics.json``: ``protocol.mean``), e.g. ``Main nDCG@10``.
+
+``mteb_results=<folder>`` (``conf/report.yaml``) adds **external rows**: the mteb result files of the
+folder (:mod:`vldocir.interop.mteb_results`) whose task is a listed benchmark's (its
+``protocol.mteb_task``, or ``VLDocIR-<benchmark>``), marked :data:`EXTERNAL_MARK` with a footnote:
+read as they are, with the keys they hold (mteb's own files have no evidence-complete metrics: –),
+never significance-tested (no per-query values).
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from pathlib import Path
 import pandas as pd
 
 from vldocir.data.schema import EVIDENCE_STRUCTURES
+from vldocir.errors import ConfigError
+from vldocir.evaluation.protocol import Protocol
+from vldocir.interop.mteb_results import ExternalResult, read_results, task_name_of
 from vldocir.io import atomic_write_text
 from vldocir.reporting.formats import latex_escape
 from vldocir.reporting.paper import PaperSpec, RunRef, metric_label
@@ -34,6 +44,8 @@ OTHER_BENCHMARKS = "Runs on other benchmarks"
 AGGREGATES = {"Macro": "macro", "Micro": "micro"}
 METRICS = ("ndcgall", "recallall")
 FILE = "other_runs"  # <out_dir>/tables/other_runs.md|tex
+EXTERNAL_MARK = "†"
+EXTERNAL_PREFIX = {"macro": "macro_", "micro": ""}  # mteb result keys: macro_ndcgall_at_10, ndcgall_at_10
 
 
 def paper_refs(spec: PaperSpec) -> list[RunRef]:
@@ -69,14 +81,37 @@ def other_runs(spec: PaperSpec, view: ResultsView) -> list[StoredRun]:
     return [run for run in view.distinct_runs() if run.path not in used]
 
 
-def runs_table(runs: list[StoredRun], ks) -> pd.DataFrame:
+def main_score(run: StoredRun) -> tuple[str, float] | None:
+    """The run's protocol main score (``metrics.json``: ``protocol``): (``ndcg@10``, percent); ``None``
+    without a protocol."""
+    section = run.metrics.get("protocol") or {}
+    name = section.get("main_score")
+    value = (section.get("mean") or {}).get(name) if name else None
+    return None if value is None else (str(name), float(value))
+
+
+def _main_column(runs: list[StoredRun]) -> str | None:
+    names = {score[0] for score in map(main_score, runs) if score is not None}
+    return names.pop() if len(names) == 1 else None
+
+
+def _mteb_key(column: str) -> str:
+    metric, _, k = column.partition("@")
+    return f"{metric}_at_{k}"
+
+
+def runs_table(runs: list[StoredRun], ks, external: list[ExternalResult] = (), main: str | None = None) -> pd.DataFrame:
     """One row per (run, aggregate): ``Run`` (retriever/setting), ``Entry`` (the store entry's
     name), ``Aggregate``, then nDCGAll@k and RecallAll@k (percent) for ``ks``; NaN where the entry
-    was evaluated without that k."""
+    was evaluated without that k. ``main`` (e.g. ``ndcg@10``): a last column, ``Main nDCG@10``, the
+    protocol's main score of each run. ``external``: mteb result files, a row per aggregate after the
+    runs (``Run``: ``<model> †``, ``Entry``: ``<revision>/<file>``), their numbers from the file's keys."""
     columns = [f"{metric}@{k}" for metric in METRICS for k in ks]
+    main_label = [f"Main {metric_label(main)}"] if main else []
     records = []
     for run in runs:
         aggregates = run.aggregates() or {}
+        score = main_score(run)
         for label, key in AGGREGATES.items():
             values = aggregates.get(key, {})
             records.append(
@@ -85,14 +120,74 @@ def runs_table(runs: list[StoredRun], ks) -> pd.DataFrame:
                     "Entry": run.path.name,
                     "Aggregate": label,
                     **{metric_label(c): values.get(c, math.nan) for c in columns},
+                    **dict.fromkeys(main_label, score[1] if score and score[0] == main else math.nan),
                 }
             )
-    return pd.DataFrame(records, columns=["Run", "Entry", "Aggregate", *(metric_label(c) for c in columns)])
+    for result in external:
+        for label, key in AGGREGATES.items():
+            values = {c: result.scores.get(EXTERNAL_PREFIX[key] + _mteb_key(c)) for c in columns}
+            records.append(
+                {
+                    "Run": f"{result.model} {EXTERNAL_MARK}",
+                    "Entry": f"{result.revision}/{result.path.name}",
+                    "Aggregate": label,
+                    **{metric_label(c): math.nan if v is None else 100 * v for c, v in values.items()},
+                    **{m: 100 * result.scores.get(_mteb_key(main), math.nan) for m in main_label},
+                }
+            )
+    return pd.DataFrame(
+        records, columns=["Run", "Entry", "Aggregate", *(metric_label(c) for c in columns), *main_label]
+    )
 
 
-def other_runs_table(spec: PaperSpec, view: ResultsView) -> pd.DataFrame:
-    """:func:`runs_table` of :func:`other_runs`, at the paper's ks."""
-    return runs_table(other_runs(spec, view), spec.ks)
+def task_names(name: str, runs: list[StoredRun]) -> set[str]:
+    """The mteb task names a benchmark's results carry (:func:`~vldocir.interop.mteb_results.task_name_of`):
+    its runs' ``protocol.mteb_task`` and ``VLDocIR-<name>``."""
+    names = {task_name_of(None, name)}
+    for run in runs:
+        try:
+            protocol = Protocol.from_config(((run.manifest.get("config") or {}).get("dataset") or {}).get("protocol"))
+        except ConfigError:
+            continue
+        names.add(task_name_of(protocol, name))
+    return names
+
+
+def matching(external: list[ExternalResult], name: str, runs: list[StoredRun]) -> list[ExternalResult]:
+    """The external results of benchmark ``name`` (matched by task name, :func:`task_names`)."""
+    names = task_names(name, runs)
+    return [result for result in external if result.task in names]
+
+
+def external_results(folder) -> tuple[list[ExternalResult], str]:
+    """The mteb result files of ``folder`` (``mteb_results``; ``None``: none) and the folder as the
+    reports name it. A file that does not read stops the report in one line naming it."""
+    if not folder:
+        return [], ""
+    found = read_results(folder)
+    print(f"mteb results (external rows, not significance-tested): {len(found)} file(s) in {folder}")
+    return found, str(folder)
+
+
+def unshown(external: list[ExternalResult], view: ResultsView, benchmarks: list[BenchmarkRuns]) -> list[str]:
+    """The task names of external results that no section shows (no listed runs of their benchmark)."""
+    shown = {r.path for r in matching(external, view.benchmark, view.runs())}
+    shown |= {r.path for bench in benchmarks for r in bench.external}
+    return sorted({r.task for r in external if r.path not in shown})
+
+
+def external_note(external: list[ExternalResult], where: str) -> str:
+    return (
+        f"{EXTERNAL_MARK} External: mteb result files in `{where}` ({len(external)} matched), read as they are; "
+        "no per-query values, so never significance-tested; – where the file holds no such key."
+    )
+
+
+def other_runs_table(spec: PaperSpec, view: ResultsView, external: list[ExternalResult] = ()) -> pd.DataFrame:
+    """:func:`runs_table` of :func:`other_runs`, at the paper's ks, with the ``external`` results of the
+    compared benchmark's task (``VLDocIR-<benchmark>``)."""
+    runs = other_runs(spec, view)
+    return runs_table(runs, spec.ks, matching(list(external), view.benchmark, view.runs()))
 
 
 @dataclass
@@ -103,6 +198,7 @@ class BenchmarkRuns:
     runs: list[StoredRun]
     table: pd.DataFrame
     about: list[str] = field(default_factory=list)  # sentences: origin, fingerprint, queries, structures
+    external: list[ExternalResult] = field(default_factory=list)  # mteb result files shown beside the runs
 
 
 def section_ks(runs: list[StoredRun], ks) -> list[int]:
@@ -169,18 +265,27 @@ def describe_benchmark(name: str, view: ResultsView) -> list[str]:
     return about
 
 
-def other_benchmarks(spec: PaperSpec, view: ResultsView) -> list[BenchmarkRuns]:
+def other_benchmarks(
+    spec: PaperSpec, view: ResultsView, external: list[ExternalResult] = (), where: str = ""
+) -> list[BenchmarkRuns]:
     """Every benchmark of the store but ``view``'s, by name, with its runs that no paper row uses
-    (those of the benchmarks the paper's own rows name, Table 18's reduced one, are in the paper tables)."""
+    (those of the benchmarks the paper's own rows name, Table 18's reduced one, are in the paper tables),
+    its protocol's main score, and the ``external`` results (read from ``where``) of its task."""
     used = _used(spec, view)
     found = []
     for name in sorted(set(view.entries.benchmark) - {view.benchmark}):
         other = ResultsView(view.results_dir, name, ks=view.ks, depth=view.depth, entries=view.entries)
         runs = [run for run in other.distinct_runs() if run.path not in used]
         if runs:
-            found.append(
-                BenchmarkRuns(name, runs, runs_table(runs, section_ks(runs, spec.ks)), describe_benchmark(name, other))
-            )
+            main, theirs = _main_column(runs), matching(list(external), name, runs)
+            about = describe_benchmark(name, other)
+            if main:
+                protocol = (runs[0].metrics.get("protocol") or {}).get("name", "?")
+                about.append(f"Main score: {metric_label(main)}, the protocol's ({protocol}; mean over its subsets).")
+            if theirs:
+                about.append(external_note(theirs, where))
+            table = runs_table(runs, section_ks(runs, spec.ks), theirs, main)
+            found.append(BenchmarkRuns(name, runs, table, about, theirs))
     return found
 
 
@@ -204,7 +309,19 @@ def _markdown_rows(table: pd.DataFrame) -> list[str]:
     for record in table.itertuples(index=False):
         run, entry, aggregate, *values = record
         lines.append(f"| {run} | `{entry}` | {aggregate} | " + " | ".join(_number(v) for v in values) + " |")
+    if _has_external(table):
+        lines += ["", EXTERNAL_FOOTNOTE]
     return lines
+
+
+EXTERNAL_FOOTNOTE = (
+    f"{EXTERNAL_MARK} External: an mteb result file (`mteb_results`), read as it is: no per-query values, "
+    "so not significance-tested."
+)
+
+
+def _has_external(table: pd.DataFrame) -> bool:
+    return bool(len(table)) and table["Run"].astype(str).str.endswith(EXTERNAL_MARK).any()
 
 
 def to_markdown(table: pd.DataFrame, view: ResultsView) -> list[str]:
@@ -254,7 +371,10 @@ def _latex_table(table: pd.DataFrame, caption: str, label: str) -> list[str]:
         cells = [latex_escape(run), latex_escape(entry), aggregate, *(latex_escape(_number(v)) for v in values)]
         lines.append(" & ".join(cells) + r" \\")
         previous = (run, entry)
-    return [*lines, r"\bottomrule", r"\end{tabular}%", "}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}%", "}"]
+    if _has_external(table):
+        lines.append(rf"\par\footnotesize{{{latex_escape(EXTERNAL_FOOTNOTE.replace('`', ''))}}}")
+    return [*lines, r"\end{table}"]
 
 
 def _plain(sentences: list[str]) -> str:
@@ -302,7 +422,10 @@ def to_text(table: pd.DataFrame) -> str:
     if table.empty:
         return "  (none)"
     shown = table.assign(**{c: table[c].map(_number) for c in table.columns[3:]})
-    return "\n".join("  " + line for line in shown.to_string(index=False).splitlines())
+    lines = shown.to_string(index=False).splitlines() + (
+        [EXTERNAL_FOOTNOTE.replace("`", "")] if _has_external(table) else []
+    )
+    return "\n".join("  " + line for line in lines)
 
 
 def print_other_runs(table: pd.DataFrame, readme: Path, benchmarks: list[BenchmarkRuns] = ()) -> None:

@@ -30,9 +30,11 @@ from vldocir.reporting.figures import render_figures
 from vldocir.reporting.formats import write_tables
 from vldocir.reporting.other_runs import (
     benchmarks_markdown,
+    external_results,
     other_benchmarks,
     other_runs_table,
     print_other_runs,
+    unshown,
     write_other_runs,
 )
 from vldocir.reporting.other_runs import to_markdown as other_runs_markdown
@@ -53,7 +55,8 @@ def run(cfg: DictConfig) -> int:
     ``cfg.paths.results_dir`` (``compare``: :func:`vldocir.reporting.compare.run_compare` first);
     with ``logger=wandb``, log the rendered tables and figures. With
     ``tables`` and ``cfg.other_runs``, the runs no paper row uses are listed too (README.md, console),
-    then the runs on every other benchmark of the store, one section each (also other_runs.md|tex).
+    then the runs on every other benchmark of the store, one section each (also other_runs.md|tex),
+    with the mteb result files of ``cfg.mteb_results`` as external rows beside the runs of their benchmark.
 
     Returns the exit status: 1 when ``check`` finds a cell that differs by more than its
     tolerance, 0 otherwise (missing runs alone do not fail).
@@ -100,8 +103,9 @@ def run(cfg: DictConfig) -> int:
         tables = build_tables(spec, view, names, cache_dir=Path(cfg.paths.cache_dir))  # significance results
     files: list[Path] = []
     if "tables" in do:
-        others = other_runs_table(spec, view) if cfg.other_runs else None
-        elsewhere = other_benchmarks(spec, view) if cfg.other_runs else []
+        external, where = external_results(cfg.get("mteb_results"))
+        others = other_runs_table(spec, view, external) if cfg.other_runs else None
+        elsewhere = other_benchmarks(spec, view, external, where) if cfg.other_runs else []
         sections = None if others is None else other_runs_markdown(others, view) + benchmarks_markdown(elsewhere, view)
         files += write_tables(tables, out / "tables", note, view.choices(), sections)
         if others is not None:
@@ -111,6 +115,9 @@ def run(cfg: DictConfig) -> int:
         print(f"Tables: {out / 'tables'}/*.md, *.tex")
         if others is not None:
             print_other_runs(others, out / "tables" / "README.md", elsewhere)
+            missing = unshown(external, view, elsewhere)
+            if missing:
+                print(f"mteb results not shown (no listed runs of their benchmark): {', '.join(missing)}")
     figures: dict[str, Path] = {}
     if "figures" in do:
         made = render_figures(

@@ -1,7 +1,9 @@
-"""``python -m vldocir.store``: the store's index, its full check, and a stored run as a TREC run file.
+"""``python -m vldocir.store``: the store's index, its full check, and stored runs exported: as a TREC
+run file, or as mteb result files (:mod:`vldocir.interop.mteb_results`).
 
     python -m vldocir.store [RESULTS_DIR] [--verify] [--cache-dir DIR]   # the index (--verify: hash everything)
     python -m vldocir.store export RUN OUT [--tag T] [--force] [--exact-scores] [--results-dir DIR]
+    python -m vldocir.store export --format mteb RUN... OUTDIR [--force] [--results-dir DIR]
 
 The store itself (entries, publishing, reading) is :mod:`vldocir.store`; this module only reads it.
 """
@@ -9,20 +11,25 @@ The store itself (entries, publishing, reading) is :mod:`vldocir.store`; this mo
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow.compute as pc
 
 from vldocir.data.runs import write_trec_run
+from vldocir.errors import VldocirError
+from vldocir.io import atomic_path, atomic_write_json
 from vldocir.store import Entry, StoreError, list_runs, read_stored_run, resolve_entry, unverified
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m vldocir.store [RESULTS_DIR] [--verify]``: the index of the store.
-    ``python -m vldocir.store export RUN OUT [--tag T]``: a stored run as a TREC run file (:func:`export_main`)."""
+    ``python -m vldocir.store export [--format trec|mteb] RUN... OUT``: stored runs as a TREC run file or
+    mteb result files (:func:`export_main`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["export"]:
         return export_main(argv[1:])
@@ -81,11 +88,7 @@ def export_trec(
     (trec_eval then orders ties its own way).
     """
     out = Path(out)
-    runs_root = entry.path.resolve().parents[3]
-    if out.resolve().is_relative_to(runs_root):
-        raise StoreError(
-            f"{out} is inside the results store {runs_root}, whose directories are never written into; export elsewhere"
-        )
+    _refuse_store_target(entry, out)
     if out.exists() and not force:
         raise StoreError(f"{out} exists; pass --force to replace it")
     tag = tag or f"{entry.path.parents[1].name}.{entry.path.parent.name}"
@@ -100,9 +103,91 @@ def export_trec(
     }
 
 
+def _refuse_store_target(entry: Entry, out: Path) -> None:
+    runs_root = entry.path.resolve().parents[3]
+    if out.resolve().is_relative_to(runs_root):
+        raise StoreError(
+            f"{out} is inside the results store {runs_root}, whose directories are never written into; export elsewhere"
+        )
+
+
+def mteb_export(entry: Entry, out: Path):
+    """The entry's scores as mteb's ``TaskResult`` (:mod:`vldocir.interop.mteb_results`): the benchmark
+    reloaded from ``config.dataset.source`` (its fingerprint must be the entry's), the stored run,
+    per-query rows and ``metrics.json``. Returns (target path, TaskResult, (model, revision))."""
+    from vldocir.data.benchmark import load_benchmark
+    from vldocir.evaluation.protocol import Protocol
+    from vldocir.interop import mteb_results as mr
+
+    _refuse_store_target(entry, out)
+    manifest = entry.manifest
+    config = manifest.get("config") or {}
+    dataset = config.get("dataset") or {}
+    if not dataset.get("source"):
+        raise StoreError(f"{entry.path}: its manifest records no config.dataset.source to reload the benchmark from")
+    protocol = Protocol.from_config(dataset.get("protocol"))
+    bench = load_benchmark(dataset["source"], revision=dataset.get("revision"))
+    recorded = (manifest.get("benchmark") or {}).get("fingerprint")
+    if bench.fingerprint != recorded:
+        raise StoreError(
+            f"the benchmark at {dataset['source']} has fingerprint {bench.fingerprint}, the entry {entry.path.name} "
+            f"was evaluated on {recorded}: it changed since (re-run the evaluation)"
+        )
+    columns = ["query_id", *([protocol.subsets] if protocol is not None and protocol.subsets else [])]
+    queries = bench.arrow("queries", columns).to_pandas()
+    qrels = bench.arrow("qrels", ["query_id", "page_id", "grade"]).to_pandas()
+    qrels["grade"] = qrels["grade"].fillna(1).astype(int)
+    ks = tuple(int(k) for k in entry.record["ks"])
+    stored = mr.StoredEvaluation(
+        run=read_stored_run(entry, ["query_id", "page_id", "score"]),
+        per_query=pd.read_parquet(entry.path / "per_query.parquet"),
+        metrics=json.loads((entry.path / "metrics.json").read_text()),
+        ks=ks,
+    )
+    subsets = mr.subset_values(queries, protocol)
+    split = str((dataset.get("importer") or {}).get("split") or "test")
+    task = mr.resolve_task(protocol, bench.name, list(subsets), split, ks)
+    entries = mr.task_scores(stored, qrels, subsets, task, protocol)
+    revision = (dataset.get("importer") or {}).get("revision") or f"vldocir-fingerprint-{bench.fingerprint}"
+    model = mr.model_identity(config, entry.run_key or entry.path.name)
+    result = mr.task_result(
+        task, entries, str(revision), (manifest.get("timings") or {}).get("wall_s"), entry.record.get("created_at")
+    )
+    return mr.result_path(out, model, task.name), result, model
+
+
+def export_mteb(runs: list[str], out: str | Path, results_dir: str | Path, force: bool = False) -> list[dict]:
+    """Every run of ``runs`` as an mteb result file under ``out`` (:func:`mteb_export`); all are
+    computed and checked before the first is written (a refusal writes nothing), each written atomically."""
+    from vldocir.interop.mteb_results import model_meta
+
+    out = Path(out)
+    done, targets = [], {}
+    for run in runs:
+        entry, how = resolve_entry(run, results_dir)
+        target, result, model = mteb_export(entry, out)
+        if target in targets:
+            raise StoreError(f"{run} and {targets[target]} would both be written to {target}; export them apart")
+        if target.exists() and not force:
+            raise StoreError(f"{target} exists; pass --force to replace it")
+        targets[target] = run
+        done.append({"entry": entry, "how": how, "target": target, "result": result, "model": model})
+    for item in done:
+        with atomic_path(item["target"]) as tmp:
+            item["result"].to_disk(tmp)
+        meta = item["target"].parent / "model_meta.json"
+        if not meta.exists():  # an mteb cache's own (fuller) model_meta.json is kept
+            atomic_write_json(model_meta(item["model"]), meta)
+    return done
+
+
 def export_main(argv: list[str]) -> int:
-    """``python -m vldocir.store export RUN OUT [--tag T] [--force] [--exact-scores] [--results-dir DIR]``:
-    write a stored run as a TREC run file (``qid Q0 docid rank score tag``).
+    """``python -m vldocir.store export [--format trec|mteb] RUN... OUT [--force] [--results-dir DIR]``.
+
+    ``--format trec`` (the default): one RUN as a TREC run file OUT (``qid Q0 docid rank score tag``;
+    ``--tag``, ``--exact-scores``). ``--format mteb``: each RUN as an mteb result file,
+    ``OUT/results/<model>/<revision>/<Task>.json`` with ``model_meta.json`` (mteb's ``ResultCache``
+    layout: ``mteb.ResultCache(OUT).load_results(...)`` reads it); see docs/interop.md.
 
     RUN is an entry directory, a ``runs/<benchmark>/<retriever>/<setting>`` directory (its newest
     entry), or ``<benchmark>/<retriever>/<setting>`` within the store (``--results-dir``, default
@@ -113,20 +198,38 @@ def export_main(argv: list[str]) -> int:
         description=export_main.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("run", help="entry directory, setting directory, or <benchmark>/<retriever>/<setting>")
-    parser.add_argument("out", help="the TREC run file to write")
-    parser.add_argument("--tag", default=None, help="the run tag (6th column); default <retriever>.<setting>")
-    parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    parser.add_argument("paths", nargs="+", metavar="RUN... OUT", help="run(s), then the file (trec) or folder (mteb)")
+    parser.add_argument("--format", choices=("trec", "mteb"), default="trec", help="trec (default) | mteb")
+    parser.add_argument("--tag", default=None, help="trec: the run tag (6th column); default <retriever>.<setting>")
+    parser.add_argument("--force", action="store_true", help="replace what exists at OUT")
     parser.add_argument(
         "--exact-scores",
         action="store_true",
-        help="write the stored scores unchanged (trec_eval then breaks ties by docid descending)",
+        help="trec: write the stored scores unchanged (trec_eval then breaks ties by docid descending)",
     )
     parser.add_argument("--results-dir", default=os.environ.get("VLDOCIR_RESULTS_DIR", "results"))
     args = parser.parse_args(argv)
+    if len(args.paths) < 2 or (args.format == "trec" and len(args.paths) != 2):
+        takes = "one RUN" if args.format == "trec" else "RUN..."
+        print(f"export: --format {args.format} takes {takes} then OUT", file=sys.stderr)
+        return 2
+    *runs, out = args.paths
+    if args.format == "mteb":
+        try:
+            done = export_mteb(runs, out, args.results_dir, args.force)
+        except (VldocirError, ValueError) as error:
+            print(f"export: {error}", file=sys.stderr)
+            return 2
+        for item in done:
+            result = item["result"]
+            print(
+                f"Exported {item['entry'].path} ({item['how']}) as mteb {result.task_name} "
+                f"({', '.join(result.hf_subsets)}; main score {result.main_score:.5f}) to {item['target']}"
+            )
+        return 0
     try:
-        entry, how = resolve_entry(args.run, args.results_dir)
-        done = export_trec(entry, args.out, args.tag, args.force, args.exact_scores)
+        entry, how = resolve_entry(runs[0], args.results_dir)
+        done = export_trec(entry, out, args.tag, args.force, args.exact_scores)
     except (StoreError, ValueError) as error:
         print(f"export: {error}", file=sys.stderr)
         return 2
