@@ -37,7 +37,8 @@ image in a corpus that has images, and qrels with grade <= 0 (not evidence) or o
 collapses repeated (query, page) qrels (largest grade); drops the queries whose text is blank,
 that have no evidence left, or one of whose evidence pages is not in the corpus (their evidence
 would be incomplete); labels each query's evidence structure with the shared rule
-(:func:`vldocir.data.evidence.evidence_structures`); and writes the tables with
+(:func:`vldocir.data.evidence.evidence_structures`; a source that carries its own ``evidence_structure``,
+vldocir's hub export, keeps it where it is of the kind the rule finds); and writes the tables with
 :func:`vldocir.data.benchmark.write_benchmark` and a ``benchmark.json`` holding ``imported_from``
 (format, source, revision, licence), the declared ``sources`` and ``built_by`` (the importer's spec,
 ``near_max_gap`` and the ``structure_rules`` that labelled the queries, counts kept, dropped per

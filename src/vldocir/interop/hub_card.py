@@ -88,7 +88,8 @@ def _built(info: dict[str, Any]) -> list[str]:
         origin = info["imported_from"]
         lines.append(
             f"- Imported from `{origin.get('source')}` (format {origin.get('format')}, revision "
-            f"{origin.get('revision') or 'unpinned'}) by vldocir's importer; structures labelled by the shared "
+            f"{origin.get('revision') or ('unpinned' if str(origin.get('source')).startswith('hf://') else 'none')}) "
+            "by vldocir's importer; structures labelled by the shared "
             f"rules (near_max_gap {built.get('near_max_gap')})."
         )
     if built.get("generator"):

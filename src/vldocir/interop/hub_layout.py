@@ -158,7 +158,7 @@ class ShardWriter:
             self._write_group(self.row_group_rows)
 
     def _write_group(self, n: int) -> None:
-        table = pa.concat_tables(self.buffer)
+        table = pa.concat_tables(self.buffer) if self.buffer else self.schema.empty_table()
         group, rest = table.slice(0, n), table.slice(n)
         self.buffer, self.buffered = ([rest] if rest.num_rows else []), rest.num_rows
         if self.writer is not None and self.in_shard and self.in_shard + group.nbytes > self.shard_bytes:
@@ -169,7 +169,7 @@ class ShardWriter:
             self.files.append(self.folder / f".{SPLIT}-{len(self.files):05d}.parquet")
             self.writer = pq.ParquetWriter(self.files[-1], self.schema)
             self.in_shard = 0
-        self.writer.write_table(group, row_group_size=n)
+        self.writer.write_table(group, row_group_size=max(n, 1))
         self.in_shard += group.nbytes
         self.rows += group.num_rows
 
@@ -318,8 +318,7 @@ def _qrels(bench: Benchmark, pages: pd.DataFrame, image_size: dict[str, tuple[in
         for d, ids in zip(qrels["doc_id"], qrels["element_ids"], strict=True)
         for e in (ids if ids is not None else [])
     }
-    elements = bench.arrow("elements", ["doc_id", "element_id", "page_index", "bbox", "element_type"]).to_pylist()
-    located = {(e["doc_id"], e["element_id"]): e for e in elements if (e["doc_id"], e["element_id"]) in cited}
+    located = _cited_elements(bench, cited)
     page = pages.set_index("page_id")
     labels, boxes, ids = [], [], []
     for row in qrels.itertuples(index=False):
@@ -344,6 +343,21 @@ def _qrels(bench: Benchmark, pages: pd.DataFrame, image_size: dict[str, tuple[in
         }
     )
     return pa.Table.from_pandas(frame, schema=SCHEMAS["qrels"], preserve_index=False)
+
+
+def _cited_elements(bench: Benchmark, cited: set[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    """The elements ``cited`` names, read batch by batch (a full benchmark has millions of elements)."""
+    import pyarrow.compute as pc
+
+    columns = ["doc_id", "element_id", "page_index", "bbox", "element_type"]
+    wanted = pa.array(sorted({e for _, e in cited}), pa.string())
+    found = {}
+    for file in table_files(table_location(bench.root, "elements")):
+        for batch in pq.ParquetFile(file).iter_batches(batch_size=65536, columns=columns):
+            for element in batch.filter(pc.is_in(batch.column("element_id"), value_set=wanted)).to_pylist():
+                if (element["doc_id"], element["element_id"]) in cited:
+                    found[(element["doc_id"], element["element_id"])] = element
+    return found
 
 
 def _box(bbox, sx: float, sy: float) -> dict[str, int]:
