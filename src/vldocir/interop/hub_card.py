@@ -196,7 +196,13 @@ def dataset_card(bench: Benchmark, rows: dict[str, int], root: Path) -> str:
         "`doc_type` (domain), `source`, `license`, `page_number` (pages) |",
         "",
         "Ids are strings (the benchmark's own page and query ids) where ViDoRe v3 numbers them. Boxes have "
-        "`annotator` 0: the construction pipeline placed them. One split, `test`.",
+        "`annotator` 0: the construction pipeline placed them. One split, `test`."
+        + (
+            f" The benchmark states no language for {int(queries['language'].isna().sum())} queries: their "
+            f"`language` is the export's default, `{languages[queries['language'].isna().to_numpy()].iloc[0]}`."
+            if queries["language"].isna().any()
+            else ""
+        ),
         "",
         "```python",
         "from datasets import load_dataset",
