@@ -49,7 +49,7 @@ def size_category(n: int) -> str:
     for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
         if n < limit:
             return label
-    return "1M<n<10M" if n < 10_000_000 else "n>1M"
+    return "1M<n<10M" if n < 10_000_000 else "10M<n<100M"
 
 
 def _yaml_list(key: str, values: list[str]) -> list[str]:
@@ -64,12 +64,15 @@ def _licence(value) -> str:
     return str(value).strip().lower() if value is not None and not pd.isna(value) and str(value).strip() else "unknown"
 
 
+def _structures(queries: pd.DataFrame) -> list[str]:
+    """The six structures, and the documents-unknown label where a query carries it."""
+    unknown = (queries["evidence_structure"] == UNKNOWN_DOCUMENTS_STRUCTURE).any()
+    return [*EVIDENCE_STRUCTURES, *([UNKNOWN_DOCUMENTS_STRUCTURE] if unknown else [])]
+
+
 def _structure_table(queries: pd.DataFrame) -> list[str]:
     """Queries per source (rows) x structure (columns), with totals."""
-    present = [
-        s for s in (*EVIDENCE_STRUCTURES, UNKNOWN_DOCUMENTS_STRUCTURE) if s in set(queries["evidence_structure"])
-    ]
-    columns = list(EVIDENCE_STRUCTURES) + [s for s in present if s not in EVIDENCE_STRUCTURES]
+    columns = _structures(queries)
     counts = pd.crosstab(queries["source"].fillna("(none)"), queries["evidence_structure"])
     counts = counts.reindex(columns=columns, fill_value=0)
     lines = ["| source | " + " | ".join(columns) + " | all |", "|---" * (len(columns) + 2) + "|"]
@@ -213,7 +216,7 @@ def dataset_card(bench: Benchmark, rows: dict[str, int], root: Path) -> str:
         "",
         *[
             f"- **{s}**: {STRUCTURE_TEXT[s]}".replace("near_max_gap", f"near_max_gap = {near}" if near else "4")
-            for s in EVIDENCE_STRUCTURES
+            for s in _structures(queries)
         ],
         "",
         "Queries per source and structure:",
