@@ -129,6 +129,10 @@ def test_every_app_turns_a_bad_input_into_one_line(small_bench_dir, tmp_path):
             ],
             ("import_benchmark error: import source ", "no-beir does not exist"),
         ),
+        "export_benchmark": (
+            ["-m", "vldocir.apps.export_benchmark", "dataset=mini", f"out={bbox}"],
+            ("export_benchmark error: out=", "bbox3 exists and is not empty: choose another folder, or force=true"),
+        ),
     }
     assert set(cases) == {"run", *APPS}, "give every app a case here"
     with ThreadPoolExecutor(2) as pool:  # (two cores: each process mostly starts Python and Hydra)

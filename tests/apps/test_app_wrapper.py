@@ -17,7 +17,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from vldocir.apps.app import ERROR_STATUS, INTERRUPTED_STATUS, hydra_app, one_line_errors
+from vldocir.apps.app import ERROR_STATUS, INTERRUPTED_STATUS, hydra_app, one_line_errors, unknown_option
 from vldocir.errors import ConfigError, VldocirError
 from vldocir.io import WriteError, atomic_write_json, atomic_write_parquet, naming_path
 
@@ -238,3 +238,31 @@ def test_a_full_disk_while_copying_names_the_copy(tmp_path, capsys):
     status, lines = stopped_with("run", copy, capsys)
     assert status == ERROR_STATUS and len(lines) == 1
     assert lines[0].startswith(f"run error: disk full writing {tmp_path / 'dst.png'} (") and " free on " in lines[0]
+
+
+def test_an_unknown_config_option_is_one_line_before_hydra_starts(tmp_path, monkeypatch, capsys):
+    ran = []
+
+    @hydra_app("export_benchmark", config_name="export_benchmark")
+    def main(cfg):
+        ran.append(cfg)
+
+    monkeypatch.setattr(sys, "argv", ["x.py", f"paths.log_dir={tmp_path}", "dataset=nosuch", "out=/tmp/x"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == ERROR_STATUS and not ran and not list(tmp_path.iterdir())
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "export_benchmark error: dataset=nosuch: conf/dataset/ has no option 'nosuch' (one of: "
+    )
+    assert " mini, " in err[0]
+    assert unknown_option(["x", "dataset=mini", "dataset=null", "retriever=a,b", "hydra/launcher=x", "depth=5"]) is None
+
+
+def test_an_unset_mandatory_value_is_one_line_naming_its_key(capsys):
+    cfg = OmegaConf.create({"out": "???"})
+    code, lines = stopped_with("export_benchmark", lambda: cfg.out, capsys)
+    assert (code, lines) == (
+        ERROR_STATUS,
+        ["export_benchmark error: out: a value is required (add out=... to the command line)"],
+    )

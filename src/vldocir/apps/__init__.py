@@ -10,6 +10,7 @@
 | ``report`` | tables, figures and the reproduction check from the results store | ``make tables``, ``make check`` |
 | ``audit`` | the query audit (Table 12) and the bounding-box census | ``make audit`` |
 | ``import_benchmark`` | import another benchmark (ViDoRe, MMLongBench-Doc, MMDocIR, LongDocURL, BEIR) | |
+| ``export_benchmark`` | a benchmark in the ViDoRe v3 hub layout with its dataset card (``push=``: to the hub) | |
 
 Every app, ``run.py`` included, is a task under one wrapper (:func:`vldocir.apps.app.hydra_app`): the
 secret guard, its config composed from the repository's ``conf/`` (``CONFIG_DIR``), and what the user

@@ -12,8 +12,9 @@
 ``main()`` then:
 
 1. refuses a secret passed on the command line, before Hydra writes ``argv`` anywhere
-   (:func:`vldocir.launch.refuse_secret_overrides`), and lets ``argv`` be rewritten (run.py's
-   :func:`vldocir.launch.multirun_cfg_argv`);
+   (:func:`vldocir.launch.refuse_secret_overrides`), and a config option that ``conf/`` lacks
+   (``dataset=nosuch``: :func:`unknown_option`) in one line, before Hydra's own many-line message;
+   and lets ``argv`` be rewritten (run.py's :func:`vldocir.launch.multirun_cfg_argv`);
 2. composes the config from the repository's ``conf/`` through ``hydra.main`` and runs the task,
    whose return value Hydra keeps (run.py's swept metric). Before the task, in every job (submitit's
    job processes too), log records are scrubbed of secrets from then on
@@ -24,7 +25,8 @@
 3. prints what the user can fix as one stderr line, ``<app> error: <what and where>``, and exits
    with status 2: every :class:`~vldocir.errors.VldocirError`, every ``OSError`` (the path it
    names and, for a full disk, a quota or a size limit, the free space there), and a config
-   node's parameter check that fails under ``hydra.utils.instantiate`` (named by its key);
+   node's parameter check that fails under ``hydra.utils.instantiate`` (named by its key), and a
+   mandatory value (``???``) left unset (named by its key);
    ``Ctrl-C`` is one line and status 130. Anything else is a bug and keeps its traceback.
 
 A task that holds a resource (run.py's tracker) closes it in its own ``finally``, which runs
@@ -34,6 +36,7 @@ before the line is printed.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -55,9 +58,13 @@ Task = Callable[[Any], Any]
 def error_line(app: str, error: BaseException) -> str | None:
     """The one line ``app`` prints for ``error``, or None when ``error`` is a bug (keep its traceback)."""
     from hydra.errors import InstantiationException
+    from omegaconf.errors import MissingMandatoryValue
 
     from vldocir.io import describe_os_error
 
+    if isinstance(error, MissingMandatoryValue):
+        key = getattr(error, "full_key", None) or "a config value"
+        return f"{app} error: {key}: a value is required (add {key}=... to the command line)"
     if isinstance(error, InstantiationException):  # raised by a constructor that hydra.utils.instantiate called
         cause = error.__cause__
         if isinstance(cause, (ValueError, TypeError)) and not isinstance(cause, VldocirError):
@@ -93,6 +100,24 @@ def one_line_errors(app: str) -> Iterator[None]:
             raise
         print(line, file=sys.stderr)
         raise SystemExit(ERROR_STATUS) from None
+
+
+_GROUP_OPTION = re.compile(r"^(?P<group>[A-Za-z_]\w*)=(?P<option>[\w.-]+)$")
+
+
+def unknown_option(argv: list[str]) -> str | None:
+    """The first ``<group>=<option>`` of ``argv`` naming a config group of ``conf/`` that has no such
+    option (``dataset=nosuch``), as a message; None when every one exists. Sweeps, globs, ``null``
+    and nested groups are left to Hydra."""
+    for argument in argv[1:]:
+        match = _GROUP_OPTION.match(argument)
+        if not match or match["option"] == "null" or not (CONFIG_DIR / match["group"]).is_dir():
+            continue
+        folder = CONFIG_DIR / match["group"]
+        if not (folder / f"{match['option']}.yaml").is_file():
+            options = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+            return f"{argument}: conf/{match['group']}/ has no option '{match['option']}' (one of: {options})"
+    return None
 
 
 def redact_hydra_files() -> list[Path]:
@@ -150,6 +175,10 @@ def hydra_app(
             from vldocir.launch import refuse_secret_overrides
 
             refuse_secret_overrides(sys.argv)  # before Hydra writes the command line anywhere
+            unknown = unknown_option(sys.argv)
+            if unknown is not None:
+                print(f"{app} error: {unknown}", file=sys.stderr)
+                raise SystemExit(ERROR_STATUS)
             if argv is not None:
                 sys.argv = argv(sys.argv)
             return composed()

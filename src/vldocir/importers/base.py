@@ -37,7 +37,8 @@ image in a corpus that has images, and qrels with grade <= 0 (not evidence) or o
 collapses repeated (query, page) qrels (largest grade); drops the queries whose text is blank,
 that have no evidence left, or one of whose evidence pages is not in the corpus (their evidence
 would be incomplete); labels each query's evidence structure with the shared rule
-(:func:`vldocir.data.evidence.evidence_structures`); and writes the tables with
+(:func:`vldocir.data.evidence.evidence_structures`; a source that carries its own ``evidence_structure``,
+vldocir's hub export, keeps it where it is of the kind the rule finds); and writes the tables with
 :func:`vldocir.data.benchmark.write_benchmark` and a ``benchmark.json`` holding ``imported_from``
 (format, source, revision, licence), the declared ``sources`` and ``built_by`` (the importer's spec,
 ``near_max_gap`` and the ``structure_rules`` that labelled the queries, counts kept, dropped per
@@ -548,8 +549,10 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     if "n_elements" not in qrels:
         qrels["n_elements"] = qrels["element_ids"].map(lambda ids: len(ids) if ids is not None else 1)
     documents_known = not data.document_ids.startswith(NO_DOCUMENT_IDS)  # (a reason may follow the phrase)
-    structures = evidence_structures(qrels, near_max_gap, documents_known=documents_known)
-    queries["evidence_structure"] = queries["query_id"].map(structures)
+    structures = queries["query_id"].map(evidence_structures(qrels, near_max_gap, documents_known=documents_known))
+    if "evidence_structure" in queries:  # (a source that labels its own: vldocir's hub export)
+        structures = _declared_structures(queries["evidence_structure"], structures, data)
+    queries["evidence_structure"] = structures
 
     doc_info = documents.set_index("doc_id")
     first = qrels.sort_values(["query_id", "page_number"]).drop_duplicates("query_id")
@@ -598,6 +601,38 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     }
     tables = {"documents": documents, "pages": pages_table, "elements": elements, "queries": queries, "qrels": qrels}
     return write_benchmark(root, tables, info)
+
+
+_STRUCTURE_KIND = {
+    "page_single": "one page",
+    "page_multi": "one page",
+    "doc_adjacent": "consecutive pages",
+    "doc_near": "pages apart",
+    "doc_far": "pages apart",
+    "cross_doc": "documents",
+    UNKNOWN_DOCUMENTS_STRUCTURE: "documents unknown",
+}
+"""What the evidence itself fixes of a structure: the labels of one kind differ only in what a source
+may know better than the rule (elements its boxes do not show; the near_max_gap it was built with)."""
+
+
+def _declared_structures(declared: pd.Series, ruled: pd.Series, data: ImportedData) -> pd.Series:
+    """A source's own ``evidence_structure`` where it is a known label of the kind the shared rule
+    finds (:data:`_STRUCTURE_KIND`), else the rule's; both cases are said in the notes."""
+    declared = declared.astype(object).where(declared.notna(), None)
+    kind_of = declared.map(_STRUCTURE_KIND)
+    kept = kind_of.notna() & (kind_of == ruled.map(_STRUCTURE_KIND))
+    differing = int((kept & (declared != ruled)).sum())
+    data.notes.append(
+        f"the source labels its queries' evidence_structure: kept for {int(kept.sum())} of {len(declared)} "
+        f"({differing} where the shared rule says another label of the same kind)"
+        + (
+            f"; {int((~kept).sum())} unknown or contradicting the evidence labelled by the rule"
+            if (~kept).any()
+            else ""
+        )
+    )
+    return declared.where(kept, ruled)
 
 
 def _structure_rules(near_max_gap: int, importer: dict[str, Any] | None) -> dict[str, Any]:

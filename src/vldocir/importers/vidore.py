@@ -27,6 +27,12 @@ one annotator drew on it) or its ``content_type`` lists two or more kinds. Queri
 ``content_type`` becomes ``evidence_types`` through :data:`CONTENT_TYPES` (its form placeholder
 ``N/A (If relevance score=0)`` names no type and is dropped; an unknown label is counted).
 
+vldocir's own export in this layout (:mod:`vldocir.interop.hub_layout`) adds the project's columns,
+read back where present: the corpus' ``ocr_text``; the queries' ``evidence_types`` (the project's
+types as they are, instead of ``content_type``'s), ``evidence_structure`` (kept where it agrees with
+the evidence: :func:`vldocir.importers.base.write_imported`), ``source`` and ``domain``; the documents'
+``title`` and ``source``. Its string ids are kept as they are, so a re-import has the same page ids.
+
 The QA form repeats a query text once per relevant page (docvqa: 500 rows, 451 texts, up to 12 pages
 for one text); ViDoRe's evaluation and mteb's BEIR copy score each text once with all its pages, so
 rows with the same text are merged into the first row's query (counted as
@@ -199,7 +205,7 @@ class ViDoReImporter(Importer):
         return data
 
     def _pages(self, files: list[Path], columns: set[str]) -> Iterator[pd.DataFrame]:
-        wanted = {"corpus_id", "image", "doc_id", "markdown", "page_number_in_doc", "image_filename"}
+        wanted = {"corpus_id", "image", "doc_id", "markdown", "ocr_text", "page_number_in_doc", "image_filename"}
         for batch in _batches(files, wanted):
             page_id = batch["corpus_id"].astype(str)
             if "doc_id" in batch:
@@ -214,6 +220,7 @@ class ViDoReImporter(Importer):
             chunk = pd.DataFrame({"page_id": page_id, "doc_id": doc_id, "image": batch["image"]})
             chunk["page_number"] = number
             chunk["dom_text"] = batch.get("markdown")
+            chunk["ocr_text"] = batch.get("ocr_text")
             if "image_filename" in batch:
                 chunk["image_filename"] = batch["image_filename"]
             yield chunk
@@ -229,10 +236,11 @@ class ViDoReImporter(Importer):
         return pd.DataFrame(
             {
                 "doc_id": meta["doc_id"].astype(str),
-                "title": meta.get("file_name"),
+                "title": meta["title"] if "title" in meta else meta.get("file_name"),
                 "url": meta.get("url"),
                 "license": meta.get("license"),
                 "domain": meta.get("doc_type"),
+                "source": meta.get("source"),
             }
         )
 
@@ -241,8 +249,15 @@ class ViDoReImporter(Importer):
         out["answer"] = queries.get("answer")
         out["language"] = queries.get("language")
         out["generator"] = queries.get("query_generator")
-        if "content_type" in queries:
+        if "evidence_types" in queries:  # (vldocir's export: the project's own types)
+            out["evidence_types"] = queries["evidence_types"].map(
+                lambda v: [str(t) for t in v] if v is not None else []
+            )
+        elif "content_type" in queries:
             out["evidence_types"] = [data.evidence_types(_distinct(v), CONTENT_TYPES) for v in queries["content_type"]]
+        for column in ("evidence_structure", "source", "domain"):  # (vldocir's export)
+            if column in queries:
+                out[column] = queries[column]
         for column in ("query_types", "query_format", "source_type"):
             if column in queries:
                 out[column] = queries[column].map(lambda v: list(v) if isinstance(v, np.ndarray) else v)
