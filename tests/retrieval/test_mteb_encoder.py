@@ -194,6 +194,7 @@ def test_run_key_holds_the_mteb_name_commit_loader_and_version_not_batch_sizes()
             r"Did you mean: 'vidore/colqwen2\.5-v0\.2'",
         ),
         ([f"retriever.model.name={MINILM}"], r"reads text, not page images .*page_input=ocr_text"),
+        (["retriever.model.name=cross-encoder/ms-marco-MiniLM-L6-v2"], r"is a cross-encoder: .* no vectors to store"),
         (
             ["retriever.model.encoder.task=VidoreDocVQARetrieval", "retriever.model.encoder.page_input=ocr_text"],
             r"task=VidoreDocVQARetrieval: its documents are image, but pages are read as text",

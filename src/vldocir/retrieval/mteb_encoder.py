@@ -144,6 +144,11 @@ class MtebEncoder(Encoder):
                 f"mteb model {name}: mteb has no implementation to load it "
                 "(an API model, or metadata only); pick a model mteb can load"
             )
+        if "cross-encoder" in (self.meta.model_type or []):
+            raise ConfigError(
+                f"mteb model {name} is a cross-encoder: it scores (query, page) pairs and has no vectors to store; "
+                "pick an embedding model (dense or late-interaction)"
+            )
         similarity = str(getattr(self.meta.similarity_fn_name, "value", self.meta.similarity_fn_name))
         if similarity not in KIND_OF_SIMILARITY:
             raise ConfigError(
@@ -248,6 +253,7 @@ class MtebEncoder(Encoder):
             hf_subset=HF_SUBSET,
             prompt_type=prompt_type,
             batch_size=batch_size,
+            show_progress_bar=False,  # mteb's EncodeKwargs; the page store shows its own progress
         )
         return self._vectors(output, len(dataset))
 
