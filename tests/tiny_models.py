@@ -697,6 +697,11 @@ RETRIEVERS: dict[str, TinyCheckpoint] = {
     "jina_v4_mv": JINA_V4,
     "jina_v4_sv": JINA_V4,
     "ocr_dense": TinyCheckpoint(build_tiny_sentence_transformer),
+    # mteb's registry entry of ColQwen2.5, loaded by mteb's own wrapper (ColQwen2_5Wrapper) from the local copy
+    "mteb": TinyCheckpoint(
+        build_tiny_colqwen25,
+        ("retriever.model.name=vidore/colqwen2.5-v0.2", "+{key}.loader_kwargs.torch_dtype=float32"),
+    ),
 }
 
 #: conf/reranker/<name>.yaml -> its model's tiny checkpoint.
