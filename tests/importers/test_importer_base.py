@@ -322,7 +322,7 @@ def test_every_public_config_is_pinned_and_names_its_protocol(name):
     assert importer.source.startswith("hf://") and PINNED_REVISION.match(importer.revision)
     assert importer.allow_unpinned is False
     protocol = config.protocol
-    assert set(protocol) == {"name", "main_score", "subsets", "scope", "summary"}
+    assert set(protocol) == {"name", "main_score", "subsets", "scope", "summary", "mteb_task"}
     metric, k = protocol.main_score.split("@")
     assert metric in {"ndcg", "recall", "mrr"} and int(k) > 0
     assert protocol.scope in {"corpus", "document"} and protocol.subsets in {None, "language"}

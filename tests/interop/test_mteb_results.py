@@ -237,3 +237,29 @@ def test_the_issues_acceptance_make_run_then_export_then_mteb_loads_it(tmp_path)
     assert TaskResult.from_disk(only_file(out)).main_score == pytest.approx(headline, abs=1e-6)
     (tasks,) = loaded_by_mteb(out).values()
     assert tasks["VLDocIR-vl-docir-mini"].main_score == pytest.approx(headline, abs=1e-6)
+
+
+def test_the_model_of_a_stored_run_is_its_checkpoint_else_the_run_itself():
+    """Hand-written configs: a pinned checkpoint names itself; retriever=mteb leaves the revision to
+    mteb's registry, so the one the manifest's encoder records is used; other runs are vldocir's own."""
+    colqwen = {
+        "id": "colqwen25",
+        "model": {"encoder": {"checkpoint": {"hub_id": "vidore/colqwen2.5-v0.2", "revision": "6f6f"}}},
+    }
+    mteb_model = {
+        "id": "mteb",
+        "model": {
+            "name": "vidore/colqwen2.5-v0.2",
+            "encoder": {"checkpoint": {"hub_id": "vidore/colqwen2.5-v0.2", "revision": None}},
+        },
+    }
+    bm25 = {"id": "dom_bm25", "model": {"text_field": "dom_text"}}
+    base, ctx = {"id": "base"}, {"id": "ctx"}
+    assert mr.model_identity({"retriever": colqwen, "setting": base}, "key1") == ("vidore/colqwen2.5-v0.2", "6f6f")
+    assert mr.model_identity({"retriever": mteb_model, "setting": base}, "key2", {"revision": "abcd"}) == (
+        "vidore/colqwen2.5-v0.2",
+        "abcd",
+    )
+    assert mr.model_identity({"retriever": mteb_model, "setting": base}, "key2") == ("vidore/colqwen2.5-v0.2", "key2")
+    assert mr.model_identity({"retriever": bm25, "setting": base}, "key3") == ("vldocir/dom_bm25", "key3")
+    assert mr.model_identity({"retriever": colqwen, "setting": ctx}, "key4") == ("vldocir/colqwen25.ctx", "key4")

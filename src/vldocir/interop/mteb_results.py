@@ -314,18 +314,20 @@ def _checkpoints(value) -> list[Mapping]:
     return []
 
 
-def model_identity(config: Mapping, run_key: str) -> tuple[str, str]:
+def model_identity(config: Mapping, run_key: str, encoder: Mapping | None = None) -> tuple[str, str]:
     """(model name, revision) of a stored run, from its resolved config: a base run of one
-    checkpoint is that checkpoint (``hub_id``, ``revision``); an mteb model is its ``name`` and
-    ``revision``; anything else (BM25, a run file, a setting that combines or re-ranks runs) is
-    ``vldocir/<retriever>`` (``.<setting>`` unless base) at revision ``<run key>``."""
+    checkpoint is that checkpoint (``hub_id``, ``revision``; a revision the config leaves to the
+    model's registry, as ``retriever=mteb`` does, is the one the run's manifest records for its
+    ``encoder``); an mteb model is its ``name`` and ``revision``; anything else (BM25, a run file, a
+    setting that combines or re-ranks runs) is ``vldocir/<retriever>`` (``.<setting>`` unless base)
+    at revision ``<run key>``."""
     retriever, setting = config.get("retriever") or {}, config.get("setting") or {}
     setting_id = str(setting.get("id", "base"))
     checkpoints = {(c["hub_id"], c.get("revision")) for c in _checkpoints(retriever)}
     model = retriever.get("model") or {}
     if setting_id == "base" and len(checkpoints) == 1:
         hub_id, revision = next(iter(checkpoints))
-        return hub_id, str(revision or run_key)
+        return hub_id, str(revision or (encoder or {}).get("revision") or run_key)
     if setting_id == "base" and not checkpoints and isinstance(model.get("name"), str) and "/" in model["name"]:
         return model["name"], str(model.get("revision") or run_key)
     suffix = "" if setting_id == "base" else f".{setting_id}"

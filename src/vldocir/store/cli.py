@@ -149,7 +149,8 @@ def mteb_export(entry: Entry, out: Path):
     task = mr.resolve_task(protocol, bench.name, list(subsets), split, ks)
     entries = mr.task_scores(stored, qrels, subsets, task, protocol)
     revision = (dataset.get("importer") or {}).get("revision") or f"vldocir-fingerprint-{bench.fingerprint}"
-    model = mr.model_identity(config, entry.run_key or entry.path.name)
+    encoder = (manifest.get("retrieval") or {}).get("encoder")
+    model = mr.model_identity(config, entry.run_key or entry.path.name, encoder if isinstance(encoder, dict) else None)
     result = mr.task_result(
         task, entries, str(revision), (manifest.get("timings") or {}).get("wall_s"), entry.record.get("created_at")
     )
