@@ -183,7 +183,7 @@ def dataset_card(bench: Benchmark, rows: dict[str, int], root: Path) -> str:
         f"hub layout: {rows['queries']} queries over {rows['corpus']} page images of {rows['documents_metadata']} "
         f"documents, with {rows['qrels']} relevance judgements. Each query is labelled with the structure of its "
         "evidence (below), so retrievers can be scored per structure as well as overall; a query counts as found "
-        "only when all its evidence pages are retrieved (RecallAll), the point of the distributed structures.",
+        "only when all its evidence pages are retrieved (RecallAll), which is what the multi-page structures test.",
         "",
         "## Layout",
         "",
