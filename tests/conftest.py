@@ -44,6 +44,21 @@ def isolated_paths(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch) -> Path:
+    """No hub (HF_HUB_OFFLINE=1) and an empty Hugging Face cache under tmp_path, which huggingface_hub
+    reads (environment and its already-imported constants); returns the cache directory."""
+    import huggingface_hub.constants as constants
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
 def pytest_collection_modifyitems(config, items):
     """The `slow` end-to-end tests go first, so parallel workers (`make test` runs pytest-xdist) start
     the long ones early rather than leave one to run alone at the end; `gpu` tests run only where

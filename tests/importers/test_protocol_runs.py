@@ -55,19 +55,6 @@ SPECS = {
 }
 
 
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    """A hub cache under tmp_path that huggingface_hub reads with the hub offline."""
-    import huggingface_hub.constants as constants
-
-    cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    return cache
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SPECS))
 def test_run_py_follows_the_benchmarks_protocol(name, offline_hub, isolated_paths, tiny, capsys):

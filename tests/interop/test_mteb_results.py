@@ -137,18 +137,6 @@ def test_a_main_score_mteb_does_not_reproduce_is_refused(mini_run):
         mr.task_scores(mr.StoredEvaluation(stored.run, stored.per_query, other, stored.ks), qrels, subsets, task, None)
 
 
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    import huggingface_hub.constants as constants
-
-    cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    return cache
-
-
 def test_an_imported_multilingual_benchmark_is_mtebs_task_per_language(offline_hub, isolated_paths, tmp_path):
     dataset = compose_cfg("dataset=vidore_v3_hr").dataset
     hub_cache(

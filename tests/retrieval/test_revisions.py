@@ -27,16 +27,6 @@ FLOATING = (
 )
 
 
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch) -> Path:
-    """No hub (HF_HUB_OFFLINE=1) and an empty Hugging Face cache; returns the cache directory."""
-    cache = tmp_path / "hf-cache"
-    cache.mkdir()
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-    return cache
-
-
 def _cache_ref(cache: Path, hub_id: str, revision: str, sha: str) -> None:
     ref = cache / f"models--{hub_id.replace('/', '--')}" / "refs" / revision
     ref.parent.mkdir(parents=True)
