@@ -408,11 +408,34 @@ def test_trec_qrels_are_read_as_trec_qrels(run_import, isolated_paths, tmp_path)
         assert built[key] == expected[key]
 
 
-def test_a_pdf_linked_from_outside_the_source_is_refused(run_import, isolated_paths, tmp_path):
-    """MMLongBench-Doc's documents/<name>.pdf, a symbolic link out of the folder: refused before it is read."""
-    root = _mmlongbench(tmp_path / "source" / "mmlongbench")
-    outside = tmp_path / "outside.pdf"
-    outside.write_bytes(b"%PDF-1.4\n")
-    (root / "documents" / "report-a.pdf").symlink_to(outside)
-    status, _, err = run_import(SOURCES["mmlongbench"], root)
-    _assert_one_line(status, err, isolated_paths / "data", root / "documents" / "report-a.pdf", "outside")
+LINKED_FILES = {  # (importer, a file of the source other than the main one, made a link out of the folder)
+    ("beir", "queries.jsonl"),
+    ("beir", "qrels/test.tsv"),
+    ("vidore", "documents_metadata/test-00000-of-00001.parquet"),
+    ("vidore", "corpus/test-00000-of-00001.parquet"),
+    ("mteb_format", "README.md"),
+    ("mteb_format", "corpus/test-00000-of-00001.parquet"),
+    ("mmdocir", "MMDocIR_pages.parquet"),
+    ("mmdocir", "page_content/annual-report-x_page.jsonl"),
+    ("longdocurl", "4000001.pdf"),
+    ("mmlongbench", "documents/report-a.pdf"),
+}
+
+
+@pytest.mark.parametrize(("importer", "file"), sorted(LINKED_FILES))
+def test_any_file_linked_from_outside_the_source_is_refused(importer, file, run_import, isolated_paths, tmp_path):
+    """Every file an importer opens, not only the first: a link out of the folder is refused before it
+    is read (its target is a file of the right kind, so only the refusal stops the import)."""
+    root = SOURCES[importer].write(tmp_path / "source" / importer)
+    path = root / file
+    if not path.exists():  # (files the fixture does not ship: a file of the kind the importer reads)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".parquet":
+            pq.write_table(pa.table({"doc_name": ["annual-report-x.pdf"], "ocr_text": ["words"]}), path)
+        elif path.suffix == ".pdf":
+            path.write_bytes(b"%PDF-1.4\n%%EOF\n")
+        else:
+            path.write_text(json.dumps({"page": 0, "ocr_text": "words", "vlm_text": "words"}) + "\n")
+    _link_out(root, file)
+    status, _, err = run_import(SOURCES[importer], root)
+    _assert_one_line(status, err, isolated_paths / "data", path, "outside")

@@ -243,6 +243,7 @@ class LongDocURL(LongDocumentImporter):
             for archive in sorted(root.glob(pattern)):
                 if not archive.is_file():
                     continue
+                source_file(root, archive)
                 stat = archive.stat()
                 folder = self.work_dir / "extracted" / f"{archive.name}-{content_key([str(archive), stat.st_size])}"
                 if not folder.is_dir():

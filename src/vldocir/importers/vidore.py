@@ -71,12 +71,15 @@ CONTENT_TYPES: dict[str, str | None] = {
 _PAGE_IN_NAME = re.compile(r"^(?P<doc>.+?)[_\-. ]*(?:page|pg|p)[_\-. ]*(?P<page>\d+)$", re.IGNORECASE)
 
 
-def split_files(root: Path, config: str | None, split: str) -> list[Path]:
-    """The Parquet shards of one config and split in a hub dataset's layout."""
+def split_files(root: Path, config: str | None, split: str, required: bool = True) -> list[Path]:
+    """The Parquet shards of one config and split in a hub dataset's layout (none: refused, or with
+    ``required=False`` an empty list); a shard resolving outside ``root`` is refused in one line."""
     base = root / config if config else root / "data"
     found = sorted(base.glob(f"{split}-*.parquet")) or sorted((base / split).glob("*.parquet"))
     if not found and config:
         found = sorted((root / "data").glob(f"{config}/{split}-*.parquet"))
+    if not found and not required:
+        return []
     if not found:
         where = f"config '{config}'" if config else "the default config"
         raise ImporterError(
@@ -238,9 +241,8 @@ class ViDoReImporter(Importer):
             yield chunk
 
     def _documents(self, root: Path) -> pd.DataFrame | None:
-        try:
-            files = split_files(root, "documents_metadata", self.split)
-        except ImporterError:
+        files = split_files(root, "documents_metadata", self.split, required=False)
+        if not files:
             return None
         meta = _read(files)
         if "doc_id" not in meta:
