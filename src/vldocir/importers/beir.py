@@ -5,8 +5,14 @@ The BEIR layout (Thakur et al., 2021; also what mteb's text retrieval tasks ship
 - ``corpus.jsonl`` (or ``.jsonl.gz``): one passage per line, ``{"_id", "title", "text", "metadata"}``;
 - ``queries.jsonl``: ``{"_id", "text", "metadata"}``, the queries of every split;
 - ``qrels/<split>.tsv``: tab-separated with the header ``query-id corpus-id score`` (a file without
-  the header, whose first line is a judgement, is read too); graded scores (dbpedia-entity: 0/1/2).
-  A score of 0 is an explicit non-relevant judgement: not evidence.
+  the header, whose first line is a judgement, is read too, and so is TREC's ``query-id 0 corpus-id
+  score``); graded scores (dbpedia-entity: 0/1/2), integers as BEIR and trec_eval define them (``1.7``
+  or ``2**70`` is refused naming the line). A score of 0 is an explicit non-relevant judgement: not
+  evidence.
+
+Every file is read inside the folder (a symbolic link out of it is refused) and every bad line is one
+error naming file and line (:mod:`vldocir.importers.source_files`): not UTF-8, not a JSON object, no
+``_id``; an empty corpus, queries or qrels file, a damaged ``.gz``.
 
 Each passage becomes a text-only document of one page (``page_id`` = ``doc_id`` = its ``_id``;
 no image, ``dom_text`` = title and text, ``ocr_text`` null, ``width``/``height`` null), so a query

@@ -159,6 +159,7 @@ class LongDocURL(LongDocumentImporter):
         data = ImportedData(
             pages=pages, queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, notes=pdf_notes(report)
         )
+        data.qrels_file = questions_path  # (the evidence pages are the questions')
         named = NamedDrops(data)
         queries, qrels = [], []
         for number, record in enumerate(records):

@@ -151,7 +151,9 @@ class MMDocIR(LongDocumentImporter):
         if page_source == "page_content" and not (root / "page_content").is_dir():
             raise ImporterError(f"{root}: neither MMDocIR_pages.parquet nor a page_content/ folder")
 
-        data = ImportedData(pages=[], queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE)
+        data = ImportedData(
+            pages=[], queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, qrels_file=annotations_path
+        )
         data.pages = (
             self._parquet_pages(parquet, documents, data)
             if page_source == "parquet"

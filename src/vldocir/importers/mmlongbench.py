@@ -143,6 +143,7 @@ class MMLongBenchDoc(LongDocumentImporter):
         data = ImportedData(
             pages=pages, queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, notes=pdf_notes(report)
         )
+        data.qrels_file = samples_path  # (the evidence pages are the questions')
         named = NamedDrops(data)
         queries, qrels = [], []
         for number, row in enumerate(samples.to_dict("records")):
