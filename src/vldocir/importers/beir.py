@@ -83,15 +83,15 @@ def read_qrels_tsv(path: Path) -> pd.DataFrame:
     (whitespace-separated, no header). Ids as strings, grades integers (:func:`integer_grade`); any
     other line is refused naming it, and so is a file without a judgement."""
     query, page, grade = [], [], []
-    layout = None
+    layout, n_fields = None, 3
     for number, raw in text_lines(path):
         line = raw.rstrip("\r\n")
         if not line.strip():
             continue
         if layout is None:  # the first line decides: BEIR's header, a headerless BEIR judgement or TREC's
             tabs, words = line.split("\t"), line.split()
-            if [f.strip() for f in tabs[:3]] == QRELS_HEADER:
-                layout = "beir"
+            if [f.strip() for f in tabs[:3]] == QRELS_HEADER:  # (columns after BEIR's three are ignored)
+                layout, n_fields = "beir", len(tabs)
                 continue
             if len(tabs) == 3 and _is_number(tabs[2]) and tabs[:2] != QRELS_HEADER[:2]:
                 layout = "beir"
@@ -110,6 +110,8 @@ def read_qrels_tsv(path: Path) -> pd.DataFrame:
         fields = [f.strip() for f in line.split("\t")] if layout == "beir" else line.split()
         if layout == "trec":
             fields = [fields[0], fields[2], fields[3]] if len(fields) == 4 else fields
+        elif len(fields) == n_fields:
+            fields = fields[:3]
         if len(fields) != 3 or not fields[0] or not fields[1]:
             expected = "query-id corpus-id score, tab-separated" if layout == "beir" else "query-id 0 corpus-id score"
             raise ImporterError(f"{path}:{number}: not a judgement ({expected}): {line[:80]!r}")
