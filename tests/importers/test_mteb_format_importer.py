@@ -136,7 +136,7 @@ def test_files_outside_the_dataset_or_unreadable_are_one_line(tmp_path):
     card.write_text(card_text)
     shard.unlink()
     shard.symlink_to(outside)  # a readable Parquet file, but not the dataset's
-    with pytest.raises(ImporterError, match=r"test-00000-of-00001\.parquet: resolves outside the dataset folder"):
+    with pytest.raises(ImporterError, match=r"test-00000-of-00001\.parquet: resolves outside the source folder"):
         MtebFormatImporter(source=str(source)).read()
     shard.unlink()
     shard.write_bytes(b"PAR1 not really")

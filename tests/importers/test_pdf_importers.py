@@ -184,7 +184,7 @@ def test_a_record_without_its_document_is_one_line_in_longdocurl_and_mmdocir(tmp
     (tmp_path / "ldu").mkdir()
     (tmp_path / "ldu" / "LongDocURL.jsonl").write_text("\n".join([*records[:2], json.dumps(broken), *records[3:]]))
     with pytest.raises(
-        ImporterError, match=r"LongDocURL\.jsonl: record 3 \(free_gemini15_pro_4000001_1_9_2\) has no doc_no$"
+        ImporterError, match=r"LongDocURL\.jsonl:3: the record \(free_gemini15_pro_4000001_1_9_2\) has no doc_no$"
     ):
         LongDocURL(source=str(tmp_path / "ldu"), ocr=None, cache_dir=str(tmp_path / "cache")).read()
     source = write_mmdocir(tmp_path / "mmdocir")

@@ -166,6 +166,8 @@ class ImportedData:
     dropped: dict[str, Counter] = field(default_factory=dict)
     unmapped_labels: Counter = field(default_factory=Counter)
     """Source labels that no mapping table names, with how often they were seen (left out)."""
+    qrels_file: Path | None = None
+    """The file the judgements came from, named when none of them is usable (else the source is)."""
 
     def drop(self, table: str, reason: str, n: int = 1) -> None:
         """Count ``n`` rows of ``table`` left out for ``reason``."""
@@ -469,7 +471,19 @@ def _qrels(data: ImportedData, query_ids: pd.Series) -> pd.DataFrame:
     qrels = data.qrels.copy()
     qrels["query_id"] = qrels["query_id"].astype(str)
     qrels["page_id"] = qrels["page_id"].astype(str)
-    qrels["grade"] = qrels["grade"].fillna(1).astype("int64") if "grade" in qrels else 1
+    if "grade" in qrels:  # (importers check their grades where they can name the file's row; this is the backstop)
+        grades = qrels["grade"].fillna(1)
+        whole = pd.to_numeric(grades, errors="coerce")
+        bad = whole.isna() | (whole != np.floor(whole)) | (whole.abs() > 2**31 - 1)
+        if bad.any():
+            at = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ImporterError(
+                f"{_origin(data)}: qrels row {at} (query {qrels['query_id'].iloc[at]}, page "
+                f"{qrels['page_id'].iloc[at]}): the grade {grades.iloc[at]!r} is not an integer of at most 2**31-1"
+            )
+        qrels["grade"] = whole.astype("int64")
+    else:
+        qrels["grade"] = 1
     if "element_ids" not in qrels:
         qrels["element_ids"] = None
     qrels = _keep(qrels, qrels["grade"] > 0, data, "qrels", "not_relevant")
@@ -482,6 +496,11 @@ def _qrels(data: ImportedData, query_ids: pd.Series) -> pd.DataFrame:
         qrels = qrels.join(merged, on=["query_id", "page_id"])
         data.drop("qrels", "duplicate", n_before - len(qrels))
     return qrels
+
+
+def _origin(data: ImportedData) -> str:
+    """Where an import's judgements came from, for an error: the qrels file, else the source."""
+    return str(data.qrels_file or data.info.get("source") or data.source)
 
 
 def _union(values) -> list[str] | None:
@@ -513,6 +532,12 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     for chunk in _chunks(data.pages):
         writer.write(chunk)
     pages = writer.finish()
+    if pages.empty:
+        dropped = ", ".join(f"{n} {reason}" for reason, n in sorted(data.dropped.get("pages", {}).items()))
+        raise ImporterError(
+            f"{data.info.get('source') or data.source}: no page to import"
+            + (f" (left out: {dropped})" if dropped else " (the corpus is empty)")
+        )
     without_text = _documents_without_text(pages)
     pages["page_index"] = pages.groupby("doc_id")["page_number"].rank(method="first").astype("int32") - 1
 
@@ -543,6 +568,16 @@ def _write_imported(data, root, runs, name, near_max_gap, importer, version) -> 
     outside = qrels.loc[~qrels["page_id"].isin(page_doc.index), "query_id"].unique()
     queries = _keep(queries, ~queries["query_id"].isin(outside), data, "queries", "evidence_not_in_corpus")
     queries = _keep(queries, queries["query_id"].isin(qrels["query_id"]), data, "queries", "no_evidence")
+    if queries.empty:
+        dropped = ", ".join(
+            f"{table} {n} {reason}"
+            for table in ("queries", "qrels")
+            for reason, n in data.dropped.get(table, {}).items()
+        )
+        raise ImporterError(
+            f"{_origin(data)}: no query is left with evidence in the corpus"
+            + (f" (left out: {dropped})" if dropped else " (no queries)")
+        )
     qrels = qrels[qrels["query_id"].isin(queries["query_id"])].copy()
     qrels["doc_id"] = qrels["page_id"].map(page_doc)
     qrels["page_number"] = qrels["page_id"].map(pages.set_index("page_id")["page_number"])

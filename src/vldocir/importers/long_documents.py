@@ -33,6 +33,7 @@ from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.pdf import PdfBatchReport, PdfConfig, page_rows, rasterize_pdfs
 from vldocir.data.evidence import page_id
 from vldocir.importers.base import ImportedData, Importer, ImporterError
+from vldocir.importers.source_files import source_file
 
 PAGE_ZERO = "evidence_page_zero"
 """Drop reason: page 0 in a 1-indexed list (MMLongBench-Doc cites ``[0]`` for 3 answerable questions;
@@ -190,9 +191,9 @@ def find_file(root: Path, names: Iterable[str], what: str) -> Path:
     """The first of ``names`` (paths or glob patterns relative to ``root``) that exists."""
     for name in names:
         found = sorted(root.glob(name)) if any(c in name for c in "*?[") else [root / name]
-        found = [p for p in found if p.is_file()]
+        found = [p for p in found if p.is_file() or p.is_symlink()]
         if found:
-            return found[0]
+            return source_file(root, found[0])
     raise ImporterError(f"{root}: no {what} (looked for {', '.join(names)})")
 
 

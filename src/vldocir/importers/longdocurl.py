@@ -51,6 +51,7 @@ from vldocir.importers.long_documents import (
     parse_list,
     pdf_notes,
 )
+from vldocir.importers.source_files import source_file, text_lines
 
 EVIDENCE_SOURCES: dict[str, str | None] = {
     "text": "text",
@@ -67,21 +68,26 @@ _BOX = re.compile(r"<box>\s*\(([^)]*)\)\s*</box>")
 
 
 def read_questions(path: Path) -> list[dict]:
+    """The question records of a JSON-lines file, each refused in one line naming its line when it is
+    not a JSON object with ``doc_no``, ``question`` and ``evidence_pages``, and the file when it has none."""
     records = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except ValueError as error:
-                raise ImporterError(f"{path}:{line_number}: not a JSON record ({error})") from error
-    for line_number, record in enumerate(records, 1):
+    for line_number, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as error:
+            raise ImporterError(f"{path}:{line_number}: not a JSON record ({error})") from error
+        if not isinstance(record, dict):
+            raise ImporterError(f"{path}:{line_number}: a JSON {type(record).__name__}, not a question record")
         missing = [k for k in ("doc_no", "question", "evidence_pages") if k not in record]
         if missing:
-            raise ImporterError(f"{path}: record {line_number} lacks {', '.join(missing)}")
+            raise ImporterError(f"{path}:{line_number}: the record lacks {', '.join(missing)}")
         if record["doc_no"] is None or not str(record["doc_no"]).strip():
-            raise ImporterError(f"{path}: record {line_number} ({record.get('question_id')}) has no doc_no")
+            raise ImporterError(f"{path}:{line_number}: the record ({record.get('question_id')}) has no doc_no")
+        records.append(record)
+    if not records:
+        raise ImporterError(f"{path}: no question records (an empty file)")
     return records
 
 
@@ -115,13 +121,16 @@ class LongDocURL(LongDocumentImporter):
         records = read_questions(questions_path)
         doc_ids = list(dict.fromkeys(str(r["doc_no"]) for r in records))
         roots = [root, *self._extracted(root)]
-        pdfs = {p.stem: p for r in roots for p in sorted(r.rglob("*.pdf"))} if self.pages != "png" else {}
+        pdfs = {}  # (a file that resolves outside the folder it was found in is refused, never read)
+        if self.pages != "png":
+            pdfs = {p.stem: source_file(r, p) for r in roots for p in sorted(r.rglob("*.pdf"))}
         pngs: dict[str, list[tuple[int, Path]]] = defaultdict(list)
         if self.pages != "pdf":
-            for path in (p for r in roots for p in sorted(r.rglob("*.png"))):
-                found = _PNG_NAME.match(path.name)
-                if found and found.group(1) in doc_ids:
-                    pngs[found.group(1)].append((int(found.group(2)), path))
+            for r in roots:
+                for path in sorted(r.rglob("*.png")):
+                    found = _PNG_NAME.match(path.name)
+                    if found and found.group(1) in doc_ids:
+                        pngs[found.group(1)].append((int(found.group(2)), source_file(r, path)))
 
         from_pdf = [d for d in doc_ids if d in pdfs]
         pdf_pages, report = self.rasterize([(d, pdfs[d]) for d in from_pdf])
@@ -150,6 +159,7 @@ class LongDocURL(LongDocumentImporter):
         data = ImportedData(
             pages=pages, queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, notes=pdf_notes(report)
         )
+        data.qrels_file = questions_path  # (the evidence pages are the questions')
         named = NamedDrops(data)
         queries, qrels = [], []
         for number, record in enumerate(records):
@@ -234,6 +244,7 @@ class LongDocURL(LongDocumentImporter):
             for archive in sorted(root.glob(pattern)):
                 if not archive.is_file():
                     continue
+                source_file(root, archive)
                 stat = archive.stat()
                 folder = self.work_dir / "extracted" / f"{archive.name}-{content_key([str(archive), stat.st_size])}"
                 if not folder.is_dir():

@@ -53,6 +53,7 @@ from vldocir.importers.long_documents import (
     evidence_pages,
     parse_list,
 )
+from vldocir.importers.source_files import batches, inside, parquet_file, source_file, text_lines
 
 QUESTION_TYPES: dict[str, str | None] = {
     # MMLongBench-Doc's labels, as a string holding a Python list ("['Chart', 'Table']")
@@ -77,21 +78,28 @@ BATCH_ROWS = 256
 
 def read_annotations(path: Path) -> list[dict]:
     documents = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                start, end = (int(i) for i in record["page_indices"])
-                missing = [key for key in ("doc_name", "questions") if not record.get(key) and record.get(key) != []]
-                if missing:
-                    raise KeyError(", ".join(missing))
-            except (ValueError, KeyError, TypeError) as error:
-                raise ImporterError(f"{path}:{line_number}: not an MMDocIR annotation record ({error!r})") from error
-            if end < start:
-                raise ImporterError(f"{path}:{line_number}: page_indices [{start}, {end}] ends before it starts")
-            documents.append(record)
+    for line_number, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise TypeError(f"a JSON {type(record).__name__}, not an object")
+            if not isinstance(record.get("questions", []), list):
+                raise TypeError("questions is not a list")
+            if not all(isinstance(q, dict) for q in record.get("questions", [])):
+                raise TypeError("a question is not an object")
+            start, end = (int(i) for i in record["page_indices"])
+            missing = [key for key in ("doc_name", "questions") if not record.get(key) and record.get(key) != []]
+            if missing:
+                raise KeyError(", ".join(missing))
+        except (ValueError, KeyError, TypeError, RecursionError) as error:
+            raise ImporterError(f"{path}:{line_number}: not an MMDocIR annotation record ({error!r})") from error
+        if end < start:
+            raise ImporterError(f"{path}:{line_number}: page_indices [{start}, {end}] ends before it starts")
+        documents.append(record)
+    if not documents:
+        raise ImporterError(f"{path}: no annotation records (an empty file)")
     return documents
 
 
@@ -133,15 +141,19 @@ class MMDocIR(LongDocumentImporter):
         annotations_path = root / self.annotations
         if not annotations_path.is_file():
             raise ImporterError(f"{root}: no annotations file {self.annotations}")
-        documents = read_annotations(annotations_path)
+        documents = read_annotations(source_file(root, annotations_path))
         parquet = root / (self.pages or "MMDocIR_pages.parquet")
         if self.pages and not parquet.is_file():
             raise ImporterError(f"{root}: no pages file {self.pages}")
         page_source = "parquet" if parquet.is_file() else "page_content"
+        if page_source == "parquet":
+            source_file(root, parquet)
         if page_source == "page_content" and not (root / "page_content").is_dir():
             raise ImporterError(f"{root}: neither MMDocIR_pages.parquet nor a page_content/ folder")
 
-        data = ImportedData(pages=[], queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE)
+        data = ImportedData(
+            pages=[], queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, qrels_file=annotations_path
+        )
         data.pages = (
             self._parquet_pages(parquet, documents, data)
             if page_source == "parquet"
@@ -220,19 +232,15 @@ class MMDocIR(LongDocumentImporter):
 
     def _parquet_pages(self, path: Path, documents: list[dict], data: ImportedData) -> Iterator[pd.DataFrame]:
         """Pages in row batches: each row's document is the annotation whose ``page_indices`` hold it."""
-        import pyarrow.parquet as pq
 
         ranges = sorted(
             ((int(d["page_indices"][0]), int(d["page_indices"][1]), d) for d in documents), key=lambda r: r[0]
         )
         starts = [r[0] for r in ranges]
-        try:
-            reader = pq.ParquetFile(path)
-        except (OSError, ValueError) as error:
-            raise ImporterError(f"{path}: not a readable Parquet file ({error})") from error
-        columns = [c for c in ("doc_name", "image_binary", "ocr_text", "vlm_text") if c in reader.schema_arrow.names]
+        names = parquet_file(path).schema_arrow.names
+        columns = [c for c in ("doc_name", "image_binary", "ocr_text", "vlm_text") if c in names]
         row_number = 0
-        for batch in reader.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+        for batch in batches(path, BATCH_ROWS, columns):
             rows = []
             for row in batch.to_pylist():
                 r, row_number = row_number, row_number + 1
@@ -282,27 +290,36 @@ class MMDocIR(LongDocumentImporter):
             if not path.is_file():
                 data.notes.append(f"no page file {path.relative_to(root)}: the document's pages are left out")
                 continue
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if not line.strip():
-                        continue
+            for line_number, line in text_lines(source_file(root, path)):
+                if not line.strip():
+                    continue
+                try:
                     record = json.loads(line)
-                    number = _int(record.get("page"))
-                    if number is None:
-                        data.drop("pages", "no_page_number")
-                        continue
-                    image = root / str(record.get("image_path") or "")
-                    dom, ocr = self._texts(record)
-                    rows.append(
-                        {
-                            "page_id": page_id(doc_id, number),
-                            "doc_id": doc_id,
-                            "page_number": number,
-                            "image_file": str(image) if record.get("image_path") and image.is_file() else None,
-                            "dom_text": dom,
-                            "ocr_text": ocr,
-                        }
+                except (ValueError, RecursionError) as error:
+                    raise ImporterError(f"{path}:{line_number}: not a JSON line ({error})") from error
+                if not isinstance(record, dict):
+                    raise ImporterError(f"{path}:{line_number}: a JSON {type(record).__name__}, not an object")
+                number = _int(record.get("page"))
+                if number is None:
+                    data.drop("pages", "no_page_number")
+                    continue
+                image = root / str(record.get("image_path") or "")
+                if record.get("image_path") and (image.exists() or image.is_symlink()) and not inside(root, image):
+                    raise ImporterError(
+                        f"{path}:{line_number}: image_path {record['image_path']!r} resolves outside the "
+                        f"source folder {root}; refusing to read it"
                     )
+                dom, ocr = self._texts(record)
+                rows.append(
+                    {
+                        "page_id": page_id(doc_id, number),
+                        "doc_id": doc_id,
+                        "page_number": number,
+                        "image_file": str(image) if record.get("image_path") and image.is_file() else None,
+                        "dom_text": dom,
+                        "ocr_text": ocr,
+                    }
+                )
         pages = pd.DataFrame(rows, columns=["page_id", "doc_id", "page_number", "image_file", "dom_text", "ocr_text"])
         if self.ocr is not None and pages["image_file"].notna().any():
             with_image = pages["image_file"].notna()

@@ -31,6 +31,7 @@ many it lists; ``page_multi_from_labels: true`` makes two or more labels on one 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -49,6 +50,7 @@ from vldocir.importers.long_documents import (
     parse_list,
     pdf_notes,
 )
+from vldocir.importers.source_files import read_parquet, read_text, source_file
 
 SAMPLE_FILES = ("samples.json", "data/samples.json", "data/train-*.parquet", "*.parquet")
 DOCUMENT_FOLDERS = ("documents", "data/documents")
@@ -64,11 +66,29 @@ COLUMNS = ("doc_id", "doc_type", "question", "answer", "evidence_pages", "eviden
 
 
 def read_samples(path: Path) -> pd.DataFrame:
-    """The question records of ``samples.json`` or the hub's Parquet, all columns as the file has them."""
-    try:
-        samples = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_json(path, dtype=False)
-    except (ValueError, OSError) as error:
-        raise ImporterError(f"{path}: not a readable MMLongBench-Doc questions file ({error})") from error
+    """The question records of ``samples.json`` or the hub's Parquet, all columns as the file has them:
+    a file that is not JSON (named by line), not a list of records, or a record without one of
+    :data:`COLUMNS` (named by number) is refused in one line."""
+    if path.suffix == ".parquet":
+        samples = read_parquet(path).to_pandas()
+    else:
+        text = read_text(path)
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ImporterError(f"{path}:{error.lineno}: not JSON ({error.msg})") from error
+        except RecursionError:
+            raise ImporterError(f"{path}: not JSON (nested too deeply)") from None
+        if not isinstance(records, list) or not records:
+            what = "an empty list" if isinstance(records, list) else f"a JSON {type(records).__name__}"
+            raise ImporterError(f"{path}: {what}, not a list of MMLongBench-Doc question records")
+        for number, record in enumerate(records):
+            if not isinstance(record, dict):
+                raise ImporterError(f"{path}: record {number} is a JSON {type(record).__name__}, not an object")
+            lacking = [c for c in COLUMNS if c not in record]
+            if lacking:
+                raise ImporterError(f"{path}: record {number} lacks {', '.join(lacking)}")
+        samples = pd.DataFrame.from_records(records)
     missing = [c for c in COLUMNS if c not in samples.columns]
     if missing:
         raise ImporterError(f"{path}: the questions lack the column(s) {', '.join(missing)}")
@@ -111,7 +131,11 @@ class MMLongBenchDoc(LongDocumentImporter):
             )
         names = list(dict.fromkeys(str(name) for name in samples["doc_id"]))
         doc_ids = {name: name.removesuffix(".pdf") for name in names}
-        pages, report = self.rasterize([(doc_ids[name], pdf_dir / name) for name in names])
+        pdfs = [(doc_ids[name], pdf_dir / name) for name in names]
+        for _, pdf in pdfs:  # (a link out of the source, or a doc_id with '..', is never opened)
+            if pdf.exists() or pdf.is_symlink():
+                source_file(root, pdf)
+        pages, report = self.rasterize(pdfs)
         if not report.documents:
             raise ImporterError(f"{pdf_dir}: none of the {len(names)} PDFs the questions name can be read")
         n_pages = {doc_id: doc.n_pages for doc_id, doc in report.documents.items()}
@@ -119,6 +143,7 @@ class MMLongBenchDoc(LongDocumentImporter):
         data = ImportedData(
             pages=pages, queries=pd.DataFrame(), qrels=pd.DataFrame(), source=self.SOURCE, notes=pdf_notes(report)
         )
+        data.qrels_file = samples_path  # (the evidence pages are the questions')
         named = NamedDrops(data)
         queries, qrels = [], []
         for number, row in enumerate(samples.to_dict("records")):

@@ -27,7 +27,6 @@ Pages in no group are documents of their own. Benchmark.json and the import summ
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +35,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
-from vldocir.data.validation import allowed_roots
 from vldocir.importers.base import NO_DOCUMENT_IDS, ImportedData, Importer, ImporterError, fetch
+from vldocir.importers.source_files import batches, integer_grades, parquet_file, read_text, source_file
 
 BATCH_ROWS = 64
 """Corpus rows read at a time (a few dozen page images in memory)."""
@@ -57,7 +56,7 @@ def card_configs(root: Path) -> dict[str, dict[str, list[str]]]:
     card = root / "README.md"
     if not card.is_file():
         return {}
-    text = card.read_text(encoding="utf-8")
+    text = read_text(source_file(root, card))
     if not text.startswith("---"):
         return {}
     try:
@@ -101,7 +100,7 @@ class MtebFormatImporter(Importer):
         configs = card_configs(root)
         name = self.source_name or str(self.source).rstrip("/").split("/")[-1]
         subsets = list(self.subsets) if self.subsets else [None]
-        queries, qrels, groups, corpus_files = [], [], [], []
+        queries, qrels, groups, corpus_files, qrels_where = [], [], [], [], []
         for subset in subsets:
             prefix = f"{subset}:" if subset else ""
             if subset:
@@ -113,7 +112,9 @@ class MtebFormatImporter(Importer):
             if subset:
                 frame[self.subset_column] = subset
             queries.append(frame)
-            judged = self._qrels(self._read(root, configs, qrels_config), prefix, root, qrels_config)
+            judged_frame = self._read(root, configs, qrels_config)
+            qrels_where.append(judged_frame.attrs.get("where"))
+            judged = self._qrels(judged_frame, prefix, root, qrels_config)
             qrels.append(judged)
             if self.documents == "qrels":
                 groups += [list(g) for _, g in judged.groupby("query_id", sort=False)["page_id"]]
@@ -131,6 +132,7 @@ class MtebFormatImporter(Importer):
             pages=self._pages(corpus_files, document_of),
             queries=pd.concat(queries, ignore_index=True),
             qrels=pd.concat(qrels, ignore_index=True),
+            qrels_file=Path(qrels_where[0]) if len(qrels_where) == 1 and qrels_where[0] else root,
             source=name,
             document_ids=rule,
             info={
@@ -161,15 +163,12 @@ class MtebFormatImporter(Importer):
                 f"{root}: no data files for config '{config}', split '{self.split}' "
                 f"(neither in the card's configs nor as {config}/{self.split}-*.parquet)"
             )
-        allowed = tuple(r.rstrip(os.sep) + os.sep for r in allowed_roots(root))
-        for file in found:  # a symbolic link may point anywhere: only the dataset's own files are read
-            if not os.path.realpath(file).startswith(allowed):
-                raise ImporterError(f"{file}: resolves outside the dataset folder {root}; refusing to read it")
-        return found
+        return [source_file(root, file) for file in found]  # (a link may point anywhere: only the dataset's files)
 
     def _read(self, root: Path, configs: dict, config: str) -> pd.DataFrame:
         frames = []
-        for file in self._files(root, configs, config):
+        files = self._files(root, configs, config)
+        for file in files:
             if not file.name.endswith((".parquet", ".jsonl", ".jsonl.gz")):
                 raise ImporterError(f"{file}: not Parquet or JSON lines")
             try:
@@ -177,9 +176,12 @@ class MtebFormatImporter(Importer):
                     frames.append(pq.read_table(file, columns=_small_columns(file)).to_pandas())
                 else:
                     frames.append(pd.read_json(file, lines=True, dtype=False))
-            except (OSError, ValueError) as error:  # (pyarrow's ArrowInvalid is a ValueError)
-                raise ImporterError(f"{file}: cannot be read as config '{config}' ({error})") from error
-        return pd.concat(frames, ignore_index=True)
+            except (OSError, ValueError, EOFError) as error:  # (pyarrow's ArrowInvalid is a ValueError)
+                detail = " ".join(str(error).split()) or type(error).__name__
+                raise ImporterError(f"{file}: cannot be read as config '{config}' ({detail})") from error
+        frame = pd.concat(frames, ignore_index=True)
+        frame.attrs["where"] = str(files[0]) if len(files) == 1 else f"{root}: config '{config}'"
+        return frame
 
     def _queries(self, frame: pd.DataFrame, prefix: str, root: Path, config: str) -> pd.DataFrame:
         ids = _column(frame, _ID_COLUMNS["queries"], root, config)
@@ -189,12 +191,13 @@ class MtebFormatImporter(Importer):
     def _qrels(self, frame: pd.DataFrame, prefix: str, root: Path, config: str) -> pd.DataFrame:
         query = _column(frame, ("query-id", "query_id"), root, config)
         page = _column(frame, ("corpus-id", "corpus_id"), root, config)
-        score = pd.to_numeric(_column(frame, ("score",), root, config))
+        where = frame.attrs.get("where", f"{root}: config '{config}'")
+        score = integer_grades(_column(frame, ("score",), root, config), lambda i: f"{where}: row {i}")
         return pd.DataFrame(
             {
                 "query_id": prefix + query.astype(str),
                 "page_id": prefix + page.astype(str),
-                "grade": score.round().astype("int64"),
+                "grade": pd.Series(score, dtype="int64", index=frame.index),
             }
         )
 
@@ -209,18 +212,14 @@ class MtebFormatImporter(Importer):
     def _pages(self, corpus_files: list[tuple[str, list[Path]]], document_of: dict[str, str]) -> Iterator[pd.DataFrame]:
         for prefix, files in corpus_files:
             for file in files:
-                try:
-                    parquet = pq.ParquetFile(file)
-                except (OSError, ValueError) as error:
-                    raise ImporterError(f"{file}: cannot be read as a corpus Parquet file ({error})") from error
-                names = parquet.schema_arrow.names
+                names = parquet_file(file).schema_arrow.names
                 id_column = next((c for c in _ID_COLUMNS["corpus"] if c in names), None)
                 if id_column is None or "image" not in names:
                     raise ImporterError(
                         f"{file}: the corpus needs an id column ({', '.join(_ID_COLUMNS['corpus'])}) and 'image'"
                     )
                 wanted = [id_column, "image"] + ([c for c in ("title", "text") if c in names] if self.page_text else [])
-                for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=wanted):
+                for batch in batches(file, BATCH_ROWS, wanted):
                     rows = batch.to_pandas()
                     page_id = prefix + rows[id_column].astype(str)
                     chunk = pd.DataFrame({"page_id": page_id, "doc_id": page_id.map(lambda p: document_of.get(p, p))})
@@ -252,9 +251,8 @@ def _column(frame: pd.DataFrame, names: tuple[str, ...], root: Path, config: str
     for name in names:
         if name in frame:
             return frame[name]
-    raise ImporterError(
-        f"{root}: config '{config}' has none of the columns {list(names)} (it has {list(frame.columns)})"
-    )
+    where = frame.attrs.get("where", f"{root}: config '{config}'")
+    raise ImporterError(f"{where}: has none of the columns {list(names)} (it has {list(frame.columns)})")
 
 
 def _connected(groups: list[list[str]]) -> dict[str, str]:

@@ -49,9 +49,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from vldocir.importers.base import NO_DOCUMENT_IDS, ImportedData, Importer, ImporterError, fetch
+from vldocir.importers.source_files import batches, integer_grades, parquet_file, read_parquet, source_file
 
 BATCH_ROWS = 64
 """Corpus rows read at a time: a few dozen page images in memory, whatever the corpus size."""
@@ -71,37 +71,55 @@ CONTENT_TYPES: dict[str, str | None] = {
 _PAGE_IN_NAME = re.compile(r"^(?P<doc>.+?)[_\-. ]*(?:page|pg|p)[_\-. ]*(?P<page>\d+)$", re.IGNORECASE)
 
 
-def split_files(root: Path, config: str | None, split: str) -> list[Path]:
-    """The Parquet shards of one config and split in a hub dataset's layout."""
+def split_files(root: Path, config: str | None, split: str, required: bool = True) -> list[Path]:
+    """The Parquet shards of one config and split in a hub dataset's layout (none: refused, or with
+    ``required=False`` an empty list); a shard resolving outside ``root`` is refused in one line."""
     base = root / config if config else root / "data"
     found = sorted(base.glob(f"{split}-*.parquet")) or sorted((base / split).glob("*.parquet"))
     if not found and config:
         found = sorted((root / "data").glob(f"{config}/{split}-*.parquet"))
+    if not found and not required:
+        return []
     if not found:
         where = f"config '{config}'" if config else "the default config"
         raise ImporterError(
             f"{root}: no Parquet files for {where}, split '{split}' "
             f"(looked for {base.relative_to(root)}/{split}-*.parquet)"
         )
-    return found
+    return [source_file(root, f) for f in found]
 
 
 def _normalized(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.rename(columns={c: c.replace("-", "_") for c in frame.columns})
 
 
-def _read(files: list[Path], columns: list[str] | None = None) -> pd.DataFrame:
-    frames = [_normalized(pq.read_table(f).to_pandas()) for f in files]
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return frame[[c for c in columns if c in frame]] if columns else frame
+def _read(files: list[Path], needed: tuple[str, ...] = (), grades: str | None = None) -> pd.DataFrame:
+    """The shards as one frame (column names with underscores), each refused in one line naming it
+    when it cannot be read or lacks a ``needed`` column; ``grades``: the column of relevance grades,
+    each an integer (:func:`~vldocir.importers.source_files.integer_grade`, naming the file's row)."""
+    frames = []
+    for file in files:
+        frame = _normalized(read_parquet(file).to_pandas())
+        missing = [c for c in needed if c not in frame]
+        if missing:
+            raise ImporterError(f"{file}: lacks the column(s) {missing} (it has {list(frame.columns)})")
+        if grades is not None:
+            frame[grades] = integer_grades(frame[grades], lambda i, file=file: f"{file}: row {i}")
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _columns(file: Path) -> set[str]:
+    """A shard's column names, underscored (from its footer: no row read)."""
+    return set(_normalized(pd.DataFrame(columns=parquet_file(file).schema_arrow.names)).columns)
 
 
 def _batches(files: list[Path], wanted: set[str]) -> Iterator[pd.DataFrame]:
     """Row batches of the shards, only the ``wanted`` columns (hyphen or underscore spelling)."""
     for file in files:
-        parquet = pq.ParquetFile(file)
-        columns = [c for c in parquet.schema_arrow.names if c.replace("-", "_") in wanted]
-        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+        names = parquet_file(file).schema_arrow.names
+        columns = [c for c in names if c.replace("-", "_") in wanted]
+        for batch in batches(file, BATCH_ROWS, columns):
             yield _normalized(batch.to_pandas())
 
 
@@ -163,19 +181,15 @@ class ViDoReImporter(Importer):
     def read(self) -> ImportedData:
         root = fetch(self.source, self.revision)
         corpus_files = split_files(root, "corpus", self.split)
-        corpus_columns = set(_normalized(pd.DataFrame(columns=pq.read_schema(corpus_files[0]).names)).columns)
+        corpus_columns = _columns(corpus_files[0])
         name = self.source_name or _name_of(self.source)
-        queries = _read(split_files(root, "queries", self.split))
-        qrels = _read(split_files(root, "qrels", self.split))
-        for frame, table, needed in (
-            (queries, "queries", ("query_id", "query")),
-            (qrels, "qrels", ("query_id", "corpus_id", "score")),
-        ):
-            missing = [c for c in needed if c not in frame]
-            if missing:
-                raise ImporterError(f"{root}: the '{table}' config lacks the column(s) {missing}")
+        queries = _read(split_files(root, "queries", self.split), ("query_id", "query"))
+        qrels_files = split_files(root, "qrels", self.split)
+        qrels = _read(qrels_files, ("query_id", "corpus_id", "score"), grades="score")
         if "corpus_id" not in corpus_columns or "image" not in corpus_columns:
-            raise ImporterError(f"{root}: the 'corpus' config needs 'corpus-id'/'corpus_id' and 'image' columns")
+            raise ImporterError(
+                f"{corpus_files[0]}: the 'corpus' config needs 'corpus-id'/'corpus_id' and 'image' columns"
+            )
         if "doc_id" in corpus_columns:
             document_ids = "from the source (doc_id)"
         elif "image_filename" in corpus_columns:
@@ -191,6 +205,7 @@ class ViDoReImporter(Importer):
             source=name,
             documents=self._documents(root),
             document_ids=document_ids,
+            qrels_file=qrels_files[0] if len(qrels_files) == 1 else qrels_files[0].parent,
             info={
                 **self.provenance(format="vidore_v3" if "markdown" in corpus_columns else "vidore_beir"),
                 "split": self.split,
@@ -226,9 +241,8 @@ class ViDoReImporter(Importer):
             yield chunk
 
     def _documents(self, root: Path) -> pd.DataFrame | None:
-        try:
-            files = split_files(root, "documents_metadata", self.split)
-        except ImporterError:
+        files = split_files(root, "documents_metadata", self.split, required=False)
+        if not files:
             return None
         meta = _read(files)
         if "doc_id" not in meta:
@@ -272,7 +286,7 @@ class ViDoReImporter(Importer):
             {
                 "query_id": qrels["query_id"].astype(str),
                 "page_id": qrels["corpus_id"].astype(str),
-                "grade": pd.to_numeric(qrels["score"]).round().astype("int64"),
+                "grade": qrels["score"].astype("int64"),  # (integers: checked as read, naming the row)
             }
         )
         boxes = qrels["bounding_boxes"].map(_box_elements) if "bounding_boxes" in qrels else 0
@@ -314,10 +328,11 @@ class ViDoReQAImporter(Importer):
     def read(self) -> ImportedData:
         root = fetch(self.source, self.revision)
         files = split_files(root, None, self.split)
-        columns = set(_normalized(pd.DataFrame(columns=pq.read_schema(files[0]).names)).columns)
         needed = {"query", "image", "image_filename"}
-        if not needed <= columns:
-            raise ImporterError(f"{root}: the QA form needs the columns {sorted(needed)}; found {sorted(columns)}")
+        for file in files:
+            columns = _columns(file)
+            if not needed <= columns:
+                raise ImporterError(f"{file}: the QA form needs the columns {sorted(needed)}; found {sorted(columns)}")
         name = self.source_name or _name_of(self.source)
         data = ImportedData(
             pages=iter(()),
