@@ -238,5 +238,8 @@ def test_a_build_of_a_folder_with_links_out_reads_none_of_them(tmp_path, secret)
         frame = getattr(bench, table)
         for column in columns:
             assert not frame[column].fillna("").str.contains("root:x:0|planted-secret").any(), (table, column)
+    [layout] = (tmp_path / "cache").rglob("real/layout.json")  # the guard saw (and aborted) every reference
+    blocked = set(json.loads(layout.read_text())["blocked_requests"])
+    assert {"file:///etc/passwd", secret.as_uri(), (folder / "real" / "img.png").as_uri()} <= blocked, blocked
     for text in ("root:x:0", "planted-secret"):
         assert files_holding(text, *outputs) == [], text
