@@ -117,6 +117,10 @@ def test_an_index_whose_document_is_a_link_leaving_its_folder(tmp_path, secret):
         load_documents(folder)
     _, [doc] = load_documents(folder, links="skip")
     assert "left out, not read" in doc.problem
+    (folder / "index.jsonl").unlink()
+    (folder / "index.jsonl").symlink_to(secret)  # the index itself
+    with pytest.raises(ConfigError, match=r"index\.jsonl: a symbolic link to .*passwd, outside its folder; it is not"):
+        load_documents(folder, links="skip")
 
 
 def test_a_hidden_document_is_named_not_skipped_in_silence(tmp_path, caplog):

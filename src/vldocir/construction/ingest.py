@@ -96,6 +96,9 @@ def load_documents(
                 f"folder.source for its documents (one of {', '.join(SOURCES)})"
             )
         return None, folder_documents(Path(input_path).expanduser(), source, domain, links)
+    target = outside_target(index, index.parent)
+    if target is not None:  # (its rows could be quoted in an error message)
+        raise ConfigError(f"input={index}: a symbolic link to {target}, outside its folder; it is not read")
     try:
         rows = read_index(index)
     except (IndexFileError, OSError, ValueError) as error:
