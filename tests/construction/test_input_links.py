@@ -247,3 +247,12 @@ def test_a_build_of_a_folder_with_links_out_reads_none_of_them(tmp_path, secret)
     assert {"file:///etc/passwd", secret.as_uri(), (folder / "real" / "img.png").as_uri()} <= blocked, blocked
     for text in ("root:x:0", "planted-secret"):
         assert files_holding(text, *outputs) == [], text
+
+
+@pytest.mark.parametrize("doc_id", ["../../x", "a b\nc", "..", "a\\b", "x\x00"])
+def test_an_index_document_id_that_could_name_another_file_is_one_line(tmp_path, doc_id):
+    (tmp_path / "a.html").write_text("<p>a</p>")
+    (tmp_path / "index.jsonl").write_text(json.dumps({"doc_id": doc_id, "source": "arxiv", "path": "a.html"}) + "\n")
+    with pytest.raises(ConfigError, match=r"index\.jsonl:1: not an index row \(document id .* is not a folder") as e:
+        load_documents(tmp_path)
+    assert "\n" not in str(e.value)
