@@ -160,6 +160,13 @@ BAD_ROWS = [  # (row 2 of the file, the error's text), every one naming the row
         {"question": "x", "evidence": "nobody:1"},
         r"row 2: evidence nobody:1: no document 'nobody' \(documents: acme, wiki\)",
     ),
+    # ids name files and are printed one per line (data.validation.id_problem)
+    ({"question": "x", "evidence": "acme:1", "query_id": "../../x"}, r"row 2: query_id '../../x' holds a path sep"),
+    ({"question": "x", "evidence": "acme:1", "query_id": "a b\nc"}, r"row 2: query_id 'a b\\nc' holds the control"),
+    ({"question": "x", "evidence": "acme:1", "query_id": ".."}, r"row 2: query_id '..' is '..'"),
+    ({"question": "x", "evidence": "acme:1", "query_id": "a\\b"}, r"row 2: query_id 'a\\\\b' holds a path sep"),
+    ({"question": "x", "evidence": "acme/..", "query_id": "q"}, r"row 2: evidence 'acme/..': the element id '..' is"),
+    ({"question": "x", "evidence": "acme/e\x01", "query_id": "q"}, r"row 2: .* element id 'e\\x01' holds the control"),
 ]
 
 
@@ -227,3 +234,21 @@ def test_no_queries_makes_a_corpus_that_validates_and_that_run_py_refuses_in_one
             f"paths.results_dir={tmp_path / 'results'}",
             f"paths.cache_dir={tmp_path / 'cache'}",
         )
+
+
+def test_a_query_file_linked_from_outside_its_folder_is_not_read(tmp_path, monkeypatch):
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"question": "root:x:0:0", "evidence": "acme:1"}\n')
+    (tmp_path / "mine").mkdir()
+    link = tmp_path / "mine" / "q.jsonl"
+    link.symlink_to(secret)
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda file, *a, **k: opened.append(str(file)) or real_open(file, *a, **k))
+    with pytest.raises(ConfigError, match=r"q\.jsonl: a symbolic link to .*secret\.jsonl, outside its folder") as error:
+        UserQueries(link).preflight(None)
+    assert "root:x:0" not in str(error.value) and "\n" not in str(error.value)
+    assert not any("secret" in path or path == str(link) for path in opened), opened
+    (tmp_path / "mine" / "real.jsonl").write_text(secret.read_text())
+    (tmp_path / "mine" / "alias.jsonl").symlink_to("real.jsonl")  # a link that stays in its folder is followed
+    assert read_query_file(tmp_path / "mine" / "alias.jsonl")[0].question == "root:x:0:0"

@@ -38,6 +38,7 @@ def main(cfg: DictConfig) -> None:
             pdf=instantiate(cfg.pdf),
             source=cfg.folder.source,
             domain=cfg.folder.domain,
+            links=cfg.folder.links,
             **common,
         )
     else:  # generated HTML (the mini benchmark and its kind)

@@ -57,6 +57,7 @@ from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfi
 from vldocir.data.benchmark import Benchmark, write_benchmark
 from vldocir.data.evidence import NEAR_MAX_GAP
 from vldocir.data.schema import SOURCES
+from vldocir.data.validation import outside_target
 from vldocir.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -77,14 +78,16 @@ def find_index(input_path: str | Path) -> Path | None:
 
 
 def load_documents(
-    input_path: str | Path, source: str | None = None, domain: str | None = None
+    input_path: str | Path, source: str | None = None, domain: str | None = None, links: str = "refuse"
 ) -> tuple[Path | None, list[InputDocument]]:
     """The index file (``None`` without one) and the documents, validated (module doc); raises
     :class:`ConfigError` naming the file and row of the first problem. An index is read by the
     collectors' reader (:func:`vldocir.construction.collect.index.read_index`), which never changes
     the file; without one, the folder's documents (or the one document ``input`` names) are found by
     :func:`~vldocir.construction.input_folder.folder_documents`, of ``source`` and ``domain``
-    (``conf/build.yaml`` ``folder``; the index, when there is one, gives its own)."""
+    (``conf/build.yaml`` ``folder``; the index, when there is one, gives its own). ``links``
+    (``folder.links``): a symbolic link leaving the folder is refused or left out, never read
+    (:mod:`.input_folder`); an index's document file that is a link leaving its own folder likewise."""
     index = find_index(input_path)
     if index is None:
         if source is None:
@@ -92,7 +95,10 @@ def load_documents(
                 f"input={input_path}: no document index in this folder ({', '.join(INDEX_NAMES)}) and no "
                 f"folder.source for its documents (one of {', '.join(SOURCES)})"
             )
-        return None, folder_documents(Path(input_path).expanduser(), source, domain)
+        return None, folder_documents(Path(input_path).expanduser(), source, domain, links)
+    target = outside_target(index, index.parent)
+    if target is not None:  # (its rows could be quoted in an error message)
+        raise ConfigError(f"input={index}: a symbolic link to {target}, outside its folder; it is not read")
     try:
         rows = read_index(index)
     except (IndexFileError, OSError, ValueError) as error:
@@ -110,6 +116,12 @@ def load_documents(
         html = path / "index.html" if path.is_dir() else path
         kind = "PDF" if html.suffix.lower() == ".pdf" else "HTML"
         problem = None if html.is_file() else f"no {kind} file at {html}"
+        target = outside_target(html, html.parent)
+        if target is not None:
+            text = f"{index}: {row.doc_id}'s {html} is a symbolic link to {target}, outside its folder"
+            if links == "refuse":
+                raise ConfigError(f"{text}; it is not read: remove it, or set folder.links=skip to leave it out")
+            problem = f"{text}: left out, not read (folder.links=skip)"
         record = DocumentRecord(row.doc_id, row.source, row.domain, row.title, row.url or None, row.license or None)
         documents.append(InputDocument(record, html, problem))
     return index, documents
@@ -139,19 +151,20 @@ def build_from_html(
     pdf: PdfConfig | None = None,
     source: str | None = None,
     domain: str | None = None,
+    links: str = "refuse",
 ) -> Benchmark:
     """Build the benchmark ``name`` from the documents of ``input_path`` into ``out_dir`` (module
-    doc); ``source`` and ``domain``: of the documents of a folder without an index
-    (:func:`load_documents`). ``queries``: the query stage, called with the built tables
-    (:class:`~vldocir.queries.query_stage.GeneratedQueries`, or the user's own queries or none:
-    :mod:`~vldocir.queries.user_queries`), whose ``preflight`` runs before any rendering; there
-    are no planted facts, so template queries cannot be made here."""
+    doc); ``source`` and ``domain``: of the documents of a folder without an index, ``links``: a
+    symbolic link leaving the input folder refused or left out (:func:`load_documents`). ``queries``:
+    the query stage, called with the built tables (:class:`~vldocir.queries.query_stage.GeneratedQueries`,
+    or the user's own queries or none: :mod:`~vldocir.queries.user_queries`), whose ``preflight`` runs
+    before any rendering; there are no planted facts, so template queries cannot be made here."""
     if queries is None:
         raise ConfigError(
             "queries=templates needs the facts the HTML generator plants; documents from input= "
             "get their queries from the VLM pipeline (queries=generated), a file (queries=file) or none (queries=none)"
         )
-    index, documents = load_documents(input_path, source, domain)
+    index, documents = load_documents(input_path, source, domain, links)
     preflight = getattr(queries, "preflight", None)
     if preflight is not None:  # a server down or a bad query file fails here, not after the rendering
         preflight([d.record.doc_id for d in documents if d.problem is None])

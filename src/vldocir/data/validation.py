@@ -15,6 +15,7 @@ import importlib
 import os
 import re
 import stat
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +39,37 @@ from vldocir.data.schema import (
 
 if TYPE_CHECKING:
     from vldocir.data.benchmark import Benchmark
+
+
+ID_RULE = "an id names files and folders: no '/' or '\\', not '.' or '..', no control character or line break"
+"""What :func:`id_problem` enforces, in words (for error messages and docs)."""
+
+_CONTROL_CATEGORIES = ("Cc", "Zl", "Zp")  # control characters (newline, tab, NUL, DEL, C1), line/paragraph separators
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a query, document or element id, or None when it can: the one rule
+    for ids from any source (a query file, a document folder or index, an importer's files).
+
+    Ids name files and folders (page images, caches, run files) and are printed one per line, so an
+    id may not hold a path separator (``/``, ``\\``), be ``.`` or ``..`` (with no separator, a
+    ``..`` inside a name such as ``a..b`` reaches no other folder), or hold a control character
+    (newline, tab, NUL, ...) or a Unicode line or paragraph separator; it must not be empty."""
+    if not isinstance(value, str):
+        return f"is not a string ({type(value).__name__})"
+    if not value:
+        return "is empty"
+    for separator in ("/", "\\"):
+        if separator in value:
+            return f"holds a path separator {separator!r}"
+    if value in (".", ".."):
+        return f"is {value!r}, a folder's own name"
+    for char in value:
+        category = unicodedata.category(char)
+        if category in _CONTROL_CATEGORIES:
+            line_break = category != "Cc" or char in "\n\r\v\f\x1c\x1d\x1e\x85"
+            return f"holds the control character U+{ord(char):04X}" + (" (a line break)" if line_break else "")
+    return None
 
 
 def _row_name(frame: pd.DataFrame, key: tuple[str, ...], index) -> str:
@@ -335,6 +367,15 @@ def allowed_roots(root: Path) -> list[str]:
         if os.path.isdir(blobs):
             roots.append(os.path.realpath(blobs))
     return roots
+
+
+def outside_target(path: str | Path, folder: str | Path) -> str | None:
+    """Where ``path`` really lies (symbolic links resolved) when that is outside ``folder``'s real
+    path, else None: a link that leaves its folder is refused or skipped, never read (a folder
+    someone hands you may hold ``evil.html -> /etc/passwd``). Only ``lstat``s, never opens."""
+    real = os.path.realpath(path)
+    root = os.path.realpath(folder)
+    return None if real == root or real.startswith(root.rstrip(os.sep) + os.sep) else real
 
 
 _FILE, _LINK, _OTHER = 0, 1, 2

@@ -14,7 +14,9 @@ Both have the call protocol of :class:`~vldocir.queries.query_stage.GeneratedQue
   of document ``DOC``, 1 = its first page) or ``DOC/ELEMENT`` (element ``ELEMENT`` of ``DOC``, an id
   of the built benchmark's ``elements`` table: ``e00042`` for HTML, ``p002-e0003`` for a PDF). A
   list of such strings (JSONL, Parquet) or one string with the items separated by ``;`` (any format);
-- ``query_id`` (optional): unique; absent, queries are numbered ``q0000000``, ``q0000001``, ... by row.
+- ``query_id`` (optional): unique, an id that can name a file (:func:`~vldocir.data.validation.id_problem`:
+  no ``/`` or ``\\``, not ``..``, no control character or line break); absent, queries are numbered
+  ``q0000000``, ``q0000001``, ... by row. A query file that is a symbolic link leaving its folder is not read.
 
 Rows are numbered from 1 (a JSONL file's row is its line). The file's shape (columns, types, the
 evidence syntax, unique query ids, and with ``doc_ids`` every document named) is checked by
@@ -49,6 +51,7 @@ import pandas as pd
 
 from vldocir.data.evidence import evidence_structures, evidence_types
 from vldocir.data.schema import CORPUS_ONLY_METHOD, EVIDENCE_STRUCTURES, TABLES
+from vldocir.data.validation import id_problem, outside_target
 from vldocir.errors import ConfigError
 from vldocir.io import JsonlLineError, file_digest, jsonl_objects
 
@@ -87,6 +90,9 @@ def _records(path: Path) -> list[tuple[int, Mapping[str, Any]]]:
         raise ConfigError(f"queries.path={path}: a query file is {', '.join(FORMATS)}")
     if not path.is_file():
         raise ConfigError(f"queries.path={path}: no such file")
+    target = outside_target(path, path.parent)
+    if target is not None:  # (never opened: its lines could end up in an error message or a log)
+        raise ConfigError(f"queries.path={path}: a symbolic link to {target}, outside its folder; it is not read")
     if path.suffix.lower() == ".jsonl":
         try:
             return list(jsonl_objects(path))
@@ -122,6 +128,9 @@ def _evidence(value: Any, where: str) -> tuple[EvidenceItem, ...]:
                 f"{where}: evidence {text!r} is neither DOC:PAGE (page 1 = the first) "
                 "nor DOC/ELEMENT (e.g. report/e00042)"
             )
+        for kind, value in (("document", found["doc"]), ("element", found["element"])):
+            if value is not None and id_problem(value):
+                raise ConfigError(f"{where}: evidence {text!r}: the {kind} id {value!r} {id_problem(value)}")
         page = int(found["page"]) if found["page"] is not None else None
         items.append(EvidenceItem(found["doc"], page, found["element"]))
     return tuple(dict.fromkeys(items))  # (an item named twice is one item)
@@ -154,6 +163,8 @@ def read_query_file(path: str | Path) -> list[QueryRow]:
             query_id = f"q{position:07d}"
         elif not isinstance(query_id, str):
             raise ConfigError(f"{where}: query_id must be a string, got {query_id!r}")
+        elif id_problem(query_id):
+            raise ConfigError(f"{where}: query_id {query_id!r} {id_problem(query_id)}")
         if query_id in seen:
             raise ConfigError(f"{where}: query_id {query_id!r} is also row {seen[query_id]}'s")
         seen[query_id] = number

@@ -2,7 +2,8 @@
 
 One headless Chromium (driven by Playwright) renders many documents, one after the other in one
 page (its browser context is replaced every ``context_reuse`` documents and after any failure);
-every request outside the current document's own folder is aborted, and nothing else leaves the
+every request outside the current document's own folder (symbolic links resolved; a document file
+that links out of its folder is not loaded) is aborted, and nothing else leaves the
 browser: no host name resolves (which also stops WebTransport and TURN over TCP), WebRTC may not
 use UDP (launch flags) and its interfaces are removed from every document (an init script).
 :func:`render_batch` runs several such renderers at once, one per worker process (``workers``,

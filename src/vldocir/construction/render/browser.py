@@ -229,6 +229,23 @@ class Session:
     documents: int = 0
 
 
+def file_allowed(url: str, root: Path | None) -> bool:
+    """Whether a request for ``url`` may be served to a document whose folder is ``root`` (a real,
+    resolved path): only a ``file://`` URL naming a file under ``root`` once every symbolic link is
+    resolved, so neither ``file:///etc/passwd`` (an ``<img>``, an ``<iframe>``, a navigation) nor a
+    link ``img.png -> /etc/passwd`` inside the folder reaches anything outside it."""
+    if root is None or not url.startswith("file:"):
+        return False
+    try:
+        parsed = urlparse(url)
+        if parsed.netloc not in ("", "localhost"):
+            return False  # file://host/...: a network share
+        path = Path(unquote(parsed.path)).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return path == root or root in path.parents
+
+
 def new_session(browser: Any, cfg: RenderConfig) -> Session:
     """A fresh, isolated browser context and page (see the module docstring)."""
     context = browser.new_context(
@@ -245,15 +262,10 @@ def new_session(browser: Any, cfg: RenderConfig) -> Session:
 
     def handle(route) -> None:
         # Only files under the current document's folder; everything else is aborted.
-        url, root = route.request.url, session.root
-        if url.startswith("file://") and root is not None:
-            try:
-                path = Path(unquote(urlparse(url).path)).resolve()
-            except (OSError, RuntimeError, ValueError):
-                path = None
-            if path is not None and (path == root or root in path.parents):
-                route.continue_()
-                return
+        if file_allowed(route.request.url, session.root):
+            route.continue_()
+            return
+        url = route.request.url
         if len(session.blocked) < MAX_BLOCKED_LOGGED:
             session.blocked.append(url)
         route.abort("blockedbyclient")

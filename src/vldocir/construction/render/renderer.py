@@ -181,9 +181,7 @@ class Renderer:
             raise RenderError(f"doc_id {doc_id!r} cannot name a directory")
         self._ensure_browser()
         cfg = self.config
-        html_path = Path(html_path).resolve()
-        if not html_path.is_file():
-            raise RenderError(f"{doc_id}: no such file {html_path}")
+        html_path = document_path(doc_id, html_path)
         doc_dir = Path(out_dir) / doc_id
         doc_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = staging_path(doc_dir)
@@ -461,6 +459,22 @@ class _Prepared:
     """``(n_atomic,)`` bool: list items, headings, table rows, images, formulas (see choose_cut)."""
     keep_boxes: np.ndarray
     """``(K, 4)``: headings kept with what follows them (:func:`keep_with_next`)."""
+
+
+def document_path(doc_id: str, html_path: str | Path) -> Path:
+    """The HTML file to load, its folder resolved (the folder its requests may read from, see
+    :func:`~vldocir.construction.render.browser.file_allowed`) and its own name kept. Raises
+    :class:`RenderError` when there is no such file, or when it is a symbolic link that leads out of
+    that folder (``evil.html -> /etc/passwd``: never loaded, so never read)."""
+    given = Path(html_path)
+    folder = given.parent.resolve()
+    path = folder / given.name
+    real = path.resolve()
+    if real != folder and folder not in real.parents:
+        raise RenderError(f"{doc_id}: {given} is a symbolic link to {real}, outside the document's folder; not read")
+    if not path.is_file():
+        raise RenderError(f"{doc_id}: no such file {path}")
+    return path
 
 
 def _publish(staging: Path, doc_dir: Path) -> None:
