@@ -275,16 +275,18 @@ def test_a_build_killed_at_any_stage_leaves_nothing_and_the_rerun_matches(tmp_pa
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in ("orbel", "tarvo"):
-        (docs / f"{name}.html").write_text(_proxy_doc(name.title(), sections=10))
+        (docs / f"{name}.html").write_text(_proxy_doc(name.title(), sections=40))
     (tmp_path / "q.jsonl").write_text(json.dumps({"question": "Who served?", "evidence": "orbel:1"}) + "\n")
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env.update(VLDOCIR_ROOT=str(tmp_path), PYTHONPATH=str(REPO_ROOT / "src"))
     out = tmp_path / "data" / "own"
 
-    def build(cache: str, stop_at: str | None = None, signum: int = signal.SIGTERM):
-        """Run the build; with ``stop_at``, send ``signum`` once a process of that name runs under it."""
+    def build(cache: str, stop_at: str | None = None, signum: int = signal.SIGTERM, after_s: float = 0.0):
+        """Run the build; with ``stop_at``, send ``signum`` once a process of that name has run under it
+        for ``after_s``."""
         command = [sys.executable, "-m", "vldocir.apps.build", f"input={docs}", "folder.source=sec"]
         command += ["spec.name=own", "queries=file", f"queries.path={tmp_path / 'q.jsonl'}", f"paths.cache_dir={cache}"]
+        command += ["+ocr.workers=1"]  # one tesseract process reads every page: seconds of work left to orphan
         build = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         seen: dict[int, psutil.Process] = {}
         stopped = False
@@ -296,15 +298,19 @@ def test_a_build_killed_at_any_stage_leaves_nothing_and_the_rerun_matches(tmp_pa
             for child in family:
                 seen.setdefault(child.pid, child)
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    stopped = stopped or stop_at in child.name()
+                    stopped = stopped or (stop_at in child.name() and time.time() - child.create_time() >= after_s)
             if stopped:
                 build.send_signal(signum)
             time.sleep(0.05)
         stdout, stderr = build.communicate(timeout=600)
-        deadline = time.monotonic() + 10
+        # The kernel kills tesseract at once (PR_SET_PDEATHSIG; an orphan would read on, to its next
+        # page's output at least); Chromium and the rest end on their pipes' EOF.
+        time.sleep(0.1)
+        orphans = [p for p in alive(seen.values()) if "tesseract" in p]
+        deadline = time.monotonic() + 3
         while time.monotonic() < deadline and alive(seen.values()):
             time.sleep(0.1)
-        return build.returncode, stdout.decode(), stderr.decode(), stopped, alive(seen.values())
+        return build.returncode, stdout.decode(), stderr.decode(), stopped, orphans + alive(seen.values())
 
     def alive(processes) -> list[str]:
         found = []
@@ -317,17 +323,17 @@ def test_a_build_killed_at_any_stage_leaves_nothing_and_the_rerun_matches(tmp_pa
         return found
 
     cache = str(tmp_path / "cache")
-    for stage, signum in (
+    for stage, signum in (  # tesseract: once it has read its pages (cut short, it stops by itself)
         ("chromium", signal.SIGTERM),
         ("chromium", signal.SIGKILL),
         ("tesseract", signal.SIGKILL),
         ("tesseract", signal.SIGTERM),
     ):
-        code, _, stderr, stopped, left = build(cache, stage, signum)
+        code, _, stderr, stopped, left = build(cache, stage, signum, after_s=2.0 if stage == "tesseract" else 0.0)
         where = f"{signal.Signals(signum).name} while {stage} runs"
         assert stopped, f"{where}: the build ended before {stage} ran ({code}): {stderr[-2000:]}"
         assert not left, f"{where}: left running: {left}"
-        deadline = time.monotonic() + 10  # after a SIGKILL the watcher removes the staging folder
+        deadline = time.monotonic() + 5  # after a SIGKILL the watcher removes the staging folder
         while time.monotonic() < deadline and siblings(out):
             time.sleep(0.1)
         assert not out.parent.exists() or siblings(out) == [], f"{where}: {siblings(out)}"
