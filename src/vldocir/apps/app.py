@@ -92,7 +92,7 @@ def one_line_errors(app: str) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (vldocir.subprocesses.Terminated)
-        print(f"{app}: {interrupt or 'interrupted'}", file=sys.stderr)
+        print(f"{app}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
         raise SystemExit(getattr(interrupt, "exit_status", INTERRUPTED_STATUS)) from None
     except Exception as error:
         line = error_line(app, error)
