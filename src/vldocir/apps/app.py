@@ -36,6 +36,7 @@ before the line is printed.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -155,7 +156,8 @@ def hydra_os_errors_in_one_line(app: str) -> Iterator[None]:
     """An ``OSError`` of Hydra's own before the task (its output folder, ``.hydra/*.yaml``, the log
     file: a full disk) as one line naming the file and the free space there, status 2, instead of
     Hydra's traceback and status 1. (Hydra reports what its run raises in ``run_and_report``; the
-    task's own errors never reach it: :func:`one_line_errors` has turned them into a line.)"""
+    task's own errors never reach it: :func:`one_line_errors` has turned them into a line.) A log
+    file that cannot be written prints no traceback per record (``logging.raiseExceptions``)."""
     import hydra._internal.utils as hydra_internal
     import hydra.core.utils as hydra_core
 
@@ -178,6 +180,7 @@ def hydra_os_errors_in_one_line(app: str) -> Iterator[None]:
         return report(run)
 
     hydra_internal.run_and_report, hydra_core._save_config = run_and_report, save_config
+    logging.raiseExceptions = False  # a log file on a full disk: no traceback per record (the writes say it)
     try:
         yield
     finally:
