@@ -473,3 +473,18 @@ def test_a_reused_run_that_changes_before_it_is_linked_is_refused_in_one_line(is
         )
     assert "\n" not in str(error.value) and str(first.entry / store.RUN_FILE) in str(error.value)
     assert sorted(p.name for p in first.entry.parent.iterdir()) == [first.entry.name], "nothing published"
+
+
+def test_a_stored_run_with_no_rows_exports_as_an_empty_file(tmp_path):
+    """``python -m vldocir.store export`` of a run that retrieved nothing: an empty TREC run file
+    (it raised IndexError)."""
+    from vldocir.data.runs import write_run
+
+    entry = store.Entry(tmp_path / "results" / "runs" / "bench" / "retriever" / "setting" / "entry")
+    entry.path.mkdir(parents=True)
+    ids = pa.array([], pa.string())
+    empty = pa.table({"query_id": ids, "page_id": ids, "score": pa.array([], pa.float32())})
+    write_run(empty, entry.path / store.RUN_FILE)
+    done = store_cli.export_trec(entry, tmp_path / "empty.trec")
+    assert (tmp_path / "empty.trec").read_bytes() == b""
+    assert (done["rows"], done["queries"], done["lowered"], done["ties_left"]) == (0, 0, 0, 0)

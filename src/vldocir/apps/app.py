@@ -36,6 +36,7 @@ before the line is printed.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -91,9 +92,9 @@ def one_line_errors(app: str) -> Iterator[None]:
     """Turn what the user can fix into one stderr line and exit status 2 (see the module docstring)."""
     try:
         yield
-    except KeyboardInterrupt:
-        print(f"{app}: interrupted", file=sys.stderr)
-        raise SystemExit(INTERRUPTED_STATUS) from None
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (vldocir.subprocesses.Terminated)
+        print(f"{app}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
+        raise SystemExit(getattr(interrupt, "exit_status", INTERRUPTED_STATUS)) from None
     except Exception as error:
         line = error_line(app, error)
         if line is None:
@@ -150,6 +151,42 @@ def redact_hydra_files() -> list[Path]:
     return rewritten
 
 
+@contextmanager
+def hydra_os_errors_in_one_line(app: str) -> Iterator[None]:
+    """An ``OSError`` of Hydra's own before the task (its output folder, ``.hydra/*.yaml``, the log
+    file: a full disk) as one line naming the file and the free space there, status 2, instead of
+    Hydra's traceback and status 1. (Hydra reports what its run raises in ``run_and_report``; the
+    task's own errors never reach it: :func:`one_line_errors` has turned them into a line.) A log
+    file that cannot be written prints no traceback per record (``logging.raiseExceptions``)."""
+    import hydra._internal.utils as hydra_internal
+    import hydra.core.utils as hydra_core
+
+    from vldocir.io import naming_path
+
+    report, save = hydra_internal.run_and_report, hydra_core._save_config
+
+    def save_config(cfg, filename, output_dir):  # a failed flush names no file: name the one written
+        with naming_path(Path(output_dir) / filename):
+            return save(cfg, filename, output_dir)
+
+    def run_and_report(func):
+        def run():
+            try:
+                return func()
+            except OSError as error:
+                print(error_line(app, error), file=sys.stderr)
+                raise SystemExit(ERROR_STATUS) from None
+
+        return report(run)
+
+    hydra_internal.run_and_report, hydra_core._save_config = run_and_report, save_config
+    logging.raiseExceptions = False  # a log file on a full disk: no traceback per record (the writes say it)
+    try:
+        yield
+    finally:
+        hydra_internal.run_and_report, hydra_core._save_config = report, save
+
+
 def hydra_app(
     app: str, config_name: str, argv: Callable[[list[str]], list[str]] | None = None
 ) -> Callable[[Task], Callable[[], Any]]:
@@ -181,7 +218,8 @@ def hydra_app(
                 raise SystemExit(ERROR_STATUS)
             if argv is not None:
                 sys.argv = argv(sys.argv)
-            return composed()
+            with hydra_os_errors_in_one_line(app):
+                return composed()
 
         return main
 

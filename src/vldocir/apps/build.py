@@ -12,6 +12,11 @@ your own HTML and PDF documents, a folder of them or a document index (construct
         queries.llm.base_url=http://gpu-node:8000/v1  # generate with a served VLM
 
 The query stage's ``preflight`` (a server, a recording, a query file) runs before any rendering.
+Nothing is left behind by a build that fails or is stopped: the benchmark is written in a staging
+folder beside ``out_dir`` and renamed into place once complete (renders stay in the cache for the
+rerun); SIGTERM is a clean exit (status 143) that kills Tesseract and the browser and removes the
+staging folder, which a watcher process removes after a SIGKILL too; the children end with the build
+(:mod:`vldocir.subprocesses`).
 """
 
 from hydra.utils import instantiate
@@ -22,6 +27,14 @@ from vldocir.apps.app import hydra_app
 
 @hydra_app("build", config_name="build")
 def main(cfg: DictConfig) -> None:
+    from vldocir.subprocesses import remove_staging_when_gone, sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        remove_staging_when_gone(cfg.out_dir)
+        build(cfg)
+
+
+def build(cfg: DictConfig) -> None:
     from vldocir.construction.build_generated import build_rendered_benchmark
     from vldocir.construction.ingest import build_from_html
 

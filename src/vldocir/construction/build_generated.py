@@ -26,10 +26,11 @@ from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch, render_report
 from vldocir.construction.render.config import SPEED_ONLY
-from vldocir.data.benchmark import Benchmark, write_benchmark
+from vldocir.data.benchmark import INFO_FILE, Benchmark, load_benchmark, write_benchmark
 from vldocir.data.evidence import NEAR_MAX_GAP, page_id, resolve_element_pages
 from vldocir.data.schema import EVIDENCE_STRUCTURES
-from vldocir.io import atomic_path
+from vldocir.errors import ConfigError
+from vldocir.io import atomic_path, staged_directory
 from vldocir.queries.template_queries import DocumentInfo, PlacedFact, sample_queries
 
 if TYPE_CHECKING:
@@ -74,6 +75,23 @@ class RenderedBenchmarkSpec:
     render_pins: dict[str, Any] = field(default_factory=dict)
     """Render settings this benchmark pins over the build's ``render`` (e.g. the mini pins the
     pagination its recorded model answers were written for: answers are keyed by page)."""
+
+
+def check_out_dir(out_dir: str | Path, *inside: str | Path | None) -> None:
+    """Refuse an ``out_dir`` that a build may not replace whole (a build's output replaces it once
+    complete): a file, a folder holding anything but a benchmark (no ``benchmark.json``), or one
+    holding one of ``inside`` (the cache, the input)."""
+    out = Path(out_dir).expanduser().absolute()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out_dir={out} is a file, not a folder")
+    for path in inside:
+        if path is not None and Path(path).expanduser().absolute().is_relative_to(out):
+            raise ConfigError(f"out_dir={out} holds {path}, which the build's output would replace: choose another")
+    if out.is_dir() and not (out / INFO_FILE).is_file() and any(out.iterdir()):
+        raise ConfigError(
+            f"out_dir={out} exists and holds no benchmark ({INFO_FILE}); a build replaces its out_dir whole: "
+            "choose a new or empty folder"
+        )
 
 
 def _write_page_image(source: Path, target: Path, images: ShippedImages) -> None:
@@ -186,8 +204,27 @@ def build_rendered_benchmark(
     ``queries``: the generated-queries stage (:class:`~vldocir.queries.query_stage.GeneratedQueries`),
     which keeps its record (configurations, model outputs, candidates) in ``cache_dir/generation/<name>/``;
     ``None``: template queries over the planted facts.
+
+    The benchmark is written into a staging directory beside ``out_dir`` that becomes ``out_dir``
+    only once complete (:func:`vldocir.io.staged_directory`): a build that fails or is interrupted
+    leaves no ``out_dir`` (an earlier one stays as it was); its renders stay in ``cache_dir``.
     """
-    out_dir = Path(out_dir)
+    check_out_dir(out_dir, cache_dir)
+    with staged_directory(out_dir) as staging:
+        _build_rendered_benchmark(spec, staging, cache_dir, render, images, ocr, queries)
+    return load_benchmark(out_dir)
+
+
+def _build_rendered_benchmark(
+    spec: RenderedBenchmarkSpec,
+    out_dir: Path,
+    cache_dir: str | Path,
+    render: RenderConfig | None,
+    images: ShippedImages | None,
+    ocr: OcrConfig | None,
+    queries: GeneratedQueries | None,
+) -> None:
+    """:func:`build_rendered_benchmark` into ``out_dir``, the staging directory."""
     render = render or RenderConfig()
     if spec.render_pins:
         render = dataclasses.replace(render, **spec.render_pins)
@@ -294,4 +331,4 @@ def build_rendered_benchmark(
             "rebuild": "make mini",
         },
     }
-    return write_benchmark(out_dir, tables, info)
+    write_benchmark(out_dir, tables, info)

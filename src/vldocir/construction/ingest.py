@@ -45,6 +45,7 @@ from vldocir.construction.build_generated import (
     RENDER_KEY_EXCLUDED,
     ShippedImages,
     assemble_rendered,
+    check_out_dir,
     store_pages,
 )
 from vldocir.construction.build_report import document_warnings, sampling_shortfall
@@ -54,11 +55,12 @@ from vldocir.construction.input_folder import HTML_SUFFIXES, PDF_SUFFIX, InputDo
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.pdf import PdfBatchReport, PdfConfig, rasterize_pdfs
 from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfig, render_batch
-from vldocir.data.benchmark import Benchmark, write_benchmark
+from vldocir.data.benchmark import Benchmark, load_benchmark, write_benchmark
 from vldocir.data.evidence import NEAR_MAX_GAP
 from vldocir.data.schema import SOURCES
 from vldocir.data.validation import outside_target
 from vldocir.errors import ConfigError
+from vldocir.io import staged_directory
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +157,39 @@ def build_from_html(
 ) -> Benchmark:
     """Build the benchmark ``name`` from the documents of ``input_path`` into ``out_dir`` (module
     doc); ``source`` and ``domain``: of the documents of a folder without an index, ``links``: a
-    symbolic link leaving the input folder refused or left out (:func:`load_documents`). ``queries``:
-    the query stage, called with the built tables (:class:`~vldocir.queries.query_stage.GeneratedQueries`,
-    or the user's own queries or none: :mod:`~vldocir.queries.user_queries`), whose ``preflight`` runs
-    before any rendering; there are no planted facts, so template queries cannot be made here."""
+    symbolic link leaving the input folder refused or left out (:func:`load_documents`).
+    ``queries``: the query stage, called with the built tables
+    (:class:`~vldocir.queries.query_stage.GeneratedQueries`, or the user's own queries or none:
+    :mod:`~vldocir.queries.user_queries`), whose ``preflight`` runs before any rendering; there
+    are no planted facts, so template queries cannot be made here.
+
+    The benchmark is written into a staging directory beside ``out_dir`` that becomes ``out_dir``
+    only once complete (:func:`vldocir.io.staged_directory`): a build that fails or is interrupted
+    leaves no ``out_dir`` (an earlier one stays as it was); its renders stay in ``cache_dir``."""
+    check_out_dir(out_dir, cache_dir, input_path)
+    with staged_directory(out_dir) as staging:
+        _build_from_html(
+            input_path, staging, cache_dir, name, queries, render, images, ocr, near_max_gap, pdf, source, domain, links
+        )
+    return load_benchmark(out_dir)
+
+
+def _build_from_html(
+    input_path: str | Path,
+    out_dir: Path,
+    cache_dir: str | Path,
+    name: str,
+    queries,
+    render: RenderConfig | None,
+    images: ShippedImages | None,
+    ocr: OcrConfig | None,
+    near_max_gap: int,
+    pdf: PdfConfig | None,
+    source: str | None,
+    domain: str | None,
+    links: str,
+) -> None:
+    """:func:`build_from_html` into ``out_dir``, the staging directory."""
     if queries is None:
         raise ConfigError(
             "queries=templates needs the facts the HTML generator plants; documents from input= "
@@ -168,7 +199,6 @@ def build_from_html(
     preflight = getattr(queries, "preflight", None)
     if preflight is not None:  # a server down or a bad query file fails here, not after the rendering
         preflight([d.record.doc_id for d in documents if d.problem is None])
-    out_dir = Path(out_dir)
     render = render or RenderConfig()
     images = images or ShippedImages()
     render_params = {k: v for k, v in render.to_dict().items() if k not in RENDER_KEY_EXCLUDED}
@@ -251,7 +281,7 @@ def build_from_html(
             + (f" folder.domain='{domain}'" if domain else ""),
         },
     }
-    return write_benchmark(out_dir, tables, info)
+    write_benchmark(out_dir, tables, info)
 
 
 def assemble_pdfs(

@@ -34,6 +34,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from tqdm.auto import tqdm
 
 from vldocir.errors import MissingDependencyError, VldocirError
 from vldocir.io import atomic_write_text
+from vldocir.subprocesses import end_with_parent
 from vldocir.threads import job_cpus
 
 log = logging.getLogger(__name__)
@@ -83,7 +85,9 @@ class OcrConfig:
 def _tesseract_version(command: str) -> str:
     """The version ``command --version`` prints (``5.3.0``), part of every cache key."""
     try:
-        done = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [command, "--version"], capture_output=True, text=True, timeout=60, preexec_fn=end_with_parent()
+        )
     except OSError as error:
         raise MissingDependencyError(f"Tesseract ({command}) cannot be run ({error}): {INSTALL_HINT}") from error
     words = (done.stdout or done.stderr).split()
@@ -157,23 +161,67 @@ def prepare_page(path: Path, scale: float):
     return image
 
 
+class _Processes:
+    """The ``tesseract`` processes of one :func:`ocr_pages` call (all its threads): started under a
+    lock, and once :meth:`stop` has run (an interrupt), killed and never started again."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        self.stopped = False
+
+    def start(self, args: list[str], env: dict) -> subprocess.Popen:
+        with self.lock:
+            if self.stopped:
+                raise OcrError("interrupted")
+            process = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                preexec_fn=end_with_parent(),  # killed with this process, even by SIGKILL
+            )
+            self.running.add(process)
+            return process
+
+    def done(self, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.running.discard(process)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            for process in self.running:
+                if process.poll() is None:
+                    process.kill()
+
+
+_THIS_CALL = threading.local()
+"""``processes``: the :class:`_Processes` of the :func:`ocr_pages` call a worker thread works for."""
+
+
 def _run_tesseract(command: str, images: list, config: OcrConfig) -> list[str]:
     """One ``tesseract`` process over ``images`` (PIL RGB images): their texts, whitespace folded."""
+    processes = getattr(_THIS_CALL, "processes", None) or _Processes()
     buffer = io.BytesIO()
     if len(images) == 1:
         images[0].save(buffer, format="PPM")
     else:  # uncompressed: encoding costs nothing and Tesseract reads the very same pixels
         images[0].save(buffer, format="TIFF", save_all=True, append_images=images[1:])
-    done = subprocess.run(
+    process = processes.start(
         [command, "stdin", "stdout", "-l", config.lang, "--psm", str(config.psm), *SPEED_OPTIONS],
-        input=buffer.getvalue(),
-        capture_output=True,
         env={**os.environ, "OMP_THREAD_LIMIT": "1"},  # parallelism comes from running several processes
     )
-    if done.returncode != 0:
-        reason = done.stderr.decode(errors="replace").strip().splitlines()
-        raise OcrError(f"tesseract exited with status {done.returncode}: {reason[-1] if reason else 'no message'}")
-    texts = done.stdout.decode(errors="replace").split(PAGE_SEPARATOR)
+    with process:
+        try:
+            stdout, stderr = process.communicate(buffer.getvalue())
+        finally:
+            processes.done(process)
+    if process.returncode != 0:
+        reason = stderr.decode(errors="replace").strip().splitlines()
+        raise OcrError(f"tesseract exited with status {process.returncode}: {reason[-1] if reason else 'no message'}")
+    texts = stdout.decode(errors="replace").split(PAGE_SEPARATOR)
     if len(texts) != len(images):
         raise OcrError(f"tesseract returned {len(texts)} page texts for {len(images)} pages")
     return [" ".join(text.split()) for text in texts]
@@ -202,11 +250,14 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig | None 
         if results[i] is None:
             todo.append((i, key))
 
+    processes = _Processes()
+
     def store(i: int, key: str, text: str) -> None:
         write_entry(entry_path(cache_dir, key), key, text)
         results[i] = text
 
     def ocr_batch(batch: list[tuple[int, str]]) -> None:
+        _THIS_CALL.processes = processes
         prepared = []
         for i, key in batch:
             try:
@@ -242,14 +293,22 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig | None 
     n_batches = workers * -(-len(todo) // (workers * PAGES_PER_PROCESS))
     per_process = max(1, -(-len(todo) // max(1, n_batches)))
     batches = [todo[start : start + per_process] for start in range(0, len(todo), per_process)]
-    with ThreadPoolExecutor(max_workers=workers) as pool, tqdm(total=len(todo), desc="OCR pages", unit="page") as bar:
-        futures = {pool.submit(ocr_batch, batch): batch for batch in batches}
-        for future, batch in futures.items():
-            try:
-                future.result()
-            except Exception as error:  # keep going: every other page is still OCRed and cached
-                failures.update({i: error for i, _ in batch if results[i] is None and i not in failures})
-            bar.update(len(batch))
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        with tqdm(total=len(todo), desc="OCR pages", unit="page") as bar:
+            futures = {pool.submit(ocr_batch, batch): batch for batch in batches}
+            for future, batch in futures.items():
+                try:
+                    future.result()
+                except Exception as error:  # keep going: every other page is still OCRed and cached
+                    failures.update({i: error for i, _ in batch if results[i] is None and i not in failures})
+                bar.update(len(batch))
+    except BaseException:  # an interrupt (Ctrl-C, SIGTERM): no batch starts, the running ones are killed
+        pool.shutdown(wait=False, cancel_futures=True)
+        processes.stop()
+        pool.shutdown(wait=True)
+        raise
+    pool.shutdown(wait=True)
     if failures:
         listed = "; ".join(f"{paths[i]}: {failures[i]}" for i in sorted(failures)[:5])
         raise OcrError(

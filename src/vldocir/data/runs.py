@@ -414,7 +414,7 @@ def trec_scores(run: pa.Table, separate_ties: bool = True) -> tuple[pa.Table, di
     keys = _float_key(cast)
     if separate_ties:
         keys = np.maximum(_lowered_keys(cast, first, np.ones_like(first)), np.minimum(keys, FLOAT32_NEG_INF_KEY))
-    previous = np.concatenate(([0], np.arange(len(keys) - 1)))
+    previous = np.maximum(np.arange(len(keys)) - 1, 0)  # (none for an empty run)
     out = pa.table(
         {
             "query_id": pc.take(queries.unique(), keyed.column("q")),

@@ -24,6 +24,7 @@ from vldocir.construction.render.config import RenderConfig, RenderError
 from vldocir.construction.render.layout import RenderedDocument, check_rendered, load_layout
 from vldocir.construction.render.renderer import Renderer
 from vldocir.io import file_digest
+from vldocir.subprocesses import end_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +266,7 @@ class _Worker:
             text=True,
             env=env,
             bufsize=1,
+            preexec_fn=end_with_parent(),  # killed with this process, even by SIGKILL
         )
         self.task: tuple[str, str, Path] | None = None
         self.started = 0.0
