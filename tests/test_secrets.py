@@ -626,3 +626,72 @@ def test_submitit_sweep_writes_no_secret(planted, isolated_paths):
     for manifest in manifests:
         _check_manifest(manifest)
     assert _leaks(isolated_paths, planted, done.stdout, done.stderr) == []
+
+
+def _token() -> str:
+    """A token-like value (letters and digits, random) under no telling shape or name."""
+    return "Zq" + uuid.uuid4().hex + uuid.uuid4().hex.upper()[:8]
+
+
+@pytest.mark.slow
+def test_config_secrets_under_new_names_are_written_nowhere_by_a_submitit_sweep(
+    planted, isolated_paths, subset_dir, tmp_path_factory, monkeypatch
+):
+    """Issue #35's acceptance: values under key names no rule knows, in a config file (a setting of
+    its own) and in a ``local/`` override, sent as LLM headers, a URL query parameter and through
+    an environment interpolation of an innocently named variable, through a submitit sweep
+    (``hydra/launcher=submitit_local``) of Query splitting against a local chat server, mirrored to
+    W&B offline: every value is sent, and no file under the temp dir (results, cache and its LLM
+    answers, Hydra's sweep and job dirs, ``.submitit`` pickles and job logs, ``wandb/``) nor the
+    console holds one."""
+    values = {
+        "header, config file": _token(),  # setting/qsplit_keyed.yaml: extra_headers.X-Zugang
+        "query parameter, local override": _token(),  # local/default.yaml: extra_query.zugang
+        "header, env interpolation": _token(),  # local/default.yaml: extra_headers.X-Db-Pass: ${oc.env:DB_PASS}
+    }
+    monkeypatch.setenv("DB_PASS", values["header, env interpolation"])
+    wandb_dir = isolated_paths / "wandb"
+    config_dir = tmp_path_factory.mktemp("conf")  # outside the grepped dir: it holds the literals on purpose
+    (config_dir / "setting").mkdir()
+    (config_dir / "setting" / "qsplit_keyed.yaml").write_text(
+        "defaults:\n  - qsplit\n  - _self_\n"
+        f"method:\n  llm:\n    params:\n      extra_headers:\n        X-Zugang: {values['header, config file']}\n"
+    )
+    (config_dir / "local").mkdir()
+    (config_dir / "local" / "default.yaml").write_text(
+        "# @package _global_\n"
+        f"dataset:\n  source: {subset_dir}\n"
+        f"logger:\n  dir: {wandb_dir}\n"
+        "setting:\n  method:\n    llm:\n      timeout_s: 20\n      params:\n"
+        f"        extra_query:\n          zugang: {values['query parameter, local override']}\n"
+        "        extra_headers:\n          X-Db-Pass: ${oc.env:DB_PASS}\n"
+    )
+    with ChatServer(responder=_split_in_halves) as server:
+        monkeypatch.setenv("VLDOCIR_LLM_BASE_URL", server.url)
+        done = run_py(
+            "--config-dir",
+            str(config_dir),
+            "-m",
+            "setting=qsplit_keyed",
+            "logger=wandb",
+            "hydra/launcher=submitit_local",
+            "eval.ks=[3]",
+            timeout=600,
+        )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert server.requests, "the LLM was asked"
+    for request in server.requests:  # what is redacted everywhere is still sent
+        assert request.headers["x-zugang"] == values["header, config file"]
+        assert request.headers["x-db-pass"] == values["header, env interpolation"]
+        assert request.query == {"zugang": values["query parameter, local override"]}
+    assert list((isolated_paths / "cache" / "llm").rglob("*.json")), "answers were cached"
+    (sweep_dir,) = (isolated_paths / "logs" / "multirun").glob("*/*")
+    assert list(sweep_dir.glob(".submitit/*/*_submitted.pkl")) and list(sweep_dir.glob(".submitit/*/*_result.pkl"))
+    assert list(wandb_dir.rglob("run-*.wandb")), "W&B recorded the run"
+    (manifest,) = _manifests(isolated_paths / "results")
+    params = manifest["config"]["setting"]["method"]["llm"]["params"]
+    assert params == {
+        "extra_headers": {"X-Zugang": REDACTED, "X-Db-Pass": REDACTED},
+        "extra_query": {"zugang": REDACTED},
+    }
+    assert _leaks(isolated_paths, {**planted, **values}, done.stdout, done.stderr) == []

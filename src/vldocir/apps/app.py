@@ -21,7 +21,11 @@
    (:func:`vldocir.manifest.install_log_redaction`) and the files Hydra wrote for the job
    (``.hydra/*.yaml``, a sweep's ``multirun.yaml``) are redacted in place
    (:func:`redact_hydra_files`): a secret a config file holds (``conf/local/``) reaches them
-   although none can come from the command line;
+   although none can come from the command line. First of all, the secrets the config sends
+   (values under secret-looking keys, HTTP header and query values, URL user-info, token-like
+   environment values) are declared to the redaction rule, and the config's literals holding one
+   become environment references (:func:`vldocir.launch.secrets_to_environment`), so that what
+   Hydra keeps of the job (submitit's ``*_result.pkl``) holds none;
 3. prints what the user can fix as one stderr line, ``<app> error: <what and where>``, and exits
    with status 2: every :class:`~vldocir.errors.VldocirError`, every ``OSError`` (the path it
    names and, for a full disk, a quota or a size limit, the free space there), and a config
@@ -36,6 +40,7 @@ before the line is printed.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -108,13 +113,15 @@ _GROUP_OPTION = re.compile(r"^(?P<group>[A-Za-z_]\w*)=(?P<option>[\w.-]+)$")
 def unknown_option(argv: list[str]) -> str | None:
     """The first ``<group>=<option>`` of ``argv`` naming a config group of ``conf/`` that has no such
     option (``dataset=nosuch``), as a message; None when every one exists. Sweeps, globs, ``null``
-    and nested groups are left to Hydra."""
+    and nested groups are left to Hydra. A ``--config-dir`` (``-cd``) adds its own options."""
+    extra = [Path(v) for flag, v in itertools.pairwise(argv) if flag in ("--config-dir", "-cd")]
+    extra += [Path(a.partition("=")[2]) for a in argv if a.startswith("--config-dir=")]
     for argument in argv[1:]:
         match = _GROUP_OPTION.match(argument)
         if not match or match["option"] == "null" or not (CONFIG_DIR / match["group"]).is_dir():
             continue
         folder = CONFIG_DIR / match["group"]
-        if not (folder / f"{match['option']}.yaml").is_file():
+        if not any((root / match["group"] / f"{match['option']}.yaml").is_file() for root in (CONFIG_DIR, *extra)):
             options = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
             return f"{argument}: conf/{match['group']}/ has no option '{match['option']}' (one of: {options})"
     return None
@@ -164,6 +171,9 @@ def hydra_app(
         @functools.wraps(task)  # (Hydra names the job and its log file after the wrapped task's file)
         def job(cfg):
             with one_line_errors(app):
+                from vldocir.launch import secrets_to_environment
+
+                secrets_to_environment(cfg)  # the config's secrets held in memory, its literals references
                 install_log_redaction()  # Hydra has configured the job's logging by now
                 redact_hydra_files()
                 return task(cfg)
