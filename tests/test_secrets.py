@@ -15,6 +15,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import pickle
 import re
 import subprocess
 import sys
@@ -25,15 +27,21 @@ import pytest
 
 from helpers import REPO_ROOT, compose_cfg, run_py
 from vldocir import store
-from vldocir.launch import refuse_secret_overrides, secret_overrides
+from vldocir.launch import SECRET_ENV_PREFIX, refuse_secret_overrides, secret_overrides, secrets_to_environment
 from vldocir.llm_server import ChatServer, Recorded, Reply
 from vldocir.manifest import (
     REDACTED,
     RedactingFilter,
+    config_secrets,
+    declare_secrets,
     environment_secrets,
     install_log_redaction,
+    is_carrier_key,
     is_secret_key,
     is_secret_value,
+    known_secrets,
+    looks_like_a_token,
+    override_key,
     redact_overrides,
     redact_secrets,
     redact_text,
@@ -175,6 +183,161 @@ def test_environment_secrets_are_values_of_secret_looking_variables():
         "HF_TOKEN_PATH": "/home/u/.cache/hf/token",  # locations, not secrets
     }
     assert sorted(environment_secrets(environ)) == [FAKE_HF, FAKE_OPENAI]
+
+
+def test_token_like_environment_values_are_secrets_under_any_name():
+    """Issue #35: ``DB_PASS`` is no secret-looking name, its value looks like a token; values that
+    name things (paths, lists, versions, a commit, an id) or are too short or too regular are not."""
+    token = "9fQz" + _hex(28)
+    environ = {
+        "DB_PASS": token,
+        "PATH": "/usr/local/bin:/usr/bin",
+        "HOME": "/home/someone",
+        "LANG": "C.UTF-8",
+        "TERM": "xterm-256color",
+        "PYTHON_VERSION": "3.11.7",
+        "GITHUB_SHA": _hex(40),  # a commit names a thing
+        "INVOCATION_ID": _hex(32),
+        "REGULAR": "aaaaaaaa11111111",  # long, letters and digits, but no token
+        "VLDOCIR_LLM_BASE_URL": "http://127.0.0.1:8000/v1",
+        "COLUMNS": "120",
+    }
+    assert environment_secrets(environ) == [token]
+    assert looks_like_a_token(token) and not looks_like_a_token("Summer2024")  # short: no shape to tell
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "extra_headers",
+        "default_headers",
+        "headers",
+        "extra_query",
+        "default_query",
+        "query_params",
+        "setting.method.llm.params.extra_headers",
+        "cookies",
+    ],
+)
+def test_header_and_query_mappings_are_carriers(name):
+    assert is_carrier_key(name)
+
+
+@pytest.mark.parametrize("name", ["query", "queries", "query_batch_size", "query_id", "headers_count", "params"])
+def test_other_keys_are_no_carriers(name):
+    assert not is_carrier_key(name)
+
+
+def test_no_config_key_of_the_project_is_a_carrier():
+    assert sorted(n for n in _conf_key_names() if is_carrier_key(n)) == []
+
+
+def test_every_header_and_query_value_is_redacted_and_declared():
+    """A header or query value under a name no rule knows is redacted where it stands (references
+    kept in Hydra's unresolved files) and found by :func:`config_secrets`, as are a URL's
+    user-info and query values under any key."""
+    header, query, password, url_query = (_secret() for _ in range(4))
+    tree = {
+        "llm": {
+            "base_url": f"http://me:{password}@host:8000/v1?token_id={url_query}",
+            "params": {
+                "extra_headers": {"X-Db-Pass": header, "X-Ref": "${oc.env:DB_PASS}"},
+                "extra_query": {"zugang": query, "n": 3},
+                "top_p": 0.9,
+            },
+        },
+        "depth": 5,
+    }
+    redacted = redact_secrets(tree, secrets=[], keep_references=True)
+    params = redacted["llm"]["params"]
+    assert params["extra_headers"] == {"X-Db-Pass": REDACTED, "X-Ref": "${oc.env:DB_PASS}"}
+    assert params["extra_query"] == {"zugang": REDACTED, "n": REDACTED} and params["top_p"] == 0.9
+    assert redacted["depth"] == 5 and password not in json.dumps(redacted)
+    assert redact_secrets(tree, secrets=[])["llm"]["params"]["extra_headers"]["X-Ref"] == REDACTED
+    found = config_secrets(tree)
+    assert {header, query, password, url_query, "me"} <= set(found)
+    assert "0.9" not in found and "5" not in found
+
+
+def test_a_declared_secret_is_scrubbed_from_every_sink():
+    value = _secret()
+    assert redact_text(f"GET /v1?zugang={value}") == f"GET /v1?zugang={value}"
+    declare_secrets([value, "on"])  # too short to scrub from text: "on" is kept
+    assert value in known_secrets() and "on" not in known_secrets()
+    assert redact_text(f"GET /v1?zugang={value} on") == f"GET /v1?zugang={REDACTED} on"
+    assert redact_secrets({"note": f"x {value}"}) == {"note": f"x {REDACTED}"}
+    record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "HTTP Request: %s", (value,), None)
+    assert RedactingFilter().filter(record) and value not in record.getMessage()
+
+
+@pytest.fixture
+def secret_env_cleanup():
+    yield
+    for name in [n for n in os.environ if n.startswith(SECRET_ENV_PREFIX)]:
+        del os.environ[name]
+
+
+def test_a_configs_secrets_move_to_the_environment(monkeypatch, secret_env_cleanup):
+    """What a submitit job pickles of its config (the sweep config, Hydra's job return) holds
+    references only; each resolves to the same value, from this process's environment."""
+    from omegaconf import OmegaConf, open_dict
+
+    header, query, token, number = _secret(), _secret(), "9fQz" + _hex(28), 48151623
+    monkeypatch.setenv("DB_PASS", token)
+    cfg = OmegaConf.create(
+        {
+            "llm": {
+                "params": {
+                    "extra_headers": {"X-Zugang": header, "X-Db-Pass": "${oc.env:DB_PASS}"},
+                    "extra_query": {"zugang": query},
+                },
+                "note": f"pinned {token}",  # a token-like environment value, copied into a file
+                "model": "Qwen/Qwen3-VL-32B-Instruct",
+            },
+            "db": {"session_id": number},
+            "hydra": {"launcher": {"x": header}},  # Hydra's own node is left alone
+        }
+    )
+    OmegaConf.set_struct(cfg, True)
+    before = OmegaConf.to_container(cfg, resolve=True)
+    moved = secrets_to_environment(cfg)
+    assert sorted(moved) == [
+        "db.session_id",
+        "llm.note",
+        "llm.params.extra_headers.X-Zugang",
+        "llm.params.extra_query.zugang",
+    ]
+    assert OmegaConf.to_container(cfg, resolve=True) == before, "each reference resolves to the same value"
+    with open_dict(cfg):
+        del cfg["hydra"]  # as Hydra hands a job its config
+    unresolved, pickled = OmegaConf.to_yaml(cfg), pickle.dumps(cfg)
+    for value in (header, query, token, str(number)):
+        assert value not in unresolved and value.encode() not in pickled
+    assert cfg.llm.params.extra_headers._get_node("X-Db-Pass")._value() == "${oc.env:DB_PASS}"
+    assert SECRET_ENV_PREFIX in OmegaConf.to_yaml(cfg.llm)
+    assert redact_text(f"{header} {query}") == f"{REDACTED} {REDACTED}", "declared to the rule"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "++setting.method.llm.params.extra_headers.X-Db-Pass=opaque",
+        "+setting.method.llm.params.extra_query={zugang: opaque}",
+        "+setting.method.llm.params.extra_query={zugang: '${oc.env:Z}', n: 1}",
+    ],
+)
+def test_a_literal_header_or_query_value_on_the_command_line_is_refused(override):
+    assert secret_overrides(["run.py", override]) == [override_key(override)]
+    assert redact_overrides([override]) == [f"{override.partition('=')[0]}={REDACTED}"]
+
+
+def test_a_header_or_query_reference_on_the_command_line_passes():
+    argv = [
+        "run.py",
+        "++setting.method.llm.params.extra_headers.X-Db-Pass=${oc.env:DB_PASS}",
+        "+setting.method.llm.params.extra_query={zugang: '${oc.env:Z}'}",
+    ]
+    assert secret_overrides(argv) == []
 
 
 @pytest.mark.parametrize("kind", list(_shaped()))
