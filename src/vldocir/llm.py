@@ -81,12 +81,8 @@ NO_KEY = "EMPTY"
 # (2: only usable answers are stored; entries of 1 may hold truncated or malformed ones).
 CACHE_FORMAT = 2
 MAX_ANSWER_BYTES = 1_000_000
-UNUSABLE_KINDS = (
-    "truncated",
-    "oversized",
-    "content_filter",
-    "unfinished",
-)  # error kinds of HTTP-200 answers the client itself rejects
+UNUSABLE_KINDS = ("truncated", "oversized")  # error kinds of HTTP-200 answers the client itself rejects
+# (an answer that ended otherwise, error kind content_filter or unfinished, is a failed request to the callers)
 FINISHED = frozenset({"stop"})  # the one finish reason of a whole answer: any other is never cached
 RECORDED = "recorded"  # the finish reason of an answer stored by ChatClient.record (replayed as recorded)
 _CHUNK_BYTES = 1 << 16
