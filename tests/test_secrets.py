@@ -858,3 +858,40 @@ def test_config_secrets_under_new_names_are_written_nowhere_by_a_submitit_sweep(
         "extra_query": {"zugang": REDACTED},
     }
     assert _leaks(isolated_paths, {**planted, **values}, done.stdout, done.stderr) == []
+
+
+def test_a_printed_config_is_redacted():
+    """``--cfg``: Hydra prints the composed config, config files' literals included."""
+    from vldocir.apps.app import redact_printed_config
+
+    header, url_password = _secret(), _secret()
+    printed = (
+        "retriever:\n  id: dom_bm25\n"
+        f"  remark: copied {header}\n"  # a carrier's value elsewhere: found by value
+        "llm:\n  params:\n    extra_headers:\n"
+        f"      X-Zugang: {header}\n      X-Ref: ${{oc.env:DB_PASS}}\n"
+        f"  base_url: http://me:{url_password}@host/v1\n"
+    )
+    shown = redact_printed_config(printed)
+    assert header not in shown and url_password not in shown and "${oc.env:DB_PASS}" in shown
+    assert "id: dom_bm25" in shown and f"X-Zugang: '{REDACTED}'" in shown
+    assert redact_printed_config("depth: 5\n") == "depth: 5\n", "nothing to redact: as printed"
+    assert redact_printed_config(f"# @package llm\nextra_query:\n  k: {header}\n").startswith("# @package llm\n")
+
+
+def test_cfg_with_resolve_prints_no_secret(monkeypatch, capsys):
+    """``--cfg job --resolve`` resolves an environment reference into what it prints."""
+    from vldocir.apps.app import hydra_app
+
+    value = _secret()
+    monkeypatch.setenv("DB_PASS", value)
+
+    @hydra_app("audit", config_name="audit")
+    def main(cfg):
+        raise AssertionError("--cfg runs no task")
+
+    header = "++llm.params.extra_headers.X-Db-Pass=${oc.env:DB_PASS}"
+    monkeypatch.setattr(sys, "argv", ["audit.py", header, "--cfg", "job", "--resolve"])
+    main()
+    out = capsys.readouterr().out
+    assert "X-Db-Pass:" in out and value not in out

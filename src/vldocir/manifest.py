@@ -326,7 +326,7 @@ def config_secrets(tree: Any) -> list[str]:
         elif isinstance(value, (list, tuple)):
             for v in value:
                 walk(v, secret)
-        elif value is not None and value != "":
+        elif value is not None and value != "" and "${" not in str(value):  # a reference is no value (yet)
             text = str(value)
             if secret:
                 found.append(text)

@@ -15,7 +15,8 @@
    (:func:`vldocir.launch.refuse_secret_overrides`), and a config option that ``conf/`` lacks
    (``dataset=nosuch``: :func:`unknown_option`) in one line, before Hydra's own many-line message;
    and lets ``argv`` be rewritten (run.py's :func:`vldocir.launch.multirun_cfg_argv`);
-2. composes the config from the repository's ``conf/`` through ``hydra.main`` and runs the task,
+2. composes the config from the repository's ``conf/`` through ``hydra.main`` (what ``--cfg``
+   prints redacted by vldocir.manifest's rule: :func:`redact_printed_config`) and runs the task,
    whose return value Hydra keeps (run.py's swept metric). Before the task, in every job (submitit's
    job processes too), log records are scrubbed of secrets from then on
    (:func:`vldocir.manifest.install_log_redaction`) and the files Hydra wrote for the job
@@ -39,7 +40,9 @@ before the line is printed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import itertools
 import re
 import sys
@@ -157,6 +160,36 @@ def redact_hydra_files() -> list[Path]:
     return rewritten
 
 
+def redact_printed_config(text: str) -> str:
+    """What Hydra's ``--cfg job|hydra|all`` printed (a config as YAML, a ``# @package`` line
+    first with ``--package``, or one value), redacted by vldocir.manifest's rule: values under
+    secret-looking keys and header/query mappings, secrets by value, and every value the config
+    sends as a credential wherever else it appears (its literals are printed as composed)."""
+    import yaml
+
+    from vldocir.manifest import config_secrets, known_secrets
+
+    head = "".join(line for line in text.splitlines(keepends=True) if line.startswith("# @package"))
+    body = text[len(head) :] if text.startswith(head) else text
+    try:
+        tree = yaml.safe_load(body)
+    except yaml.YAMLError:
+        return redact_text(text)
+    if not isinstance(tree, (dict, list)):
+        return redact_text(text)
+    secrets = sorted({*known_secrets(), *(v for v in config_secrets(tree) if len(v) >= 4)}, key=len, reverse=True)
+    redacted = redact_secrets(tree, secrets, keep_references=True)
+    if redacted == tree:
+        return text
+    from omegaconf import OmegaConf
+
+    return head + OmegaConf.to_yaml(OmegaConf.create(redacted))
+
+
+def _shows_config(argv: list[str]) -> bool:
+    return any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in argv)
+
+
 def hydra_app(
     app: str, config_name: str, argv: Callable[[list[str]], list[str]] | None = None
 ) -> Callable[[Task], Callable[[], Any]]:
@@ -191,7 +224,14 @@ def hydra_app(
                 raise SystemExit(ERROR_STATUS)
             if argv is not None:
                 sys.argv = argv(sys.argv)
-            return composed()
+            if not _shows_config(sys.argv):
+                return composed()
+            printed = io.StringIO()  # --cfg: Hydra prints the composed config, literals of config files included
+            try:
+                with contextlib.redirect_stdout(printed):
+                    return composed()
+            finally:
+                sys.stdout.write(redact_printed_config(printed.getvalue()))
 
         return main
 
