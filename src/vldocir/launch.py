@@ -147,7 +147,9 @@ def secret_overrides(argv: list[str]) -> list[str]:
     a known shape: ``+retriever.note=hf_...``; URL user-info: ``...base_url=http://user:pass@host/v1``;
     ``Bearer ...``; the value of a secret environment variable, e.g. ``$HF_TOKEN`` expanded by the
     shell); and a dict value that gives a secret-named entry a literal
-    (``...params.extra_headers={Authorization:'Bearer x'}``, ``...params={api_key:x}``).
+    (``...params.extra_headers={Authorization:'Bearer x'}``, ``...params={api_key:x}``); and any
+    literal header or query value, whatever its name (``...params.extra_headers.X-Db-Pass=x``,
+    ``...params.extra_query={key:x}``: vldocir.manifest.carries_a_literal).
 
     Flags (``-m``, ``--cfg job``, ``--config-dir=...``) and their arguments are not overrides: only
     arguments with a ``=`` that do not start with ``-`` are. Two forms carry no secret and pass: a
