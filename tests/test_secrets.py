@@ -15,6 +15,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import pickle
 import re
 import subprocess
 import sys
@@ -25,15 +27,21 @@ import pytest
 
 from helpers import REPO_ROOT, compose_cfg, run_py
 from vldocir import store
-from vldocir.launch import refuse_secret_overrides, secret_overrides
+from vldocir.launch import SECRET_ENV_PREFIX, refuse_secret_overrides, secret_overrides, secrets_to_environment
 from vldocir.llm_server import ChatServer, Recorded, Reply
 from vldocir.manifest import (
     REDACTED,
     RedactingFilter,
+    config_secrets,
+    declare_secrets,
     environment_secrets,
     install_log_redaction,
+    is_carrier_key,
     is_secret_key,
     is_secret_value,
+    known_secrets,
+    looks_like_a_token,
+    override_key,
     redact_overrides,
     redact_secrets,
     redact_text,
@@ -175,6 +183,161 @@ def test_environment_secrets_are_values_of_secret_looking_variables():
         "HF_TOKEN_PATH": "/home/u/.cache/hf/token",  # locations, not secrets
     }
     assert sorted(environment_secrets(environ)) == [FAKE_HF, FAKE_OPENAI]
+
+
+def test_token_like_environment_values_are_secrets_under_any_name():
+    """Issue #35: ``DB_PASS`` is no secret-looking name, its value looks like a token; values that
+    name things (paths, lists, versions, a commit, an id) or are too short or too regular are not."""
+    token = "9fQz" + _hex(28)
+    environ = {
+        "DB_PASS": token,
+        "PATH": "/usr/local/bin:/usr/bin",
+        "HOME": "/home/someone",
+        "LANG": "C.UTF-8",
+        "TERM": "xterm-256color",
+        "PYTHON_VERSION": "3.11.7",
+        "GITHUB_SHA": _hex(40),  # a commit names a thing
+        "INVOCATION_ID": _hex(32),
+        "REGULAR": "aaaaaaaa11111111",  # long, letters and digits, but no token
+        "VLDOCIR_LLM_BASE_URL": "http://127.0.0.1:8000/v1",
+        "COLUMNS": "120",
+    }
+    assert environment_secrets(environ) == [token]
+    assert looks_like_a_token(token) and not looks_like_a_token("Summer2024")  # short: no shape to tell
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "extra_headers",
+        "default_headers",
+        "headers",
+        "extra_query",
+        "default_query",
+        "query_params",
+        "setting.method.llm.params.extra_headers",
+        "cookies",
+    ],
+)
+def test_header_and_query_mappings_are_carriers(name):
+    assert is_carrier_key(name)
+
+
+@pytest.mark.parametrize("name", ["query", "queries", "query_batch_size", "query_id", "headers_count", "params"])
+def test_other_keys_are_no_carriers(name):
+    assert not is_carrier_key(name)
+
+
+def test_no_config_key_of_the_project_is_a_carrier():
+    assert sorted(n for n in _conf_key_names() if is_carrier_key(n)) == []
+
+
+def test_every_header_and_query_value_is_redacted_and_declared():
+    """A header or query value under a name no rule knows is redacted where it stands (references
+    kept in Hydra's unresolved files) and found by :func:`config_secrets`, as are a URL's
+    user-info and query values under any key."""
+    header, query, password, url_query = (_secret() for _ in range(4))
+    tree = {
+        "llm": {
+            "base_url": f"http://me:{password}@host:8000/v1?token_id={url_query}",
+            "params": {
+                "extra_headers": {"X-Db-Pass": header, "X-Ref": "${oc.env:DB_PASS}"},
+                "extra_query": {"zugang": query, "n": 3},
+                "top_p": 0.9,
+            },
+        },
+        "depth": 5,
+    }
+    redacted = redact_secrets(tree, secrets=[], keep_references=True)
+    params = redacted["llm"]["params"]
+    assert params["extra_headers"] == {"X-Db-Pass": REDACTED, "X-Ref": "${oc.env:DB_PASS}"}
+    assert params["extra_query"] == {"zugang": REDACTED, "n": REDACTED} and params["top_p"] == 0.9
+    assert redacted["depth"] == 5 and password not in json.dumps(redacted)
+    assert redact_secrets(tree, secrets=[])["llm"]["params"]["extra_headers"]["X-Ref"] == REDACTED
+    found = config_secrets(tree)
+    assert {header, query, password, url_query, "me"} <= set(found)
+    assert "0.9" not in found and "5" not in found
+
+
+def test_a_declared_secret_is_scrubbed_from_every_sink():
+    value = _secret()
+    assert redact_text(f"GET /v1?zugang={value}") == f"GET /v1?zugang={value}"
+    declare_secrets([value, "on"])  # too short to scrub from text: "on" is kept
+    assert value in known_secrets() and "on" not in known_secrets()
+    assert redact_text(f"GET /v1?zugang={value} on") == f"GET /v1?zugang={REDACTED} on"
+    assert redact_secrets({"note": f"x {value}"}) == {"note": f"x {REDACTED}"}
+    record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "HTTP Request: %s", (value,), None)
+    assert RedactingFilter().filter(record) and value not in record.getMessage()
+
+
+@pytest.fixture
+def secret_env_cleanup():
+    yield
+    for name in [n for n in os.environ if n.startswith(SECRET_ENV_PREFIX)]:
+        del os.environ[name]
+
+
+def test_a_configs_secrets_move_to_the_environment(monkeypatch, secret_env_cleanup):
+    """What a submitit job pickles of its config (the sweep config, Hydra's job return) holds
+    references only; each resolves to the same value, from this process's environment."""
+    from omegaconf import OmegaConf, open_dict
+
+    header, query, token, number = _secret(), _secret(), "9fQz" + _hex(28), 48151623
+    monkeypatch.setenv("DB_PASS", token)
+    cfg = OmegaConf.create(
+        {
+            "llm": {
+                "params": {
+                    "extra_headers": {"X-Zugang": header, "X-Db-Pass": "${oc.env:DB_PASS}"},
+                    "extra_query": {"zugang": query},
+                },
+                "note": f"pinned {token}",  # a token-like environment value, copied into a file
+                "model": "Qwen/Qwen3-VL-32B-Instruct",
+            },
+            "db": {"session_id": number},
+            "hydra": {"launcher": {"x": header}},  # Hydra's own node is left alone
+        }
+    )
+    OmegaConf.set_struct(cfg, True)
+    before = OmegaConf.to_container(cfg, resolve=True)
+    moved = secrets_to_environment(cfg)
+    assert sorted(moved) == [
+        "db.session_id",
+        "llm.note",
+        "llm.params.extra_headers.X-Zugang",
+        "llm.params.extra_query.zugang",
+    ]
+    assert OmegaConf.to_container(cfg, resolve=True) == before, "each reference resolves to the same value"
+    with open_dict(cfg):
+        del cfg["hydra"]  # as Hydra hands a job its config
+    unresolved, pickled = OmegaConf.to_yaml(cfg), pickle.dumps(cfg)
+    for value in (header, query, token, str(number)):
+        assert value not in unresolved and value.encode() not in pickled
+    assert cfg.llm.params.extra_headers._get_node("X-Db-Pass")._value() == "${oc.env:DB_PASS}"
+    assert SECRET_ENV_PREFIX in OmegaConf.to_yaml(cfg.llm)
+    assert redact_text(f"{header} {query}") == f"{REDACTED} {REDACTED}", "declared to the rule"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "++setting.method.llm.params.extra_headers.X-Db-Pass=opaque",
+        "+setting.method.llm.params.extra_query={zugang: opaque}",
+        "+setting.method.llm.params.extra_query={zugang: '${oc.env:Z}', n: 1}",
+    ],
+)
+def test_a_literal_header_or_query_value_on_the_command_line_is_refused(override):
+    assert secret_overrides(["run.py", override]) == [override_key(override)]
+    assert redact_overrides([override]) == [f"{override.partition('=')[0]}={REDACTED}"]
+
+
+def test_a_header_or_query_reference_on_the_command_line_passes():
+    argv = [
+        "run.py",
+        "++setting.method.llm.params.extra_headers.X-Db-Pass=${oc.env:DB_PASS}",
+        "+setting.method.llm.params.extra_query={zugang: '${oc.env:Z}'}",
+    ]
+    assert secret_overrides(argv) == []
 
 
 @pytest.mark.parametrize("kind", list(_shaped()))
@@ -626,3 +789,109 @@ def test_submitit_sweep_writes_no_secret(planted, isolated_paths):
     for manifest in manifests:
         _check_manifest(manifest)
     assert _leaks(isolated_paths, planted, done.stdout, done.stderr) == []
+
+
+def _token() -> str:
+    """A token-like value (letters and digits, random) under no telling shape or name."""
+    return "Zq" + uuid.uuid4().hex + uuid.uuid4().hex.upper()[:8]
+
+
+@pytest.mark.slow
+def test_config_secrets_under_new_names_are_written_nowhere_by_a_submitit_sweep(
+    planted, isolated_paths, subset_dir, tmp_path_factory, monkeypatch
+):
+    """Issue #35's acceptance: values under key names no rule knows, in a config file (a setting of
+    its own) and in a ``local/`` override, sent as LLM headers, a URL query parameter and through
+    an environment interpolation of an innocently named variable, through a submitit sweep
+    (``hydra/launcher=submitit_local``) of Query splitting against a local chat server, mirrored to
+    W&B offline: every value is sent, and no file under the temp dir (results, cache and its LLM
+    answers, Hydra's sweep and job dirs, ``.submitit`` pickles and job logs, ``wandb/``) nor the
+    console holds one."""
+    values = {
+        "header, config file": _token(),  # setting/qsplit_keyed.yaml: extra_headers.X-Zugang
+        "query parameter, local override": _token(),  # local/default.yaml: extra_query.zugang
+        "header, env interpolation": _token(),  # local/default.yaml: extra_headers.X-Db-Pass: ${oc.env:DB_PASS}
+    }
+    monkeypatch.setenv("DB_PASS", values["header, env interpolation"])
+    wandb_dir = isolated_paths / "wandb"
+    config_dir = tmp_path_factory.mktemp("conf")  # outside the grepped dir: it holds the literals on purpose
+    (config_dir / "setting").mkdir()
+    (config_dir / "setting" / "qsplit_keyed.yaml").write_text(
+        "defaults:\n  - qsplit\n  - _self_\n"
+        f"method:\n  llm:\n    params:\n      extra_headers:\n        X-Zugang: {values['header, config file']}\n"
+    )
+    (config_dir / "local").mkdir()
+    (config_dir / "local" / "default.yaml").write_text(
+        "# @package _global_\n"
+        f"dataset:\n  source: {subset_dir}\n"
+        f"logger:\n  dir: {wandb_dir}\n"
+        "setting:\n  method:\n    llm:\n      timeout_s: 20\n      params:\n"
+        f"        extra_query:\n          zugang: {values['query parameter, local override']}\n"
+        "        extra_headers:\n          X-Db-Pass: ${oc.env:DB_PASS}\n"
+    )
+    with ChatServer(responder=_split_in_halves) as server:
+        monkeypatch.setenv("VLDOCIR_LLM_BASE_URL", server.url)
+        done = run_py(
+            "--config-dir",
+            str(config_dir),
+            "-m",
+            "setting=qsplit_keyed",
+            "logger=wandb",
+            "hydra/launcher=submitit_local",
+            "eval.ks=[3]",
+            timeout=600,
+        )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert server.requests, "the LLM was asked"
+    for request in server.requests:  # what is redacted everywhere is still sent
+        assert request.headers["x-zugang"] == values["header, config file"]
+        assert request.headers["x-db-pass"] == values["header, env interpolation"]
+        assert request.query == {"zugang": values["query parameter, local override"]}
+    assert list((isolated_paths / "cache" / "llm").rglob("*.json")), "answers were cached"
+    (sweep_dir,) = (isolated_paths / "logs" / "multirun").glob("*/*")
+    assert list(sweep_dir.glob(".submitit/*/*_submitted.pkl")) and list(sweep_dir.glob(".submitit/*/*_result.pkl"))
+    assert list(wandb_dir.rglob("run-*.wandb")), "W&B recorded the run"
+    (manifest,) = _manifests(isolated_paths / "results")
+    params = manifest["config"]["setting"]["method"]["llm"]["params"]
+    assert params == {
+        "extra_headers": {"X-Zugang": REDACTED, "X-Db-Pass": REDACTED},
+        "extra_query": {"zugang": REDACTED},
+    }
+    assert _leaks(isolated_paths, {**planted, **values}, done.stdout, done.stderr) == []
+
+
+def test_a_printed_config_is_redacted():
+    """``--cfg``: Hydra prints the composed config, config files' literals included."""
+    from vldocir.apps.app import redact_printed_config
+
+    header, url_password = _secret(), _secret()
+    printed = (
+        "retriever:\n  id: dom_bm25\n"
+        f"  remark: copied {header}\n"  # a carrier's value elsewhere: found by value
+        "llm:\n  params:\n    extra_headers:\n"
+        f"      X-Zugang: {header}\n      X-Ref: ${{oc.env:DB_PASS}}\n"
+        f"  base_url: http://me:{url_password}@host/v1\n"
+    )
+    shown = redact_printed_config(printed)
+    assert header not in shown and url_password not in shown and "${oc.env:DB_PASS}" in shown
+    assert "id: dom_bm25" in shown and f"X-Zugang: '{REDACTED}'" in shown
+    assert redact_printed_config("depth: 5\n") == "depth: 5\n", "nothing to redact: as printed"
+    assert redact_printed_config(f"# @package llm\nextra_query:\n  k: {header}\n").startswith("# @package llm\n")
+
+
+def test_cfg_with_resolve_prints_no_secret(monkeypatch, capsys):
+    """``--cfg job --resolve`` resolves an environment reference into what it prints."""
+    from vldocir.apps.app import hydra_app
+
+    value = _secret()
+    monkeypatch.setenv("DB_PASS", value)
+
+    @hydra_app("audit", config_name="audit")
+    def main(cfg):
+        raise AssertionError("--cfg runs no task")
+
+    header = "++llm.params.extra_headers.X-Db-Pass=${oc.env:DB_PASS}"
+    monkeypatch.setattr(sys, "argv", ["audit.py", header, "--cfg", "job", "--resolve"])
+    main()
+    out = capsys.readouterr().out
+    assert "X-Db-Pass:" in out and value not in out

@@ -16,6 +16,7 @@ before that. :class:`SetHydraConfigForSweep` sets it from the composed multirun 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -28,10 +29,15 @@ from omegaconf import DictConfig
 from vldocir.config_checks import CONF_DIR
 from vldocir.manifest import (
     ENV_REFERENCE,
+    carries_a_literal,
+    config_secrets,
+    declare_secrets,
     environment_secrets,
     inline_secret_names,
+    is_carrier_key,
     is_secret_key,
     is_secret_value,
+    known_secrets,
     override_key,
 )
 
@@ -39,6 +45,72 @@ from vldocir.manifest import (
 class SetHydraConfigForSweep(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         HydraConfig.instance().set_config(config)
+
+
+class SecretsFromEnvironment(Callback):
+    """Before a sweep launches, :func:`secrets_to_environment` on its config: the sweep's
+    ``multirun.yaml`` and the launcher's pickles (submitit's ``.submitit/*/*_submitted.pkl``,
+    which hold the sweep config) carry references, the values travel in the environment."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        secrets_to_environment(config)
+
+
+SECRET_ENV_PREFIX = "VLDOCIR_SECRET_"
+
+
+def secrets_to_environment(cfg: DictConfig, skip: tuple[str, ...] = ("hydra",)) -> list[str]:
+    """Declare the secrets ``cfg`` sends (vldocir.manifest.config_secrets: values under a
+    secret-looking key or a header/query mapping, URL user-info and query values, token shapes,
+    secret environment values) and move each literal that holds one into an environment variable of
+    this process, the config keeping ``${oc.env:VLDOCIR_SECRET_<hash of the key path>}`` in its place
+    (resolved to the same value). Whatever is written or pickled of ``cfg`` afterwards (Hydra's job
+    return in submitit's ``*_result.pkl``, the sweep config in ``*_submitted.pkl``, ``multirun.yaml``)
+    holds a reference; jobs resolve it from the environment they inherit (submitit's local jobs;
+    ``sbatch`` exports the submitting environment by default). Returns the key paths moved. Top-level
+    nodes named in ``skip`` are left alone (Hydra's own)."""
+    from omegaconf import ListConfig, OmegaConf, open_dict, read_write
+
+    leaves = []  # (parent, key, path, under a secret/carrier key, resolved value or None)
+
+    def walk(node: Any, path: str, secret: bool) -> None:
+        keys = list(node.keys()) if isinstance(node, DictConfig) else range(len(node))
+        for key in keys:
+            if not path and key in skip:
+                continue
+            child_path = f"{path}.{key}" if path else str(key)
+            under = secret or is_secret_key(key) or is_carrier_key(key)
+            child = node._get_node(key)
+            if isinstance(child, (DictConfig, ListConfig)) and not child._is_interpolation() and not child._is_none():
+                walk(child, child_path, under)
+                continue
+            try:
+                value = node[key]
+            except Exception:  # a mandatory value left unset, a reference that does not resolve: not ours to judge here
+                value = None
+            leaves.append((node, key, child_path, under, value))
+
+    walk(cfg, "", False)
+    found = []
+    for _, _, _, under, value in leaves:
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = OmegaConf.to_container(value, resolve=True)
+        found += config_secrets({"secret" if under else "value": value}) if value is not None else []
+    declare_secrets(found)
+    secrets = known_secrets()
+    moved = []
+    with read_write(cfg), open_dict(cfg):
+        for node, key, path, under, _ in leaves:
+            raw = node._get_node(key)._value()
+            if raw is None or raw == "" or OmegaConf.is_interpolation(node, key) or isinstance(raw, bool):
+                continue
+            if not (under or (isinstance(raw, str) and is_secret_value(raw, secrets))):
+                continue
+            name = SECRET_ENV_PREFIX + hashlib.sha256(path.encode()).hexdigest()[:16].upper()
+            os.environ[name] = str(raw)
+            node[key] = f"${{oc.env:{name}}}" if isinstance(raw, str) else f"${{oc.decode:${{oc.env:{name}}}}}"
+            moved.append(path)
+    return moved
 
 
 CFG_FLAGS = ("--cfg", "-c")
@@ -75,7 +147,9 @@ def secret_overrides(argv: list[str]) -> list[str]:
     a known shape: ``+retriever.note=hf_...``; URL user-info: ``...base_url=http://user:pass@host/v1``;
     ``Bearer ...``; the value of a secret environment variable, e.g. ``$HF_TOKEN`` expanded by the
     shell); and a dict value that gives a secret-named entry a literal
-    (``...params.extra_headers={Authorization:'Bearer x'}``, ``...params={api_key:x}``).
+    (``...params.extra_headers={Authorization:'Bearer x'}``, ``...params={api_key:x}``); and any
+    literal header or query value, whatever its name (``...params.extra_headers.X-Db-Pass=x``,
+    ``...params.extra_query={key:x}``: vldocir.manifest.carries_a_literal).
 
     Flags (``-m``, ``--cfg job``, ``--config-dir=...``) and their arguments are not overrides: only
     arguments with a ``=`` that do not start with ``-`` are. Two forms carry no secret and pass: a
@@ -100,7 +174,7 @@ def _passes_a_secret(arg: str, secrets: list[str], multirun: bool = False) -> bo
     if "=" not in arg or arg.startswith("-"):
         return False
     value = arg.partition("=")[2].strip()
-    if is_secret_value(value, secrets) or inline_secret_names(value):
+    if is_secret_value(value, secrets) or inline_secret_names(value) or carries_a_literal(arg):
         return True
     quoted = [m.group(2) for m in QUOTED_ENV_REFERENCE.finditer(value)] if multirun else []
     if quoted and (

@@ -10,8 +10,8 @@ Built by Hydra (``_target_: vldocir.llm.ChatClient``). What it guarantees:
   other secret-named top-level parameter are refused). Credentials in ``base_url``
   (``http://user:pass@host/v1``) are sent as HTTP basic auth and the URL goes to the HTTP client
   without them, so no log line (httpx's included) shows them. Parameters that
-  :func:`vldocir.manifest.redact_secrets` would redact (an ``Authorization`` or ``api-key`` value in
-  ``params.extra_headers``, a secret-looking value anywhere) are sent but left out of
+  :func:`vldocir.manifest.redact_secrets` would redact (every value of ``params.extra_headers`` and
+  ``params.extra_query``, a secret-looking value anywhere) are sent but left out of
   :meth:`ChatClient.cache_params`, hence out of every cache key, cache file and run key: they do
   not change the answer. Error messages and log lines are scrubbed of all of them.
 - **Retries.** The ``openai`` client's own retries are off (``max_retries=0``); this module retries
@@ -22,8 +22,10 @@ Built by Hydra (``_target_: vldocir.llm.ChatClient``). What it guarantees:
 - **No raise per item.** :meth:`ChatClient.complete_many` returns one :class:`ChatResult` per
   request; a request that failed has ``error`` set. Only a misconfigured client raises.
 - **Usable answers only are cached.** An HTTP-200 answer is *unusable* when it was cut at
-  ``max_tokens`` (``finish_reason=length``: ``truncated``), holds more than ``max_answer_bytes``
-  bytes of content (``oversized``; the body is read in chunks and the connection dropped at the
+  ``max_tokens`` (``finish_reason=length``: ``truncated``), ended for any other reason than
+  ``stop`` (``content_filter``, else ``unfinished``: a filtered or cut answer is no answer),
+  holds more than ``max_answer_bytes`` bytes of content (``oversized``; the body is read in chunks and
+  the connection dropped at the
   cap, so memory per request stays within a few times the cap), or fails the caller's
   :class:`Validator` (the caller's own parser: its reason, e.g. ``malformed``). Unusable answers are
   returned (``ChatResult.unusable``; truncated and oversized ones as errors), counted per reason
@@ -67,7 +69,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from vldocir.errors import ConfigError
 from vldocir.io import atomic_write_json
-from vldocir.manifest import is_secret_key, redact_secrets, redact_text
+from vldocir.manifest import declare_secrets, is_secret_key, redact_secrets, redact_text, url_secrets
 from vldocir.retry import Retryable, RetryPolicy, call_with_retries, parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,9 @@ NO_KEY = "EMPTY"
 CACHE_FORMAT = 2
 MAX_ANSWER_BYTES = 1_000_000
 UNUSABLE_KINDS = ("truncated", "oversized")  # error kinds of HTTP-200 answers the client itself rejects
+# (an answer that ended otherwise, error kind content_filter or unfinished, is a failed request to the callers)
+FINISHED = frozenset({"stop"})  # the one finish reason of a whole answer: any other is never cached
+RECORDED = "recorded"  # the finish reason of an answer stored by ChatClient.record (replayed as recorded)
 _CHUNK_BYTES = 1 << 16
 SERVER_PROBE = [{"role": "user", "content": "Reply with the word OK."}]
 """The messages of :meth:`ChatClient.check_server`'s one-token request (a replay server answers them too)."""
@@ -228,6 +233,9 @@ class ChatClient:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._url, self._basic_auth = _without_userinfo(self.base_url)
+        # What the client sends as credentials is scrubbed from everything written (a library
+        # caller's too, not only the apps', which declare their config's at start).
+        declare_secrets([*_secret_values(self.params), *(self._basic_auth or ()), *url_secrets(self.base_url)])
         self._answer_params = _secret_free(self.params, redact_secrets(self.params))
         self._unusable: Counter = Counter()
         self._usage = dict.fromkeys(
@@ -310,6 +318,13 @@ class ChatClient:
             response = json.loads(path.read_text())["response"]
             if len(str(response["content"]).encode()) > self.max_answer_bytes:
                 raise ValueError(f"the answer is over llm.max_answer_bytes={self.max_answer_bytes}")
+            if response.get("finish_reason") not in FINISHED | {RECORDED}:  # stored by an older version
+                log.warning(
+                    "LLM cache entry %s holds an answer with finish_reason=%r; asking the server again",
+                    path,
+                    response.get("finish_reason"),
+                )
+                return None
             return ChatResult(
                 content=str(response["content"]),
                 cached=True,
@@ -355,7 +370,7 @@ class ChatClient:
         if self.cache_dir is None:
             raise ConfigError("llm.cache_dir: recorded answers are replayed through the cache; set a cache_dir")
         key = self.cache_key(messages, validate)
-        self._store(key, messages, ChatResult(content=str(content), finish_reason="recorded"), validate)
+        self._store(key, messages, ChatResult(content=str(content), finish_reason=RECORDED), validate)
         return key
 
     # -- the server check ---------------------------------------------------------------------------
@@ -407,9 +422,11 @@ class ChatClient:
                 if self._basic_auth is not None:  # what the HTTP client did with a URL's user:password
                     basic = base64.b64encode(":".join(self._basic_auth).encode()).decode("ascii")
                     options["default_headers"] = {"Authorization": f"Basic {basic}"}
+                api_key = os.environ.get(self.api_env_var) or NO_KEY
+                declare_secrets([api_key] if api_key != NO_KEY else [])
                 self._client = openai.OpenAI(
                     base_url=self._url,
-                    api_key=os.environ.get(self.api_env_var) or NO_KEY,
+                    api_key=api_key,
                     timeout=self.timeout_s,
                     max_retries=0,
                     **options,
@@ -542,6 +559,10 @@ class ChatClient:
                 "truncated",
             )
             result.unusable = "truncated"
+        elif result.ok and result.finish_reason not in FINISHED:
+            kind = "content_filter" if result.finish_reason == "content_filter" else "unfinished"
+            result.error = f"{kind}: the answer ended with finish_reason={result.finish_reason!r}, not 'stop'"
+            result.error_kind = result.unusable = kind
         elif result.ok and validate is not None:
             result.unusable = validate.check(result.content)
         if result.ok or result.unusable:

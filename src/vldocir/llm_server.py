@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class Reply:
 class Recorded:
     body: dict[str, Any]
     headers: dict[str, str]
+    query: dict[str, str] = field(default_factory=dict)  # the URL's query parameters (a client's extra_query)
 
     def text(self) -> str:
         """The text parts of the request's messages, joined (what a test matches replies on)."""
@@ -190,7 +192,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"0\r\n\r\n")
 
         def do_GET(self) -> None:
-            if self.path.rstrip("/") != "/v1/models" or not server.models:
+            if urlsplit(self.path).path.rstrip("/") != "/v1/models" or not server.models:
                 self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 return
             models = [{"id": m, "object": "model", "created": 0, "owned_by": "vldocir"} for m in server.models]
@@ -199,10 +201,13 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            url = urlsplit(self.path)
+            if url.path.rstrip("/") != "/v1/chat/completions":
+                self._send(404, {"error": {"message": f"no route {url.path}", "type": "not_found"}})
                 return
-            request = Recorded(json.loads(raw or b"{}"), {k.lower(): v for k, v in self.headers.items()})
+            request = Recorded(
+                json.loads(raw or b"{}"), {k.lower(): v for k, v in self.headers.items()}, dict(parse_qsl(url.query))
+            )
             if server.answer_probe and _is_probe(request.body):
                 with server._lock:
                     server.probes += 1

@@ -8,6 +8,7 @@ from vldocir, so the pipeline, the launcher and the trackers can all use it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import re
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import psutil
 
@@ -57,6 +59,16 @@ REDACTED = "<redacted: secrets come from the environment only>"
 # ``api-key`` / ``x-api-key`` header or of an ``api_key=`` / ``password=`` pair written in text,
 # the user-info of a URL (``http://user:pass@host``), or the value of a secret-named environment
 # variable (:func:`environment_secrets`), however it got there (``${oc.env:...}``, a shell, a file).
+#
+# By where it goes (:func:`is_carrier_key`): every value of an HTTP header or URL query mapping
+# (``params.extra_headers``, ``extra_query``, ``default_headers``, ...), whatever its key: a header
+# ``X-Db-Pass`` or a query parameter ``key`` is a credential as often as not.
+#
+# By what the running job found (:func:`declare_secrets`, :func:`known_secrets`): when an app
+# starts, the values its config sends as credentials (under a secret-looking or carrier key, a
+# URL's user-info or query values; config files, ``conf/local/`` and ``${oc.env:...}`` alike) are
+# held in memory and scrubbed from everything written from then on, as are environment values
+# that look like tokens under any name (:func:`looks_like_a_token`: ``DB_PASS=9fQ...``).
 #
 # By its key name (:func:`is_secret_key`), for what has no telling shape (``api_key: abc123``).
 # A key name is split into lower-case words (``aws_access_key_id`` -> aws/access/key/id,
@@ -151,20 +163,84 @@ def is_secret_key(name: Any) -> bool:
     return any(_is_secret_name(part) for part in re.split(r"[./@]", str(name)) if part)
 
 
+# Keys of a mapping whose values all go into HTTP headers or a URL's query (the last word of the key).
+CARRIER_WORDS = frozenset({"headers", "header", "cookies"})
+CARRIER_NAMES = frozenset({("extra", "query"), ("default", "query"), ("query", "params"), ("query", "parameters")})
+# Environment variables whose values name a thing rather than hold a secret, however random they look
+# (GITHUB_SHA, INVOCATION_ID, HF_HUB_REVISION): left to the name rule.
+_IDENTIFIER_WORDS = _LOCATION_WORDS | {
+    "sha",
+    "commit",
+    "revision",
+    "rev",
+    "ref",
+    "version",
+    "id",
+    "uuid",
+    "hash",
+    "digest",
+    "host",
+    "hostname",
+    "url",
+    "uri",
+}
+MIN_TOKEN_LENGTH = 16  # an environment value shorter than this is never taken for a token by its shape
+MIN_TOKEN_ENTROPY = 3.0  # bits per character of a value's own character distribution (hex: about 3.7)
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~+/=-]+")
+# A value declared by the running job is scrubbed from text when at least this long ("1", "yes" are not).
+MIN_DECLARED_LENGTH = 4
+_declared: set[str] = set()
+
+
+def is_carrier_key(name: Any) -> bool:
+    """Whether a key names a mapping of HTTP headers or URL query parameters (``extra_headers``,
+    ``default_headers``, ``extra_query``, ``query_params``): every value under it is a secret."""
+    last = re.split(r"[./@]", str(name))[-1]
+    words = key_words(last)
+    return bool(words) and (words[-1] in CARRIER_WORDS or tuple(words) in CARRIER_NAMES)
+
+
+def looks_like_a_token(value: str) -> bool:
+    """Whether an environment value looks like a token or password whatever its variable's name:
+    at least MIN_TOKEN_LENGTH token characters (letters, digits, ``._~+/=-``; no path, URL or list),
+    letters and digits both, and random-looking (MIN_TOKEN_ENTROPY bits per character)."""
+    if len(value) < MIN_TOKEN_LENGTH or not _TOKEN_LIKE.fullmatch(value) or "//" in value:
+        return False
+    if not (any(c.isalpha() for c in value) and any(c.isdigit() for c in value)):
+        return False
+    counts = [value.count(c) for c in set(value)]
+    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts)
+    return entropy >= MIN_TOKEN_ENTROPY
+
+
 def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret-looking environment variables (WANDB_API_KEY, HF_TOKEN, OPENAI_API_KEY,
-    AWS_SECRET_ACCESS_KEY, ...), longest first, so that they can be scrubbed from anything written.
+    AWS_SECRET_ACCESS_KEY, ...) and token-like values under any other name (``DB_PASS``; see
+    :func:`looks_like_a_token`), longest first, so that they can be scrubbed from anything written.
 
     A config can pull them in through ``${oc.env:...}`` under an innocent key; the key rule alone
     would let that through.
     """
     environ = os.environ if environ is None else environ
-    values = {
-        value
-        for name, value in environ.items()
-        if is_secret_key(name) and not _LOCATION_WORDS & set(key_words(name)) and len(value) >= MIN_SECRET_LENGTH
-    }
+    values = set()
+    for name, value in environ.items():
+        words = set(key_words(name))
+        by_name = is_secret_key(name) and not _LOCATION_WORDS & words and len(value) >= MIN_SECRET_LENGTH
+        if by_name or (not _IDENTIFIER_WORDS & words and looks_like_a_token(value)):
+            values.add(value)
     return sorted(values, key=len, reverse=True)
+
+
+def declare_secrets(values: Any) -> None:
+    """Hold ``values`` (strings) in memory as secrets of this process: from now on every sink that
+    uses the rule (logs, manifests, Hydra's files, W&B, caches) scrubs them. Never written anywhere."""
+    _declared.update(v for v in (str(x) for x in values) if len(v) >= MIN_DECLARED_LENGTH)
+
+
+def known_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every secret known by value: the environment's (:func:`environment_secrets`) and those the
+    running job declared (:func:`declare_secrets`), longest first."""
+    return sorted(set(environment_secrets(environ)) | _declared, key=len, reverse=True)
 
 
 def _spans(text: str, secrets: list[str]) -> list[tuple[int, int]]:
@@ -192,41 +268,89 @@ def _spans(text: str, secrets: list[str]) -> list[tuple[int, int]]:
 def is_secret_value(text: Any, secrets: list[str] | None = None) -> bool:
     """Whether ``text`` holds a secret by value: a known token shape, a header or credential pair,
     URL user-info, or a secret environment variable's value (see the rule above)."""
-    return isinstance(text, str) and bool(_spans(text, environment_secrets() if secrets is None else secrets))
+    return isinstance(text, str) and bool(_spans(text, known_secrets() if secrets is None else secrets))
 
 
 def redact_text(text: str, secrets: list[str] | None = None) -> str:
     """``text`` (a log line, an override, a config value) with every secret found by value replaced."""
-    spans = _spans(text, environment_secrets() if secrets is None else secrets)
+    spans = _spans(text, known_secrets() if secrets is None else secrets)
     for start, end in reversed(spans):
         text = text[:start] + REDACTED + text[end:]
     return text
 
 
-def redact_secrets(value: Any, secrets: list[str] | None = None, keep_references: bool = False) -> Any:
-    """Copy of a config tree: any value under a secret-looking key replaced, and secrets found by
-    value scrubbed from every string (keys included). ``keep_references``: an unresolved tree
-    (Hydra's ``.hydra/config.yaml``) keeps a bare ``${oc.env:VAR}`` under a secret-looking key: it
-    names where the secret is, not the secret."""
-    secrets = environment_secrets() if secrets is None else secrets
+def redact_secrets(
+    value: Any, secrets: list[str] | None = None, keep_references: bool = False, _carried: bool = False
+) -> Any:
+    """Copy of a config tree: any value under a secret-looking key replaced, every value of a
+    header or query mapping (:func:`is_carrier_key`) too, and secrets found by value scrubbed from
+    every string (keys included). ``keep_references``: an unresolved tree (Hydra's
+    ``.hydra/config.yaml``) keeps a bare ``${oc.env:VAR}`` there: it names where the secret is, not
+    the secret."""
+    secrets = known_secrets() if secrets is None else secrets
+
+    def reference(v: Any) -> bool:
+        return keep_references and isinstance(v, str) and bool(ENV_REFERENCE.match(v))
 
     def hidden(key: Any, v: Any) -> bool:
         if v in (None, "") or not is_secret_key(key):
             return False
-        return not (keep_references and isinstance(v, str) and ENV_REFERENCE.match(v))
+        return not reference(v)
 
     if isinstance(value, dict):
         return {
             redact_text(k, secrets) if isinstance(k, str) else k: (
-                REDACTED if hidden(k, v) else redact_secrets(v, secrets, keep_references)
+                REDACTED if hidden(k, v) else redact_secrets(v, secrets, keep_references, _carried or is_carrier_key(k))
             )
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
-        return [redact_secrets(v, secrets, keep_references) for v in value]
+        return [redact_secrets(v, secrets, keep_references, _carried) for v in value]
+    if _carried and value not in (None, "") and not reference(value):
+        return REDACTED
     if isinstance(value, str):
         return redact_text(value, secrets)
     return value
+
+
+def config_secrets(tree: Any) -> list[str]:
+    """The values a resolved config tree sends as credentials: under a secret-looking key or a
+    header/query mapping (every leaf), a URL's user-info and query values, token shapes; the values
+    :func:`declare_secrets` takes when an app starts."""
+    found: list[str] = []
+
+    def walk(value: Any, secret: bool) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, secret or is_secret_key(k) or is_carrier_key(k))
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v, secret)
+        elif value is not None and value != "" and "${" not in str(value):  # a reference is no value (yet)
+            text = str(value)
+            if secret:
+                found.append(text)
+            found.extend(url_secrets(text))
+            found.extend(text[start:end] for start, end in _spans(text, []))
+
+    walk(tree, False)
+    return found
+
+
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]+")
+
+
+def url_secrets(text: str) -> list[str]:
+    """The user-info (user and password) and the query values of every URL in ``text``."""
+    found = []
+    for match in _URL.finditer(text):
+        try:
+            parts = urlsplit(match.group(0))
+            found += [unquote(p) for p in (parts.username, parts.password) if p]
+            found += [v for _, v in parse_qsl(parts.query) if v]
+        except ValueError:  # not a URL after all (a bad port, a bracket)
+            continue
+    return found
 
 
 def override_key(override: str) -> str:
@@ -256,14 +380,33 @@ def inline_secret_names(value: str, literals_only: bool = True) -> list[str]:
     ]
 
 
+def carries_a_literal(override: str) -> bool:
+    """Whether an override gives a header or query mapping (:func:`is_carrier_key`) a literal value:
+    ``...extra_headers.X-Db-Pass=x``, ``...extra_query={key: x}``; a reference (``${oc.env:VAR}``,
+    also as each value of a dict) is none."""
+    key, _, value = override.partition("=")
+    value = value.strip()
+    if not value or not any(is_carrier_key(part) for part in re.split(r"[./@]", override_key(key)) if part):
+        return False
+    if ENV_REFERENCE.match(value):
+        return False
+    if value.startswith("{"):
+        return any(not ENV_REFERENCE.match(m["value"].strip()) for m in _INLINE_PAIR.finditer(value))
+    return True
+
+
 def redact_overrides(overrides: list[str]) -> list[str]:
     """Command-line overrides (``key=value``) with the value of any secret-looking key replaced,
-    secret-named pairs of a dict value too, and secrets found by value scrubbed."""
-    secrets = environment_secrets()
+    secret-named pairs of a dict value too, a header or query value, and secrets found by value scrubbed."""
+    secrets = known_secrets()
     redacted = []
     for override in overrides:
         key, sep, value = override.partition("=")
-        if sep and ((value and is_secret_key(override_key(override))) or inline_secret_names(value)):
+        if sep and (
+            (value and is_secret_key(override_key(override)))
+            or inline_secret_names(value)
+            or carries_a_literal(override)
+        ):
             redacted.append(f"{key}={REDACTED}")
         else:
             redacted.append(redact_text(override, secrets))
@@ -274,7 +417,7 @@ class RedactingFilter(logging.Filter):
     """Scrubs secrets (found by value) from a log record's message and traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        secrets = environment_secrets()
+        secrets = known_secrets()
         message = record.getMessage()
         redacted = redact_text(message, secrets)
         if redacted != message:

@@ -15,13 +15,18 @@
    (:func:`vldocir.launch.refuse_secret_overrides`), and a config option that ``conf/`` lacks
    (``dataset=nosuch``: :func:`unknown_option`) in one line, before Hydra's own many-line message;
    and lets ``argv`` be rewritten (run.py's :func:`vldocir.launch.multirun_cfg_argv`);
-2. composes the config from the repository's ``conf/`` through ``hydra.main`` and runs the task,
+2. composes the config from the repository's ``conf/`` through ``hydra.main`` (what ``--cfg``
+   prints redacted by vldocir.manifest's rule: :func:`redact_printed_config`) and runs the task,
    whose return value Hydra keeps (run.py's swept metric). Before the task, in every job (submitit's
    job processes too), log records are scrubbed of secrets from then on
    (:func:`vldocir.manifest.install_log_redaction`) and the files Hydra wrote for the job
    (``.hydra/*.yaml``, a sweep's ``multirun.yaml``) are redacted in place
    (:func:`redact_hydra_files`): a secret a config file holds (``conf/local/``) reaches them
-   although none can come from the command line;
+   although none can come from the command line. First of all, the secrets the config sends
+   (values under secret-looking keys, HTTP header and query values, URL user-info, token-like
+   environment values) are declared to the redaction rule, and the config's literals holding one
+   become environment references (:func:`vldocir.launch.secrets_to_environment`), so that what
+   Hydra keeps of the job (submitit's ``*_result.pkl``) holds none;
 3. prints what the user can fix as one stderr line, ``<app> error: <what and where>``, and exits
    with status 2: every :class:`~vldocir.errors.VldocirError`, every ``OSError`` (the path it
    names and, for a full disk, a quota or a size limit, the free space there), and a config
@@ -35,7 +40,10 @@ before the line is printed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import itertools
 import logging
 import re
 import sys
@@ -109,13 +117,15 @@ _GROUP_OPTION = re.compile(r"^(?P<group>[A-Za-z_]\w*)=(?P<option>[\w.-]+)$")
 def unknown_option(argv: list[str]) -> str | None:
     """The first ``<group>=<option>`` of ``argv`` naming a config group of ``conf/`` that has no such
     option (``dataset=nosuch``), as a message; None when every one exists. Sweeps, globs, ``null``
-    and nested groups are left to Hydra."""
+    and nested groups are left to Hydra. A ``--config-dir`` (``-cd``) adds its own options."""
+    extra = [Path(v) for flag, v in itertools.pairwise(argv) if flag in ("--config-dir", "-cd")]
+    extra += [Path(a.partition("=")[2]) for a in argv if a.startswith("--config-dir=")]
     for argument in argv[1:]:
         match = _GROUP_OPTION.match(argument)
         if not match or match["option"] == "null" or not (CONFIG_DIR / match["group"]).is_dir():
             continue
         folder = CONFIG_DIR / match["group"]
-        if not (folder / f"{match['option']}.yaml").is_file():
+        if not any((root / match["group"] / f"{match['option']}.yaml").is_file() for root in (CONFIG_DIR, *extra)):
             options = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
             return f"{argument}: conf/{match['group']}/ has no option '{match['option']}' (one of: {options})"
     return None
@@ -187,6 +197,36 @@ def hydra_os_errors_in_one_line(app: str) -> Iterator[None]:
         hydra_internal.run_and_report, hydra_core._save_config = report, save
 
 
+def redact_printed_config(text: str) -> str:
+    """What Hydra's ``--cfg job|hydra|all`` printed (a config as YAML, a ``# @package`` line
+    first with ``--package``, or one value), redacted by vldocir.manifest's rule: values under
+    secret-looking keys and header/query mappings, secrets by value, and every value the config
+    sends as a credential wherever else it appears (its literals are printed as composed)."""
+    import yaml
+
+    from vldocir.manifest import config_secrets, known_secrets
+
+    head = "".join(line for line in text.splitlines(keepends=True) if line.startswith("# @package"))
+    body = text[len(head) :] if text.startswith(head) else text
+    try:
+        tree = yaml.safe_load(body)
+    except yaml.YAMLError:
+        return redact_text(text)
+    if not isinstance(tree, (dict, list)):
+        return redact_text(text)
+    secrets = sorted({*known_secrets(), *(v for v in config_secrets(tree) if len(v) >= 4)}, key=len, reverse=True)
+    redacted = redact_secrets(tree, secrets, keep_references=True)
+    if redacted == tree:
+        return text
+    from omegaconf import OmegaConf
+
+    return head + OmegaConf.to_yaml(OmegaConf.create(redacted))
+
+
+def _shows_config(argv: list[str]) -> bool:
+    return any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in argv)
+
+
 def hydra_app(
     app: str, config_name: str, argv: Callable[[list[str]], list[str]] | None = None
 ) -> Callable[[Task], Callable[[], Any]]:
@@ -201,6 +241,9 @@ def hydra_app(
         @functools.wraps(task)  # (Hydra names the job and its log file after the wrapped task's file)
         def job(cfg):
             with one_line_errors(app):
+                from vldocir.launch import secrets_to_environment
+
+                secrets_to_environment(cfg)  # the config's secrets held in memory, its literals references
                 install_log_redaction()  # Hydra has configured the job's logging by now
                 redact_hydra_files()
                 return task(cfg)
@@ -219,7 +262,14 @@ def hydra_app(
             if argv is not None:
                 sys.argv = argv(sys.argv)
             with hydra_os_errors_in_one_line(app):
-                return composed()
+                if not _shows_config(sys.argv):
+                    return composed()
+                printed = io.StringIO()  # --cfg: Hydra prints the composed config, literals of config files included
+                try:
+                    with contextlib.redirect_stdout(printed):
+                        return composed()
+                finally:
+                    sys.stdout.write(redact_printed_config(printed.getvalue()))
 
         return main
 
