@@ -704,6 +704,15 @@ RETRIEVERS: dict[str, TinyCheckpoint] = {
     ),
 }
 
+#: Further models of conf/retriever/mteb.yaml (`retriever.model.name`) -> their tiny checkpoints: mteb's
+#: ColPali wrapper runs a PaliGemma, whose attention differs from the Qwen family of the default.
+MTEB_MODELS: dict[str, TinyCheckpoint] = {
+    "vidore/colpali-v1.3": TinyCheckpoint(
+        build_tiny_colpali,
+        ("retriever.model.name=vidore/colpali-v1.3", "+{key}.loader_kwargs.torch_dtype=float32"),
+    ),
+}
+
 #: conf/reranker/<name>.yaml -> its model's tiny checkpoint.
 RERANKERS: dict[str, TinyCheckpoint] = {
     "colqwen25": COLQWEN,
@@ -719,7 +728,11 @@ class TinyCheckpoints(Mapping):
         self.root, self.table, self._built = Path(root), table, {}
 
     def __getitem__(self, name: str) -> Path:
-        build = self.table[name].build
+        return self.built(self.table[name])
+
+    def built(self, tiny: TinyCheckpoint) -> Path:
+        """The directory of ``tiny``'s checkpoint, built on first use (shared with the configs of its family)."""
+        build = tiny.build
         if build not in self._built:
             self._built[build] = build(self.root / build.__name__.removeprefix("build_tiny_"))
         return self._built[build]

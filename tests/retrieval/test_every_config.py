@@ -170,8 +170,8 @@ def test_every_retriever_config_runs_end_to_end(name, tiny, one_doc, isolated_pa
     for index, raw in enumerate(inputs.raw(0, 2)):
         (direct,) = retriever.encoder.encode_pages([inputs.decode(raw)])
         np.testing.assert_allclose(stored.item(index).astype(np.float32), direct, atol=2e-3)
-    # The queries in one batch, as the pipeline encodes them (13 < query_batch_size): see
-    # test_query_vectors_do_not_depend_on_the_batch for why the batch matters to one family.
+    # The queries in one batch, as the pipeline encodes them (13 < query_batch_size): the
+    # vectors do not depend on it (test_vectors_do_not_depend_on_the_batch).
     queries = pq.read_table(bench / "queries.parquet", columns=["query_id", "text"]).to_pandas()
     query_vectors = dict(zip(queries["query_id"], retriever.encoder.encode_queries(list(queries["text"])), strict=True))
     position = {page: i for i, page in enumerate(inputs.page_ids)}
@@ -181,31 +181,107 @@ def test_every_retriever_config_runs_end_to_end(name, tiny, one_doc, isolated_pa
         assert score == pytest.approx(maxsim, rel=1e-3, abs=1e-3), (query, page)
 
 
-PALIGEMMA_SDPA = (
-    "transformers 5.24 PaliGemma with sdpa attends an unpadded text-only batch bidirectionally (the mask is skipped "
-    "and the BC default use_bidirectional_attention=True makes attention non-causal) but a padded one causally, as "
-    "eager does always: a ColPali query's vectors depend on the other queries in its batch"
-)
+#: The largest difference allowed between an input's vectors (or a pair's score) computed alone and in a
+#: batch, by the model's dtype: in float32 only the order of sums differs (padding changes the kernels'
+#: shapes); half precision rounds each sum. The tiny checkpoints run in float32 (CPU).
+BATCH_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
+#: Three queries of different lengths: a batch of them is padded.
+QUERIES = ["What is the revenue in 2021?", "Find the page", "What was the total revenue in 2020 and 2022, by segment?"]
+#: The models of retriever=mteb besides its default (tiny_models.RETRIEVERS["mteb"]), by a test id.
+MTEB_MODELS = {"mteb-colpali": "vidore/colpali-v1.3"}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=PALIGEMMA_SDPA)) if n == "colpali13" else n
-        for n in RETRIEVER_CONFIGS
-    ],
-)
-def test_query_vectors_do_not_depend_on_the_batch(name, tiny):
-    """The Encoder contract (batch sizes are memory only), for every model config: a query encoded alone
-    equals the same query encoded beside longer and shorter ones."""
-    if _check_has_tiny_checkpoint("retriever", name) is None:
+def _page_inputs(page_input: str) -> list:
+    """Three pages of different sizes (images) or lengths (a text column): a batch of them is padded where
+    the family's processor pads (fixed-size models such as ColPali resize every page alike)."""
+    if page_input != "image":
+        return ["Revenue 2021: 4.2 million.", "A page", "Total revenue grew in 2020 and in 2022, in every segment."]
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    sizes = ((96, 64), (56, 140), (80, 80))
+    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
+
+
+def _dtype(model) -> str:
+    """The torch dtype a model runs in: ``dtype`` (TorchEncoder, rerankers) or mteb's ``torch_dtype``."""
+    dtype = getattr(model, "dtype", None) or getattr(model, "loader_kwargs", {}).get("torch_dtype") or "float32"
+    return str(getattr(dtype, "value", dtype)).removeprefix("torch.")
+
+
+def _assert_batch_invariant(encode, inputs: list, tolerance: float, what: str) -> None:
+    """``encode`` of each input alone equals its vectors in a batch of all, in two orders (other neighbours,
+    other padding): same token count, values within ``tolerance``."""
+    alone = [encode([item])[0] for item in inputs]
+    order = list(range(len(inputs)))
+    for batch in (order, order[::-1]):
+        together = encode([inputs[i] for i in batch])
+        for i, vectors in zip(batch, together, strict=True):
+            np.testing.assert_allclose(vectors, alone[i], atol=tolerance, err_msg=f"{what} {i} in batch {batch}")
+
+
+def _retriever_overrides(name: str, tiny) -> list[str]:
+    """tiny_overrides of a retriever config, or of retriever=mteb with one of MTEB_MODELS."""
+    if name not in MTEB_MODELS:
+        return tiny_overrides(name, tiny)
+    import tiny_models
+
+    model = tiny_models.MTEB_MODELS[MTEB_MODELS[name]]
+    pointed = tiny_models.overrides_for(model, "retriever.model.encoder", tiny.built(model))
+    return ["retriever=mteb", "retriever.model.progress=false", *pointed]
+
+
+@pytest.mark.parametrize("name", [*RETRIEVER_CONFIGS, *MTEB_MODELS])
+def test_vectors_do_not_depend_on_the_batch(name, tiny):
+    """The Encoder contract (batch sizes are memory only), for every model config: a query or a page
+    encoded alone equals the same input encoded beside longer and shorter ones, within the dtype's tolerance."""
+    if name in RETRIEVER_CONFIGS and _check_has_tiny_checkpoint("retriever", name) is None:
         pytest.skip(f"conf/retriever/{name}.yaml has no model (BM25 or a run file)")
-    encoder = instantiate(compose_cfg(*tiny_overrides(name, tiny)).retriever.model).encoder
-    texts = ["What is the revenue in 2021?", "Find the page", "What was the total revenue in 2020 and 2022?"]
-    batched = encoder.encode_queries(texts)
-    for text, together in zip(texts, batched, strict=True):
-        (alone,) = encoder.encode_queries([text])
-        np.testing.assert_allclose(alone, together, atol=1e-4, err_msg=text)
+    encoder = instantiate(compose_cfg(*_retriever_overrides(name, tiny)).retriever.model).encoder
+    tolerance = BATCH_TOLERANCE[_dtype(encoder)]
+    _assert_batch_invariant(encoder.encode_queries, QUERIES, tolerance, "query")
+    _assert_batch_invariant(encoder.encode_pages, _page_inputs(encoder.page_input), tolerance, "page")
+
+
+@pytest.mark.parametrize("name", RERANKER_CONFIGS)
+def test_rerank_scores_do_not_depend_on_the_batch(name, tmp_path_factory):
+    """A reranker's batch mixes queries and pages: each pair scored alone scores the same in the batch."""
+    from tiny_models import RERANKERS, TinyCheckpoints, overrides_for
+
+    _, key = _model_node(compose_cfg("setting=rerank", f"reranker={name}"), "reranker")
+    checkpoint = TinyCheckpoints(tmp_path_factory.mktemp("rerankers"), RERANKERS)[name]
+    cfg = compose_cfg("setting=rerank", f"reranker={name}", *overrides_for(RERANKERS[name], key, checkpoint))
+    reranker = instantiate(cfg.reranker.model)
+    tolerance = BATCH_TOLERANCE[_dtype(getattr(reranker, "encoder", reranker))]
+    pairs = list(zip(QUERIES, _page_inputs("image"), strict=True))
+
+    def score(batch):
+        return [[s] for s in reranker.score([q for q, _ in batch], [page for _, page in batch])]
+
+    _assert_batch_invariant(score, pairs, tolerance, "pair")
+
+
+def test_colpali_attends_alike_under_every_attention_implementation(tiny):
+    """ColPali (PaliGemma) attends bidirectionally over its whole input as trained: the same vectors
+    under sdpa and eager (before the fix, eager attended causally over a query: 0.24 apart on this
+    checkpoint), and its run keys say so (embeddings of the causal queries are not reused)."""
+    encoders = {
+        attention: instantiate(
+            compose_cfg(
+                *tiny_overrides("colpali13", tiny), f"retriever.model.encoder.attn_implementation={attention}"
+            ).retriever.model
+        ).encoder
+        for attention in ("sdpa", "eager")
+    }
+    pages = _page_inputs("image")
+    for text in QUERIES:
+        sdpa, eager = (e.encode_queries([text])[0] for e in encoders.values())
+        np.testing.assert_allclose(sdpa, eager, atol=1e-5, err_msg=text)
+    for sdpa, eager in zip(*(e.encode_pages(pages) for e in encoders.values()), strict=True):
+        np.testing.assert_allclose(sdpa, eager, atol=1e-5)
+    assert encoders["sdpa"].cache_params()["paligemma_attention"] == "bidirectional"
+    colqwen = instantiate(compose_cfg(*tiny_overrides("colqwen25", tiny)).retriever.model).encoder
+    assert "paligemma_attention" not in colqwen.cache_params()
 
 
 @pytest.mark.slow

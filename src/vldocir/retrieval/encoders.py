@@ -13,6 +13,7 @@ Models load lazily, on the first encode: a run whose embeddings are all cached l
 
 from __future__ import annotations
 
+import functools
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -147,6 +148,48 @@ class TorchEncoder(Encoder):
         }
 
 
+#: The cache-key entry of an encoder whose model may be a PaliGemma (ColPali), which
+#: :func:`paligemma_attends_bidirectionally` fixes: its vectors from before the fix (queries of a padded
+#: batch attended causally) are not reused.
+PALIGEMMA_ATTENTION = {"paligemma_attention": "bidirectional"}
+
+
+def paligemma_attends_bidirectionally(model) -> bool:
+    """Make every PaliGemma in ``model`` attend bidirectionally whatever its batch and attention implementation.
+
+    PaliGemma 1 and 2 (ColPali's backbone) attend bidirectionally over the prompt (transformers 4.x at
+    inference: the full mask, padding masked). transformers 5 keeps that as
+    ``text_config.use_bidirectional_attention`` (True by default), which makes the Gemma attention layers
+    non-causal, and marks the prompt a bidirectional block from ``token_type_ids``. A batch without them
+    (ColPali's queries) gets the causal mask whenever a mask is built (a padded batch under ``sdpa``, every
+    batch under ``eager``) but none for an unpadded batch under ``sdpa``, where the non-causal layers then
+    attend bidirectionally: a query's vectors depended on the other queries in its batch (0.24 on a tiny
+    checkpoint), and ``eager`` encoded every query causally. A text config marked ``is_causal=False`` gets
+    the bidirectional mask with padding masked (``create_causal_mask``) under every implementation: queries
+    as encoded alone under ``sdpa``, pages (all prompt, with ``token_type_ids``) unchanged.
+
+    Returns whether ``model`` holds a PaliGemma.
+    """
+    found = False
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "model_type", None) != "paligemma":
+            continue
+        text = config.get_text_config()
+        if getattr(text, "use_bidirectional_attention", None):
+            text.is_causal = False
+        found = True
+    return found
+
+
+@functools.cache
+def _is_paligemma_class(model_class: str) -> bool:
+    from transformers import PaliGemmaPreTrainedModel
+
+    cls = _import(model_class)
+    return isinstance(cls, type) and issubclass(cls, PaliGemmaPreTrainedModel)
+
+
 def _split_by_mask(embeddings, mask) -> list[np.ndarray]:
     """(B, L, D) tensor + (B, L) attention mask -> B float32 arrays of the unmasked tokens.
 
@@ -194,10 +237,12 @@ class ColEngineEncoder(TorchEncoder):
             "model_class": self.model_class,
             "processor_class": self.processor_class,
             "processor_kwargs": self.processor_kwargs,
+            **(PALIGEMMA_ATTENTION if _is_paligemma_class(self.model_class) else {}),
         }
 
     def load(self) -> None:
         self.model = self.load_model(self.model_class)
+        paligemma_attends_bidirectionally(self.model)
         self.processor = self.checkpoint.load(
             _import(self.processor_class).from_pretrained, "processor", **self.processor_kwargs
         )

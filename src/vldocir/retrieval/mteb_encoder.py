@@ -9,8 +9,10 @@ other model (:mod:`vldocir.retrieval.dense`): the cached sharded page store, exa
 search, runs and evaluation.
 
 The run key (:meth:`MtebEncoder.cache_params`) holds the mteb name, the commit loaded, the loader's
-qualified name and keyword arguments, the mteb version (a wrapper's code can change the vectors) and the
-kind (single- or multi-vector). mteb is a dev dependency, imported on use.
+qualified name and keyword arguments, the mteb version (a wrapper's code can change the vectors), the
+kind (single- or multi-vector) and the PaliGemma attention fix applied to the loaded model
+(:func:`vldocir.retrieval.encoders.paligemma_attends_bidirectionally`). mteb is a dev dependency,
+imported on use.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 from vldocir.errors import ConfigError, MissingDependencyError, VldocirError
 from vldocir.retrieval.checkpoints import Checkpoint
 from vldocir.retrieval.dense import EmbeddingRetriever
-from vldocir.retrieval.encoders import Encoder
+from vldocir.retrieval.encoders import PALIGEMMA_ATTENTION, Encoder, paligemma_attends_bidirectionally
 
 INSTALL_HINT = "retriever=mteb needs mteb (pip install 'mteb>=2.26', or uv sync for the dev group)"
 
@@ -207,6 +209,9 @@ class MtebEncoder(Encoder):
             "similarity": self.similarity,
             "page_input": self.page_input,
             "task": self.task_metadata.name,
+            # any PaliGemma the loader builds (mteb's ColPali wrappers) attends as the project's own ColPali does;
+            # mteb's loaders are not known to build one before they run, so every mteb key carries it
+            **PALIGEMMA_ATTENTION,
         }
 
     def cache_params(self) -> dict[str, Any]:
@@ -236,6 +241,8 @@ class MtebEncoder(Encoder):
         if self.checkpoint.remote_code:
             kwargs.pop("trust_remote_code", None)  # the checkpoint passes it, once opted in
         self.model = self.checkpoint.load(load, "model", device=str(resolve_device(self.device_name)), **kwargs)
+        for module in _torch_modules(self.model):
+            paligemma_attends_bidirectionally(module)
 
     def _encode(self, columns: dict[str, list], prompt_type, batch_size: int) -> list[np.ndarray]:
         """The wrapper's ``encode`` over mteb's DataLoader of ``columns``; one float32 (n_tokens, dim) per row."""
@@ -292,6 +299,16 @@ class MtebEncoder(Encoder):
         return self._encode(
             {"id": [str(i) for i in range(len(texts))], "text": list(texts)}, PromptType.query, self.query_batch_size
         )
+
+
+def _torch_modules(wrapper: Any) -> list:
+    """The torch modules an mteb wrapper holds as attributes (its model: ``mdl``, ``model``, ...), or the
+    wrapper itself when it is one."""
+    import torch
+
+    if isinstance(wrapper, torch.nn.Module):
+        return [wrapper]
+    return [value for value in vars(wrapper).values() if isinstance(value, torch.nn.Module)]
 
 
 def _strip_padding(item: np.ndarray) -> np.ndarray:
