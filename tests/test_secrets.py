@@ -895,3 +895,15 @@ def test_cfg_with_resolve_prints_no_secret(monkeypatch, capsys):
     main()
     out = capsys.readouterr().out
     assert "X-Db-Pass:" in out and value not in out
+
+
+@pytest.mark.parametrize(
+    "app_config", sorted(p.stem for p in (REPO_ROOT / "conf").glob("*.yaml") if p.stem != "paper_tables")
+)
+def test_every_apps_sweep_moves_its_secrets_into_the_environment(app_config):
+    """Every Hydra app (run.py's conf/config.yaml and each app's conf/<app>.yaml) registers the callback
+    that turns a sweep's secrets into environment references before its launcher pickles the config."""
+    from omegaconf import OmegaConf
+
+    callbacks = OmegaConf.load(REPO_ROOT / "conf" / f"{app_config}.yaml").hydra.get("callbacks") or {}
+    assert "vldocir.launch.SecretsFromEnvironment" in {c.get("_target_") for c in callbacks.values()}

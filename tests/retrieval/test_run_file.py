@@ -591,3 +591,12 @@ def test_run_py_and_the_export_command(stored, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert out.read_text().splitlines()[0].endswith(" mysystem.base")
+
+
+def test_an_empty_run_keeps_its_float32_order_without_error():
+    """No rows: nothing to cast or separate (an empty run read from elsewhere used to raise IndexError)."""
+    cast, stats = float32_keeping_order(
+        np.array([], dtype=np.float64), np.array([], dtype=np.int64), np.array([], bool)
+    )
+    assert cast.dtype == np.float32 and cast.size == 0
+    assert stats["changed_rows"] == 0 and stats["merged_pairs"] == 0

@@ -202,7 +202,7 @@ def float32_keeping_order(score: np.ndarray, qcode: np.ndarray, page_up: np.ndar
     with np.errstate(over="ignore"):  # beyond float32's range: +-inf, handled below
         cast = score.astype(np.float32)
     first = _query_starts(qcode)
-    previous = np.concatenate(([0], np.arange(len(score) - 1)))
+    previous = np.maximum(np.arange(len(score)) - 1, 0)  # (none for an empty run)
     distinct = ~first & (score != score[previous])
     merged = distinct & (cast == cast[previous])
     needs_gap = distinct & ~page_up  # a float32 tie here would rank the two rows the other way round
