@@ -3,7 +3,8 @@
 Layers, lowest first; a module may import from its own layer or a lower one, never a higher one
 (the same numbers as docs/architecture.md, "Layers"):
 
-    0  data, io, cache, leases, manifest, errors, retry, llm, llm_server, threads (and ``vldocir`` itself)
+    0  data, io, cache, leases, manifest, errors, retry, llm, llm_server, threads, subprocesses
+       (and ``vldocir`` itself)
     1  queries | retrieval              (which do not import each other)
     2  construction, importers, interop | evaluation
                                         (evaluation and the first two do not import each other;
@@ -35,7 +36,20 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "vldocir"
 
 LAYERS = (
-    ("vldocir", "data", "io", "cache", "leases", "manifest", "errors", "retry", "llm", "llm_server", "threads"),
+    (
+        "vldocir",
+        "data",
+        "io",
+        "cache",
+        "leases",
+        "manifest",
+        "errors",
+        "retry",
+        "llm",
+        "llm_server",
+        "threads",
+        "subprocesses",
+    ),
     ("queries", "retrieval"),
     ("construction", "importers", "interop", "evaluation"),  # importers: theirs -> tables; interop: ours -> theirs
     ("pipeline", "store", "config_checks", "launch"),

@@ -125,35 +125,6 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
-@contextmanager
-def staged_directory(final: str | Path) -> Iterator[Path]:
-    """Yield a new, empty staging directory beside ``final`` (``.<name>.staging-<host>-<pid>-<ns>``,
-    :func:`vldocir.cache.staging_path`); when the block succeeds it becomes ``final`` (an existing
-    ``final`` is moved aside and deleted after the rename). When the block fails or is interrupted
-    (an exception, Ctrl-C, SIGTERM as :class:`vldocir.subprocesses.Terminated`), the staging
-    directory is deleted and ``final`` is as it was: no half-written output. Staging directories
-    beside ``final`` whose writer is dead (a SIGKILL) are removed first."""
-    from vldocir.cache import remove_stale_staging, staging_path
-
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(final.parent)
-    staging = staging_path(final)
-    aside = None
-    try:
-        with naming_path(staging):
-            staging.mkdir()
-            yield staging
-        if final.exists():
-            aside = staging_path(final)  # a staging name: removed as debris if this process dies here
-            os.replace(final, aside)
-        os.replace(staging, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
-
-
 def atomic_write_parquet(table: pa.Table, target: str | Path, **kwargs: Any) -> None:
     with atomic_path(target) as tmp:
         pq.write_table(table, tmp, **kwargs)

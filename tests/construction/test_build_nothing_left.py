@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO_ROOT, make_pdf
+from vldocir.cache import staged_directory
 from vldocir.data.benchmark import load_benchmark
 from vldocir.errors import ConfigError
-from vldocir.io import staged_directory
 from vldocir.subprocesses import SIGTERM_STATUS, Terminated, sigterm_as_interrupt
 
 

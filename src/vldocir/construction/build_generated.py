@@ -19,7 +19,7 @@ import pandas as pd
 from PIL import Image
 from tqdm.auto import tqdm
 
-from vldocir.cache import content_key
+from vldocir.cache import content_key, staged_directory
 from vldocir.construction.build_report import document_warnings, sampling_shortfall
 from vldocir.construction.documents import DocumentRecord
 from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
@@ -30,7 +30,7 @@ from vldocir.data.benchmark import INFO_FILE, Benchmark, load_benchmark, write_b
 from vldocir.data.evidence import NEAR_MAX_GAP, page_id, resolve_element_pages
 from vldocir.data.schema import EVIDENCE_STRUCTURES
 from vldocir.errors import ConfigError
-from vldocir.io import atomic_path, staged_directory
+from vldocir.io import atomic_path
 from vldocir.queries.template_queries import DocumentInfo, PlacedFact, sample_queries
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ def build_rendered_benchmark(
     ``None``: template queries over the planted facts.
 
     The benchmark is written into a staging directory beside ``out_dir`` that becomes ``out_dir``
-    only once complete (:func:`vldocir.io.staged_directory`): a build that fails or is interrupted
+    only once complete (:func:`vldocir.cache.staged_directory`): a build that fails or is interrupted
     leaves no ``out_dir`` (an earlier one stays as it was); its renders stay in ``cache_dir``.
     """
     check_out_dir(out_dir, cache_dir)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vldocir.cache import content_key
+from vldocir.cache import content_key, staged_directory
 from vldocir.construction.build_generated import (
     PAGE_COLUMNS,
     RENDER_KEY_EXCLUDED,
@@ -60,7 +60,6 @@ from vldocir.data.evidence import NEAR_MAX_GAP
 from vldocir.data.schema import SOURCES
 from vldocir.data.validation import outside_target
 from vldocir.errors import ConfigError
-from vldocir.io import staged_directory
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +163,7 @@ def build_from_html(
     are no planted facts, so template queries cannot be made here.
 
     The benchmark is written into a staging directory beside ``out_dir`` that becomes ``out_dir``
-    only once complete (:func:`vldocir.io.staged_directory`): a build that fails or is interrupted
+    only once complete (:func:`vldocir.cache.staged_directory`): a build that fails or is interrupted
     leaves no ``out_dir`` (an earlier one stays as it was); its renders stay in ``cache_dir``."""
     check_out_dir(out_dir, cache_dir, input_path)
     with staged_directory(out_dir) as staging:
