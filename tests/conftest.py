@@ -59,6 +59,22 @@ def offline_hub(tmp_path, monkeypatch) -> Path:
     return cache
 
 
+@pytest.fixture
+def restored_logging():
+    """Hydra configures the root logger for the job an in-process app runs (a console and a file
+    handler): undo it, so later tests do not log into a deleted tmp_path."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+
+
 def pytest_collection_modifyitems(config, items):
     """The `slow` end-to-end tests go first, so parallel workers (`make test` runs pytest-xdist) start
     the long ones early rather than leave one to run alone at the end; `gpu` tests run only where

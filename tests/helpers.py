@@ -32,6 +32,23 @@ def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subproc
     )
 
 
+PATH_ROOTS = {"cache": "cache", "log": "logs", "data": "data", "results": "results"}
+"""``paths.<key>_dir`` -> the folder under a test's tmp_path it points to."""
+
+
+def build_app(args: list[str], tmp_path: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python -m vldocir.apps.build ARGS` from the repository root, every configured root (cache,
+    logs, data, results) under ``tmp_path``."""
+    roots = [f"paths.{key}_dir={tmp_path / folder}" for key, folder in PATH_ROOTS.items()]
+    return subprocess.run(
+        [sys.executable, "-m", "vldocir.apps.build", *roots, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 MINI_DIR = REPO_ROOT / "data" / "vl-docir-mini"
 
 

@@ -188,21 +188,6 @@ def test_the_app_refuses_a_secret_before_hydra_writes_anything(tmp_path, monkeyp
     assert len(err.splitlines()) == 1 and "'hf_token'" in err and "sekrit-value" not in err
 
 
-@pytest.fixture
-def restored_logging():
-    """Hydra configures the root logger for its job (a console and a file handler): undo it."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for handler in root.handlers[:]:
-        if handler not in handlers:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
-
-
 def test_an_app_run_in_process(isolated_paths, monkeypatch, capsys, restored_logging):
     """The whole wrapper: composed from conf/ by Hydra, the task's error one line, status 2, and the
     job named after the app's file (Hydra's log file ``<name>.log``), not after the wrapper's."""

@@ -206,21 +206,6 @@ def test_sigterm_is_one_line_and_status_143(capsys):
     assert capsys.readouterr().err.splitlines() == ["build: terminated (SIGTERM)"]
 
 
-@pytest.fixture
-def restored_logging():
-    """Hydra configures the root logger for its job: undo it."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for handler in root.handlers[:]:
-        if handler not in handlers:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
-
-
 @pytest.mark.skipif(not os.access("/dev/full", os.W_OK), reason="needs /dev/full (Linux)")
 def test_a_full_disk_under_hydras_own_config_save_is_one_line(
     isolated_paths, tmp_path, monkeypatch, capsys, restored_logging

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from helpers import REPO_ROOT, ScriptedVLM, evaluate
+from helpers import ScriptedVLM, evaluate
+from helpers import build_app as build
 from vldocir.construction.ingest import SOURCES, load_documents
 from vldocir.data.benchmark import load_benchmark
 from vldocir.errors import ConfigError
@@ -122,24 +121,6 @@ def test_a_folder_without_an_index_is_refused(tmp_path):
 
 
 # -- the build ----------------------------------------------------------------------------------------
-def build(args: list[str], tmp_path: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vldocir.apps.build",
-            f"paths.cache_dir={tmp_path / 'cache'}",
-            f"paths.log_dir={tmp_path / 'logs'}",
-            f"paths.data_dir={tmp_path / 'data'}",
-            *args,
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def server_args(url: str) -> list[str]:
     return [
         "queries.recorded=null",

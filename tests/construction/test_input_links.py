@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import build_app as build
 from vldocir.construction.ingest import load_documents
 from vldocir.construction.input_folder import folder_documents, outside_links
 from vldocir.construction.render.browser import file_allowed
@@ -166,25 +164,6 @@ def test_the_renderer_reads_only_files_inside_the_documents_folder(tmp_path, sec
     assert document_path("doc", root / "index.html") == real / "index.html"
     with pytest.raises(RenderError, match="no such file"):
         document_path("doc", root / "gone.html")
-
-
-def build(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vldocir.apps.build",
-            f"paths.cache_dir={tmp_path / 'cache'}",
-            f"paths.log_dir={tmp_path / 'logs'}",
-            f"paths.data_dir={tmp_path / 'data'}",
-            f"paths.results_dir={tmp_path / 'results'}",
-            *args,
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def files_holding(text: str, *folders: Path) -> list[str]:

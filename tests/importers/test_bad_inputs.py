@@ -68,21 +68,6 @@ SOURCES = {
 
 
 @pytest.fixture
-def restored_logging():
-    """Hydra configures the root logger for its job (a console and a file handler): undo it."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for handler in root.handlers[:]:
-        if handler not in handlers:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
-
-
-@pytest.fixture
 def run_import(isolated_paths, monkeypatch, capsys, restored_logging):
     """``python -m vldocir.apps.import_benchmark dataset=<..> dataset.importer.source=<source>``, in
     process: ``(status, stdout, stderr)``."""
