@@ -32,6 +32,19 @@ def run_py(*args: str, env: dict | None = None, timeout: float = 300) -> subproc
     )
 
 
+def dead_pid() -> int:
+    """A pid no process has (counting down from the kernel's largest; no subprocess needed)."""
+    pid = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pass  # alive, someone else's
+        pid -= 1
+
+
 PATH_ROOTS = {"cache": "cache", "log": "logs", "data": "data", "results": "results"}
 """``paths.<key>_dir`` -> the folder under a test's tmp_path it points to."""
 

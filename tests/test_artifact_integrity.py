@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from helpers import compose_cfg, evaluate, minilm_overrides
+from helpers import compose_cfg, dead_pid, evaluate, minilm_overrides
 from vldocir.cache import ArtifactCache, remove_stale_staging, staging_path
 from vldocir.data.benchmark import load_benchmark
 from vldocir.retrieval.context import DocumentContext
@@ -311,19 +311,6 @@ def test_a_shard_without_its_integrity_facts_is_damaged(missing, says, damaged):
 
 
 # -- staging debris ------------------------------------------------------------------------------
-def dead_pid() -> int:
-    """A pid no process has (counting down from the kernel's largest; no subprocess needed)."""
-    pid = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return pid
-        except PermissionError:
-            pass  # alive, someone else's
-        pid -= 1
-
-
 def make_staging(parent: Path, name: str, age_s: float = 0) -> Path:
     path = parent / name
     path.mkdir(parents=True)

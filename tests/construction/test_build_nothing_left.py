@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO_ROOT, make_pdf
+from helpers import REPO_ROOT, dead_pid, make_pdf
 from vldocir.cache import staged_directory
 from vldocir.data.benchmark import load_benchmark
 from vldocir.errors import ConfigError
@@ -71,19 +71,6 @@ def test_the_staging_directory_of_a_killed_build_is_removed_by_the_next(tmp_path
     with staged_directory(out) as staging:
         (staging / "benchmark.json").write_text("{}")
     assert siblings(out) == ["bench"]
-
-
-def dead_pid() -> int:
-    """A process id no process holds now."""
-    pid = 4_000_000
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return pid
-        except PermissionError:
-            pass
-        pid -= 1
 
 
 # -- a build that fails after its pages are made --------------------------------------------------------
