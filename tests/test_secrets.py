@@ -199,6 +199,9 @@ def test_token_like_environment_values_are_secrets_under_any_name():
         "GITHUB_SHA": _hex(40),  # a commit names a thing
         "INVOCATION_ID": _hex(32),
         "REGULAR": "aaaaaaaa11111111",  # long, letters and digits, but no token
+        "CONDA_DEFAULT_ENV": "vldocir-py311-cu121",  # names made of parts, one a word: identifiers
+        "MODEL_ID_HINT": "Qwen2-VL-2B-Instruct",
+        "CUDA_VISIBLE_DEVICES": "MIG-5f3c2a1b-9d4e-4c7a-8b1f-2e6d9a0c7b35",
         "VLDOCIR_LLM_BASE_URL": "http://127.0.0.1:8000/v1",
         "COLUMNS": "120",
     }
@@ -907,3 +910,11 @@ def test_every_apps_sweep_moves_its_secrets_into_the_environment(app_config):
 
     callbacks = OmegaConf.load(REPO_ROOT / "conf" / f"{app_config}.yaml").hydra.get("callbacks") or {}
     assert "vldocir.launch.SecretsFromEnvironment" in {c.get("_target_") for c in callbacks.values()}
+
+
+def test_clearing_a_header_mapping_on_the_command_line_is_no_secret():
+    from vldocir.manifest import carries_a_literal
+
+    assert not carries_a_literal("queries.llm.params.extra_headers=null")
+    assert not carries_a_literal("queries.llm.params.extra_query={}")
+    assert carries_a_literal("queries.llm.params.extra_headers.X-Db-Pass=abcd")

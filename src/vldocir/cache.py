@@ -158,8 +158,11 @@ def staged_directory(final: str | Path) -> Iterator[Path]:
     ``final`` is moved aside and deleted after the rename). When the block fails or is interrupted
     (an exception, Ctrl-C, SIGTERM as :class:`vldocir.subprocesses.Terminated`), the staging
     directory is deleted and ``final`` is as it was: no half-written output. Staging directories
-    beside ``final`` whose writer is dead (a SIGKILL) are removed first."""
-    final = Path(final)
+    beside ``final`` whose writer is dead (a SIGKILL) are removed first. A ``final`` that is a symbolic
+    link (``data/bench -> /scratch/bench``) is staged beside its target, so the link stays."""
+    final = Path(final).expanduser()
+    if final.is_symlink():
+        final = final.resolve()
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(final.parent)
     staging = staging_path(final)
@@ -173,6 +176,9 @@ def staged_directory(final: str | Path) -> Iterator[Path]:
             os.replace(final, aside)
         os.replace(staging, final)
     finally:
+        if aside is not None and not final.exists():  # interrupted between the two renames: put it back
+            os.replace(aside, final)
+            aside = None
         shutil.rmtree(staging, ignore_errors=True)
         if aside is not None:
             shutil.rmtree(aside, ignore_errors=True)

@@ -203,8 +203,13 @@ def is_carrier_key(name: Any) -> bool:
 def looks_like_a_token(value: str) -> bool:
     """Whether an environment value looks like a token or password whatever its variable's name:
     at least MIN_TOKEN_LENGTH token characters (letters, digits, ``._~+/=-``; no path, URL or list),
-    letters and digits both, and random-looking (MIN_TOKEN_ENTROPY bits per character)."""
+    letters and digits both, and random-looking (MIN_TOKEN_ENTROPY bits per character). A name made of
+    separated parts one of which is a word (``vldocir-py311-cu121``, ``Qwen2-VL-2B-Instruct``,
+    ``x86_64-conda-linux-gnu``, ``MIG-5f3c…``) is an identifier, not a token."""
     if len(value) < MIN_TOKEN_LENGTH or not _TOKEN_LIKE.fullmatch(value) or "//" in value:
+        return False
+    parts = re.split(r"[-_.]", value)
+    if len(parts) > 1 and any(len(part) >= 3 and part.isalpha() for part in parts):
         return False
     if not (any(c.isalpha() for c in value) and any(c.isdigit() for c in value)):
         return False
@@ -388,7 +393,7 @@ def carries_a_literal(override: str) -> bool:
     value = value.strip()
     if not value or not any(is_carrier_key(part) for part in re.split(r"[./@]", override_key(key)) if part):
         return False
-    if ENV_REFERENCE.match(value):
+    if ENV_REFERENCE.match(value) or value in ("null", "~", "{}", "[]"):  # a reference, or clearing the mapping
         return False
     if value.startswith("{"):
         return any(not ENV_REFERENCE.match(m["value"].strip()) for m in _INLINE_PAIR.finditer(value))

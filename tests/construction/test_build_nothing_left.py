@@ -61,6 +61,19 @@ def test_a_staged_directory_becomes_the_output_only_once_complete(tmp_path):
     assert (out / "benchmark.json").read_text() == "three"
 
 
+def test_an_output_that_is_a_link_is_replaced_where_it_points(tmp_path):
+    """``data/bench -> /scratch/bench``: the new benchmark lands on /scratch, the link stays."""
+    scratch, data = tmp_path / "scratch", tmp_path / "data"
+    (scratch / "bench").mkdir(parents=True)
+    (scratch / "bench" / "benchmark.json").write_text("old")
+    data.mkdir()
+    (data / "bench").symlink_to(scratch / "bench")
+    with staged_directory(data / "bench") as staging:
+        (staging / "benchmark.json").write_text("new")
+    assert (data / "bench").is_symlink() and siblings(data / "bench") == ["bench"]
+    assert siblings(scratch / "bench") == ["bench"] and (scratch / "bench" / "benchmark.json").read_text() == "new"
+
+
 def test_the_staging_directory_of_a_killed_build_is_removed_by_the_next(tmp_path):
     from vldocir.leases import host_name
 

@@ -140,5 +140,5 @@ def test_files_outside_the_dataset_or_unreadable_are_one_line(tmp_path):
         MtebFormatImporter(source=str(source)).read()
     shard.unlink()
     shard.write_bytes(b"PAR1 not really")
-    with pytest.raises(ImporterError, match=r"test-00000-of-00001\.parquet: cannot be read as config 'queries'"):
+    with pytest.raises(ImporterError, match=r"test-00000-of-00001\.parquet: not a readable Parquet file"):
         MtebFormatImporter(source=str(source)).read()

@@ -204,7 +204,7 @@ def redact_printed_config(text: str) -> str:
     sends as a credential wherever else it appears (its literals are printed as composed)."""
     import yaml
 
-    from vldocir.manifest import config_secrets, known_secrets
+    from vldocir.manifest import MIN_DECLARED_LENGTH, config_secrets, known_secrets
 
     head = "".join(line for line in text.splitlines(keepends=True) if line.startswith("# @package"))
     body = text[len(head) :] if text.startswith(head) else text
@@ -214,7 +214,9 @@ def redact_printed_config(text: str) -> str:
         return redact_text(text)
     if not isinstance(tree, (dict, list)):
         return redact_text(text)
-    secrets = sorted({*known_secrets(), *(v for v in config_secrets(tree) if len(v) >= 4)}, key=len, reverse=True)
+    secrets = sorted(
+        {*known_secrets(), *(v for v in config_secrets(tree) if len(v) >= MIN_DECLARED_LENGTH)}, key=len, reverse=True
+    )
     redacted = redact_secrets(tree, secrets, keep_references=True)
     if redacted == tree:
         return text

@@ -51,7 +51,14 @@ from vldocir.construction.build_generated import (
 from vldocir.construction.build_report import document_warnings, sampling_shortfall
 from vldocir.construction.collect.index import IndexFileError, read_index
 from vldocir.construction.documents import DocumentRecord
-from vldocir.construction.input_folder import HTML_SUFFIXES, PDF_SUFFIX, InputDocument, folder_documents, listing_digest
+from vldocir.construction.input_folder import (
+    HTML_SUFFIXES,
+    PDF_SUFFIX,
+    InputDocument,
+    check_link_policy,
+    folder_documents,
+    listing_digest,
+)
 from vldocir.construction.ocr import OcrConfig, ocr_pages
 from vldocir.construction.pdf import PdfBatchReport, PdfConfig, rasterize_pdfs
 from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfig, render_batch
@@ -89,6 +96,7 @@ def load_documents(
     (``conf/build.yaml`` ``folder``; the index, when there is one, gives its own). ``links``
     (``folder.links``): a symbolic link leaving the folder is refused or left out, never read
     (:mod:`.input_folder`); an index's document file that is a link leaving its own folder likewise."""
+    check_link_policy(links)  # (every input kind: a folder, one file, an index)
     index = find_index(input_path)
     if index is None:
         if source is None:

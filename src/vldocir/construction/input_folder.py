@@ -153,13 +153,17 @@ def _hidden_documents(folder: Path) -> list[str]:
     return sorted(e.name for e in folder.iterdir() if e.name.startswith(".") and _document_file(e) is not None)
 
 
+def check_link_policy(links: str) -> None:
+    """``folder.links`` is one of :data:`LINK_POLICIES`, else one line (a typo must not mean skip)."""
+    if links not in LINK_POLICIES:
+        raise ConfigError(f"folder.links={links!r}: must be one of {', '.join(LINK_POLICIES)}")
+
+
 def find_documents(folder: str | Path, source: str, links: str = "refuse") -> list[tuple[Path, str, str | None]]:
     """``(file to render, source, problem)`` of every document in ``folder`` (module doc), in name
     order; ``problem``: why it is left out (``links=skip``: a symbolic link leaving the folder).
     Raises :class:`ConfigError` naming the first link that leaves the folder (``links=refuse``)."""
     folder = Path(folder)
-    if links not in LINK_POLICIES:
-        raise ConfigError(f"folder.links={links!r}: must be one of {', '.join(LINK_POLICIES)}")
     leaving = outside_links(folder)
     if leaving and links == "refuse":
         link, target = leaving[0]
@@ -234,6 +238,7 @@ def folder_documents(
     without documents, two documents that would share an id, or a link leaving the folder
     (``links=refuse``)."""
     folder = Path(path)
+    check_link_policy(links)
     if source not in SOURCES:
         raise ConfigError(f"folder.source={source!r} is not a source; valid sources: {', '.join(SOURCES)}")
     if folder.is_dir():

@@ -467,6 +467,10 @@ def _keep(frame: pd.DataFrame, mask, data: ImportedData, table: str, reason: str
     return frame[mask]
 
 
+MAX_GRADE = 2**31 - 1
+"""The largest grade a qrel may have (``qrels.grade`` is int32); BEIR and trec_eval grades are integers."""
+
+
 def _qrels(data: ImportedData, query_ids: pd.Series) -> pd.DataFrame:
     qrels = data.qrels.copy()
     qrels["query_id"] = qrels["query_id"].astype(str)
@@ -474,12 +478,12 @@ def _qrels(data: ImportedData, query_ids: pd.Series) -> pd.DataFrame:
     if "grade" in qrels:  # (importers check their grades where they can name the file's row; this is the backstop)
         grades = qrels["grade"].fillna(1)
         whole = pd.to_numeric(grades, errors="coerce")
-        bad = whole.isna() | (whole != np.floor(whole)) | (whole.abs() > 2**31 - 1)
+        bad = whole.isna() | (whole != np.floor(whole)) | (whole.abs() > MAX_GRADE)
         if bad.any():
             at = int(np.flatnonzero(bad.to_numpy())[0])
             raise ImporterError(
                 f"{_origin(data)}: qrels row {at} (query {qrels['query_id'].iloc[at]}, page "
-                f"{qrels['page_id'].iloc[at]}): the grade {grades.iloc[at]!r} is not an integer of at most 2**31-1"
+                f"{qrels['page_id'].iloc[at]}): the grade {grades.iloc[at]!r} is not an integer of at most {MAX_GRADE}"
             )
         qrels["grade"] = whole.astype("int64")
     else:

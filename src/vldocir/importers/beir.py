@@ -23,7 +23,6 @@ hub copies keep them in ``BeIR/<name>-qrels``): ``qrels_source``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from vldocir.importers.base import ImportedData, Importer, ImporterError, fetch
-from vldocir.importers.source_files import integer_grade, source_file, text_lines
+from vldocir.importers.source_files import integer_grade, json_lines, source_file, text_lines
 
 CHUNK_ROWS = 50_000
 
@@ -46,17 +45,7 @@ def _find(root: Path, *names: str) -> Path:
 
 def _records(path: Path) -> Iterator[tuple[int, dict]]:
     """``(line number, record)`` of a JSON-lines file whose every record is an object with an ``_id``."""
-    for number, line in text_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ImporterError(f"{path}:{number}: not a JSON line ({error.msg})") from error
-        except RecursionError:
-            raise ImporterError(f"{path}:{number}: not a JSON line (nested too deeply)") from None
-        if not isinstance(record, dict):
-            raise ImporterError(f"{path}:{number}: a JSON {type(record).__name__}, not an object with an _id")
+    for number, record in json_lines(path):
         if record.get("_id") is None or isinstance(record["_id"], (dict, list)) or not str(record["_id"]).strip():
             raise ImporterError(f"{path}:{number}: the record has no _id")
         for key in ("title", "text"):

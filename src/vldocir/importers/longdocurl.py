@@ -29,7 +29,6 @@ A question with one evidence page on which ``detailed_evidences`` draws two or m
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from collections import defaultdict
@@ -51,7 +50,7 @@ from vldocir.importers.long_documents import (
     parse_list,
     pdf_notes,
 )
-from vldocir.importers.source_files import source_file, text_lines
+from vldocir.importers.source_files import json_lines, source_file
 
 EVIDENCE_SOURCES: dict[str, str | None] = {
     "text": "text",
@@ -71,15 +70,7 @@ def read_questions(path: Path) -> list[dict]:
     """The question records of a JSON-lines file, each refused in one line naming its line when it is
     not a JSON object with ``doc_no``, ``question`` and ``evidence_pages``, and the file when it has none."""
     records = []
-    for line_number, line in text_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as error:
-            raise ImporterError(f"{path}:{line_number}: not a JSON record ({error})") from error
-        if not isinstance(record, dict):
-            raise ImporterError(f"{path}:{line_number}: a JSON {type(record).__name__}, not a question record")
+    for line_number, record in json_lines(path):
         missing = [k for k in ("doc_no", "question", "evidence_pages") if k not in record]
         if missing:
             raise ImporterError(f"{path}:{line_number}: the record lacks {', '.join(missing)}")

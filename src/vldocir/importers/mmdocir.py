@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +52,7 @@ from vldocir.importers.long_documents import (
     evidence_pages,
     parse_list,
 )
-from vldocir.importers.source_files import batches, inside, parquet_file, source_file, text_lines
+from vldocir.importers.source_files import batches, inside, json_lines, parquet_file, source_file
 
 QUESTION_TYPES: dict[str, str | None] = {
     # MMLongBench-Doc's labels, as a string holding a Python list ("['Chart', 'Table']")
@@ -78,13 +77,8 @@ BATCH_ROWS = 256
 
 def read_annotations(path: Path) -> list[dict]:
     documents = []
-    for line_number, line in text_lines(path):
-        if not line.strip():
-            continue
+    for line_number, record in json_lines(path):
         try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise TypeError(f"a JSON {type(record).__name__}, not an object")
             if not isinstance(record.get("questions", []), list):
                 raise TypeError("questions is not a list")
             if not all(isinstance(q, dict) for q in record.get("questions", [])):
@@ -290,15 +284,7 @@ class MMDocIR(LongDocumentImporter):
             if not path.is_file():
                 data.notes.append(f"no page file {path.relative_to(root)}: the document's pages are left out")
                 continue
-            for line_number, line in text_lines(source_file(root, path)):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except (ValueError, RecursionError) as error:
-                    raise ImporterError(f"{path}:{line_number}: not a JSON line ({error})") from error
-                if not isinstance(record, dict):
-                    raise ImporterError(f"{path}:{line_number}: a JSON {type(record).__name__}, not an object")
+            for line_number, record in json_lines(source_file(root, path)):
                 number = _int(record.get("page"))
                 if number is None:
                     data.drop("pages", "no_page_number")

@@ -32,11 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 import yaml
 
 from vldocir.importers.base import NO_DOCUMENT_IDS, ImportedData, Importer, ImporterError, fetch
-from vldocir.importers.source_files import batches, integer_grades, parquet_file, read_text, source_file
+from vldocir.importers.source_files import (
+    batches,
+    integer_grades,
+    json_lines,
+    parquet_file,
+    read_parquet,
+    read_text,
+    source_file,
+)
 
 BATCH_ROWS = 64
 """Corpus rows read at a time (a few dozen page images in memory)."""
@@ -171,14 +178,11 @@ class MtebFormatImporter(Importer):
         for file in files:
             if not file.name.endswith((".parquet", ".jsonl", ".jsonl.gz")):
                 raise ImporterError(f"{file}: not Parquet or JSON lines")
-            try:
-                if file.suffix == ".parquet":
-                    frames.append(pq.read_table(file, columns=_small_columns(file)).to_pandas())
-                else:
-                    frames.append(pd.read_json(file, lines=True, dtype=False))
-            except (OSError, ValueError, EOFError) as error:  # (pyarrow's ArrowInvalid is a ValueError)
-                detail = " ".join(str(error).split()) or type(error).__name__
-                raise ImporterError(f"{file}: cannot be read as config '{config}' ({detail})") from error
+            if file.suffix == ".parquet":  # queries and qrels never need an image column
+                names = parquet_file(file).schema_arrow.names
+                frames.append(read_parquet(file, [n for n in names if n != "image"]).to_pandas())
+            else:
+                frames.append(pd.DataFrame.from_records([record for _, record in json_lines(file)]))
         frame = pd.concat(frames, ignore_index=True)
         frame.attrs["where"] = str(files[0]) if len(files) == 1 else f"{root}: config '{config}'"
         return frame
@@ -239,12 +243,6 @@ def _relative_pattern(pattern: str, root: Path, config: str) -> str:
 
 def _config(subset: str | None, kind: str) -> str:
     return f"{subset}-{kind}" if subset else kind
-
-
-def _small_columns(file: Path) -> list[str]:
-    """A config's columns without image ones (queries and qrels never need them)."""
-    schema = pq.read_schema(file)
-    return [f.name for f in schema if f.name != "image"]
 
 
 def _column(frame: pd.DataFrame, names: tuple[str, ...], root: Path, config: str) -> pd.Series:

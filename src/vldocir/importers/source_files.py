@@ -20,8 +20,8 @@ there is one, that the apps print with exit status 2):
 from __future__ import annotations
 
 import gzip
+import json
 import math
-import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -31,19 +31,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vldocir.data.validation import allowed_roots
-from vldocir.importers.base import ImporterError
+from vldocir.data.validation import allowed_roots, outside_target
+from vldocir.importers.base import MAX_GRADE, ImporterError
 
-MAX_GRADE = 2**31 - 1
-"""The largest grade ``qrels.grade`` (int32) holds."""
 _INTEGER = re.compile(r"^[+-]?\d+$")
 _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
 def inside(root: Path, path: Path) -> bool:
     """Whether ``path`` (symbolic links resolved) lies inside the source folder ``root``."""
-    real = os.path.realpath(path)
-    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in allowed_roots(root))
+    return any(outside_target(path, allowed) is None for allowed in allowed_roots(root))
 
 
 def source_file(root: Path, path: Path) -> Path:
@@ -72,6 +69,23 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield number, line.lstrip("\ufeff") if number == 1 else line
     except _GZIP_ERRORS as error:
         raise ImporterError(f"{path}: a damaged or truncated gzip file ({error or type(error).__name__})") from error
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, record)`` of a JSON-lines file (``.gz``: decompressed), blank lines skipped; a
+    line that is not JSON, or not a JSON object, is refused in one line naming it."""
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ImporterError(f"{path}:{number}: not a JSON line ({error.msg})") from None
+        except RecursionError:
+            raise ImporterError(f"{path}:{number}: not a JSON line (nested too deeply)") from None
+        if not isinstance(record, dict):
+            raise ImporterError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")
+        yield number, record
 
 
 def read_text(path: Path) -> str:

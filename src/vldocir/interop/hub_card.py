@@ -10,12 +10,12 @@ cleaning; or where it was imported from) and its fingerprint.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from vldocir.data.benchmark import Benchmark
+from vldocir.data.evidence import NEAR_MAX_GAP
 from vldocir.data.schema import EVIDENCE_STRUCTURES, UNKNOWN_DOCUMENTS_STRUCTURE
 
 TASK_CATEGORIES = ("visual-document-retrieval", "text-retrieval")
@@ -153,16 +153,19 @@ def _layout_version() -> str:
     return str(LAYOUT_VERSION)
 
 
-def dataset_card(bench: Benchmark, rows: dict[str, int], root: Path) -> str:
-    """The card of ``bench`` exported into ``root`` with ``rows`` per config."""
+def dataset_card(bench: Benchmark, rows: dict[str, int], default_language: str) -> str:
+    """The card of ``bench`` exported with ``rows`` per config, ``default_language`` for the queries
+    that state none."""
     info = bench.info
     queries = bench.arrow("queries", ["query_id", "evidence_structure", "source", "language"]).to_pandas()
-    languages = pd.read_parquet(root / "queries", columns=["language"])["language"]
+    languages = queries["language"].fillna(default_language)  # as the export writes them
     codes = sorted({LANGUAGE_CODES.get(str(v).lower(), str(v).lower()) for v in languages.dropna()})
     docs = bench.documents
     licences = sorted({_licence(v) for v in docs["license"]})
-    near = (info.get("built_by") or {}).get("near_max_gap") or ((info.get("built_by") or {}).get("spec") or {}).get(
-        "near_max_gap"
+    near = (
+        (info.get("built_by") or {}).get("near_max_gap")
+        or ((info.get("built_by") or {}).get("spec") or {}).get("near_max_gap")
+        or NEAR_MAX_GAP
     )
     front = ["---", f"pretty_name: {_quoted(bench.name)}"]
     front += _yaml_list("license", licences)
@@ -202,7 +205,7 @@ def dataset_card(bench: Benchmark, rows: dict[str, int], root: Path) -> str:
         "`annotator` 0: the construction pipeline placed them. One split, `test`."
         + (
             f" The benchmark states no language for {int(queries['language'].isna().sum())} queries: their "
-            f"`language` is the export's default, `{languages[queries['language'].isna().to_numpy()].iloc[0]}`."
+            f"`language` is the export's default, `{default_language}`."
             if queries["language"].isna().any()
             else ""
         ),
@@ -215,7 +218,7 @@ def dataset_card(bench: Benchmark, rows: dict[str, int], root: Path) -> str:
         "## Evidence structures",
         "",
         *[
-            f"- **{s}**: {STRUCTURE_TEXT[s]}".replace("near_max_gap", f"near_max_gap = {near}" if near else "4")
+            f"- **{s}**: {STRUCTURE_TEXT[s]}".replace("near_max_gap", f"near_max_gap = {near}")
             for s in _structures(queries)
         ],
         "",

@@ -30,8 +30,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from vldocir.cache import staged_directory
 from vldocir.data.benchmark import Benchmark
 from vldocir.data.tables import table_files, table_location
 from vldocir.errors import ConfigError, VldocirError
@@ -217,19 +216,9 @@ def export_hub(
         raise ConfigError(f"out={out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ConfigError(f"out={out} exists and is not empty: choose another folder, or force=true to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.exporting-{uuid.uuid4().hex[:8]}"
-    old = out.parent / f".{out.name}.replaced-{uuid.uuid4().hex[:8]}"
-    try:
-        staging.mkdir()
+    with staged_directory(out) as staging:  # renamed into place only once complete
         rows, shards = _write_configs(bench, staging, default_language, shard_bytes, row_group_rows)
-        (staging / "README.md").write_text(dataset_card(bench, rows, staging))
-        if out.is_dir():
-            os.replace(out, old)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        (staging / "README.md").write_text(dataset_card(bench, rows, default_language))
     return HubExport(out, rows, shards)
 
 

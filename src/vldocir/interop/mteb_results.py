@@ -397,7 +397,7 @@ def read_result(path: Path) -> ExternalResult:
         for entry in entries:
             if not isinstance(entry.get("hf_subset"), str) or not isinstance(entry.get("languages"), list):
                 raise ValueError(f"scores.{split}[] needs hf_subset (text) and languages (a list)")
-            if not isinstance(entry.get("main_score"), (int, float)):
+            if not _is_number(entry.get("main_score")):
                 raise ValueError(f"scores.{split}[] of {entry.get('hf_subset')} has no numeric main_score")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise MtebResultsError(f"{path} is not an mteb result file ({type(error).__name__}: {error})") from error
@@ -409,7 +409,7 @@ def read_result(path: Path) -> ExternalResult:
         try:
             identity = json.loads(meta.read_text(encoding="utf-8"))
             model, revision = str(identity.get("name") or model), str(identity.get("revision") or revision)
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, AttributeError) as error:
             raise MtebResultsError(f"{meta} is not readable JSON ({error})") from error
     names = {e.get(MAIN_SCORE_KEY) for e in entries}
     return ExternalResult(

@@ -176,13 +176,6 @@ def unshown(external: list[ExternalResult], view: ResultsView, benchmarks: list[
     return sorted({r.task for r in external if r.path not in shown})
 
 
-def external_note(external: list[ExternalResult], where: str) -> str:
-    return (
-        f"{EXTERNAL_MARK} External: mteb result files in `{where}` ({len(external)} matched), read as they are; "
-        "no per-query values, so never significance-tested; – where the file holds no such key."
-    )
-
-
 def other_runs_table(spec: PaperSpec, view: ResultsView, external: list[ExternalResult] = ()) -> pd.DataFrame:
     """:func:`runs_table` of :func:`other_runs`, at the paper's ks, with the ``external`` results of the
     compared benchmark's task (``VLDocIR-<benchmark>``)."""
@@ -283,7 +276,7 @@ def other_benchmarks(
                 protocol = (runs[0].metrics.get("protocol") or {}).get("name", "?")
                 about.append(f"Main score: {metric_label(main)}, the protocol's ({protocol}; mean over its subsets).")
             if theirs:
-                about.append(external_note(theirs, where))
+                about.append(f"{len(theirs)} mteb result file(s) from `{where}` ({EXTERNAL_MARK} rows).")
             table = runs_table(runs, section_ks(runs, spec.ks), theirs, main)
             found.append(BenchmarkRuns(name, runs, table, about, theirs))
     return found
@@ -316,7 +309,7 @@ def _markdown_rows(table: pd.DataFrame) -> list[str]:
 
 EXTERNAL_FOOTNOTE = (
     f"{EXTERNAL_MARK} External: an mteb result file (`mteb_results`), read as it is: no per-query values, "
-    "so not significance-tested."
+    "so not significance-tested; – where the file holds no such key."
 )
 
 

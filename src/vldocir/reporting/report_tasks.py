@@ -103,7 +103,7 @@ def run(cfg: DictConfig) -> int:
         tables = build_tables(spec, view, names, cache_dir=Path(cfg.paths.cache_dir))  # significance results
     files: list[Path] = []
     if "tables" in do:
-        external, where = external_results(cfg.get("mteb_results"))
+        external, where = external_results(cfg.get("mteb_results")) if cfg.other_runs else ([], "")
         others = other_runs_table(spec, view, external) if cfg.other_runs else None
         elsewhere = other_benchmarks(spec, view, external, where) if cfg.other_runs else []
         sections = None if others is None else other_runs_markdown(others, view) + benchmarks_markdown(elsewhere, view)

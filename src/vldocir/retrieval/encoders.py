@@ -154,7 +154,7 @@ class TorchEncoder(Encoder):
 PALIGEMMA_ATTENTION = {"paligemma_attention": "bidirectional"}
 
 
-def paligemma_attends_bidirectionally(model) -> bool:
+def paligemma_attends_bidirectionally(model) -> None:
     """Make every PaliGemma in ``model`` attend bidirectionally whatever its batch and attention implementation.
 
     PaliGemma 1 and 2 (ColPali's backbone) attend bidirectionally over the prompt (transformers 4.x at
@@ -167,10 +167,7 @@ def paligemma_attends_bidirectionally(model) -> bool:
     checkpoint), and ``eager`` encoded every query causally. A text config marked ``is_causal=False`` gets
     the bidirectional mask with padding masked (``create_causal_mask``) under every implementation: queries
     as encoded alone under ``sdpa``, pages (all prompt, with ``token_type_ids``) unchanged.
-
-    Returns whether ``model`` holds a PaliGemma.
     """
-    found = False
     for module in model.modules():
         config = getattr(module, "config", None)
         if getattr(config, "model_type", None) != "paligemma":
@@ -178,8 +175,6 @@ def paligemma_attends_bidirectionally(model) -> bool:
         text = config.get_text_config()
         if getattr(text, "use_bidirectional_attention", None):
             text.is_causal = False
-        found = True
-    return found
 
 
 @functools.cache

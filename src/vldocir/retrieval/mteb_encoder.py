@@ -240,7 +240,12 @@ class MtebEncoder(Encoder):
         kwargs = dict(self.loader_kwargs)
         if self.checkpoint.remote_code:
             kwargs.pop("trust_remote_code", None)  # the checkpoint passes it, once opted in
-        self.model = self.checkpoint.load(load, "model", device=str(resolve_device(self.device_name)), **kwargs)
+        try:
+            self.model = self.checkpoint.load(load, "model", device=str(resolve_device(self.device_name)), **kwargs)
+        except ImportError as error:  # a wrapper's own requirement (mteb's requires_package: open_clip, ...)
+            if isinstance(error, MissingDependencyError):
+                raise
+            raise MissingDependencyError(f"mteb model {self.name}: {' '.join(str(error).split())}") from error
         for module in _torch_modules(self.model):
             paligemma_attends_bidirectionally(module)
 

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from vldocir.data.runs import write_trec_run
 from vldocir.errors import VldocirError
-from vldocir.io import atomic_path, atomic_write_json
+from vldocir.io import atomic_path, atomic_write_json, describe_os_error
 from vldocir.store import Entry, StoreError, list_runs, read_stored_run, resolve_entry, unverified
 
 
@@ -113,8 +113,9 @@ def _refuse_store_target(entry: Entry, out: Path) -> None:
 
 def mteb_export(entry: Entry, out: Path):
     """The entry's scores as mteb's ``TaskResult`` (:mod:`vldocir.interop.mteb_results`): the benchmark
-    reloaded from ``config.dataset.source`` (its fingerprint must be the entry's), the stored run,
-    per-query rows and ``metrics.json``. Returns (target path, TaskResult, (model, revision))."""
+    reloaded from where the run read it (the manifest's ``benchmark.root``; its fingerprint must be the
+    entry's), the stored run, per-query rows and ``metrics.json``. Returns (target path, TaskResult,
+    (model, revision))."""
     from vldocir.data.benchmark import load_benchmark
     from vldocir.evaluation.protocol import Protocol
     from vldocir.interop import mteb_results as mr
@@ -123,14 +124,15 @@ def mteb_export(entry: Entry, out: Path):
     manifest = entry.manifest
     config = manifest.get("config") or {}
     dataset = config.get("dataset") or {}
-    if not dataset.get("source"):
-        raise StoreError(f"{entry.path}: its manifest records no config.dataset.source to reload the benchmark from")
+    root = (manifest.get("benchmark") or {}).get("root")  # the directory the run read (a reduced or hub one too)
+    if not root:
+        raise StoreError(f"{entry.path}: its manifest records no benchmark.root to reload the benchmark from")
     protocol = Protocol.from_config(dataset.get("protocol"))
-    bench = load_benchmark(dataset["source"], revision=dataset.get("revision"))
+    bench = load_benchmark(root)
     recorded = (manifest.get("benchmark") or {}).get("fingerprint")
     if bench.fingerprint != recorded:
         raise StoreError(
-            f"the benchmark at {dataset['source']} has fingerprint {bench.fingerprint}, the entry {entry.path.name} "
+            f"the benchmark at {root} has fingerprint {bench.fingerprint}, the entry {entry.path.name} "
             f"was evaluated on {recorded}: it changed since (re-run the evaluation)"
         )
     columns = ["query_id", *([protocol.subsets] if protocol is not None and protocol.subsets else [])]
@@ -218,8 +220,8 @@ def export_main(argv: list[str]) -> int:
     if args.format == "mteb":
         try:
             done = export_mteb(runs, out, args.results_dir, args.force)
-        except (VldocirError, ValueError) as error:
-            print(f"export: {error}", file=sys.stderr)
+        except (VldocirError, ValueError, OSError) as error:
+            print(f"export: {describe_os_error(error) if isinstance(error, OSError) else error}", file=sys.stderr)
             return 2
         for item in done:
             result = item["result"]
