@@ -52,6 +52,7 @@ def build(cfg: DictConfig) -> None:
             source=cfg.folder.source,
             domain=cfg.folder.domain,
             links=cfg.folder.links,
+            with_ocr=cfg.spec.ocr,
             **common,
         )
     else:  # generated HTML (the mini benchmark and its kind)
@@ -65,9 +66,12 @@ def build(cfg: DictConfig) -> None:
         from vldocir.queries.user_queries import query_summary
 
         print(query_summary(queries, bench.info["built_by"]["queries"]))
+    from vldocir.construction.build_report import ocr_summary
     from vldocir.construction.build_report import summary as build_report
 
-    print(build_report(bench.info["built_by"]))  # per-document warnings, left-out documents, sampling shortfall
+    print(build_report(bench.info["built_by"]))
+    if (ocr_line := ocr_summary(bench.info["built_by"])) is not None:
+        print(ocr_line)  # per-document warnings, left-out documents, sampling shortfall
     print(f"built {bench.name} in {bench.root}: {bench.info['counts']} (fingerprint {bench.fingerprint})")
 
 

@@ -20,10 +20,10 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from vldocir.cache import content_key, staged_directory
-from vldocir.construction.build_report import document_warnings, sampling_shortfall
+from vldocir.construction.build_report import SPEC_OCR_OFF, document_warnings, ocr_coverage, sampling_shortfall
 from vldocir.construction.documents import DocumentRecord
 from vldocir.construction.html_docs import HtmlCorpusSpec, write_corpus
-from vldocir.construction.ocr import OcrConfig, ocr_pages
+from vldocir.construction.ocr import OcrConfig, ocr_where_needed
 from vldocir.construction.render import LAYOUT_VERSION, RenderConfig, load_layout, render_batch, render_report
 from vldocir.construction.render.config import SPEED_ONLY
 from vldocir.data.benchmark import INFO_FILE, Benchmark, load_benchmark, write_benchmark
@@ -278,8 +278,9 @@ def _build_rendered_benchmark(
     if unplaced:
         log.warning("%d fact(s) have no recorded element and are not used as evidence", sum(unplaced.values()))
 
-    page_frame["ocr_text"] = (
-        ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig()) if spec.ocr else None
+    not_ocred = [None if spec.ocr else SPEC_OCR_OFF] * len(page_frame)
+    page_frame["ocr_text"] = ocr_where_needed(
+        list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig(), not_ocred
     )
     if queries is None:  # template queries over the planted facts
         rng = np.random.default_rng(spec.seed)
@@ -318,6 +319,7 @@ def _build_rendered_benchmark(
             "spec": asdict(spec),
             "render": render_params,
             "failed_documents": report.errors,
+            "ocr": ocr_coverage(page_frame, not_ocred),
             "render_report": rendering,
             "document_warnings": document_warnings(
                 [work_dir / "rendered" / d.doc_id for d in kept],

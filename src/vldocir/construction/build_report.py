@@ -19,6 +19,10 @@ the documents that have any, in the build's document order. The kinds (:data:`WA
 - ``no_text_layer`` (a PDF none of whose pages has text: its DOM text is empty) and
   ``unplaced_facts`` (generated documents: planted facts whose element was not recorded).
 
+:func:`ocr_coverage` says which pages were OCRed (``built_by.ocr``; :func:`ocr_summary` prints it):
+every page unless ``spec.ocr=false``, and with ``pdf.ocr=false`` not the PDF pages that have a text
+layer (their ``ocr_text`` is null).
+
 :func:`sampling_shortfall` adds the evidence-sampling cells that got fewer configurations than
 their budget (``built_by.sampling_shortfall``): a source with too few or too short documents builds
 what it can and says so.
@@ -211,6 +215,71 @@ def summary(built_by: Mapping[str, Any], max_documents: int = SUMMARY_DOCUMENTS)
             )
         )
     return "\n".join(out)
+
+
+SPEC_OCR_OFF = "spec.ocr=false"
+PDF_TEXT_LAYER = "pdf.ocr=false: a PDF page with a text layer"
+
+
+def _index_ranges(indices: Iterable[int]) -> str:
+    """``0-3, 7``: sorted page indices as ranges."""
+    ranges: list[list[int]] = []
+    for i in sorted(indices):
+        if ranges and i == ranges[-1][1] + 1:
+            ranges[-1][1] = i
+        else:
+            ranges.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def ocr_coverage(pages: pd.DataFrame, not_ocred: Iterable[str | None]) -> dict[str, Any]:
+    """``built_by.ocr``: which of ``pages`` (``doc_id``, ``page_index``) were OCRed, ``not_ocred``
+    giving per page why not (``None``: OCRed). ``{"pages", "ocred", "not_ocred": {reason: n},
+    "documents": {doc_id: {reason: "0-3, 7" | "all"}}}``; ``documents`` lists the documents with
+    pages not OCRed, unless no page was (then ``not_ocred`` says it all)."""
+    frame = pd.DataFrame(
+        {"doc_id": list(pages["doc_id"]), "page_index": list(pages["page_index"]), "why": list(not_ocred)}
+    )
+    skipped = frame.dropna(subset=["why"])
+    documents: dict[str, dict[str, str]] = {}
+    if len(skipped) < len(frame):
+        sizes = frame.groupby("doc_id", sort=False).size()
+        for (doc_id, why), group in skipped.groupby(["doc_id", "why"], sort=False):
+            whole = len(group) == sizes[doc_id]
+            documents.setdefault(str(doc_id), {})[str(why)] = "all" if whole else _index_ranges(group["page_index"])
+    return {
+        "pages": len(frame),
+        "ocred": len(frame) - len(skipped),
+        "not_ocred": {str(k): int(v) for k, v in skipped["why"].value_counts(sort=False).items()},
+        "documents": documents,
+    }
+
+
+def ocr_summary(built_by: Mapping[str, Any], max_documents: int = SUMMARY_DOCUMENTS) -> str | None:
+    """One line (a few with documents) saying which pages were OCRed; ``None`` for a build that did
+    not record it (built before this report existed)."""
+    ocr = built_by.get("ocr")
+    if not ocr:
+        return None
+    if not ocr["not_ocred"]:
+        return f"OCR: all {ocr['pages']} pages"
+    reasons = "; ".join(f"{n} by {why}" for why, n in ocr["not_ocred"].items())
+    lines = [f"OCR: {ocr['ocred']} of {ocr['pages']} pages; not OCRed: {reasons}"]
+    documents = ocr.get("documents") or {}
+    for doc_id, entries in list(documents.items())[:max_documents]:
+        lines.append(
+            _line(
+                f"  {doc_id}: "
+                + "; ".join(
+                    f"{'all pages' if p == 'all' else 'pages ' + p} not OCRed ({why})" for why, p in entries.items()
+                )
+            )
+        )
+    if len(documents) > max_documents:
+        lines.append(
+            f"  ... and {len(documents) - max_documents} more document(s) (all in benchmark.json: built_by.ocr)"
+        )
+    return "\n".join(lines)
 
 
 def _ordered(counts: Counter) -> list[tuple[str, int]]:

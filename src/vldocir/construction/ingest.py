@@ -48,7 +48,13 @@ from vldocir.construction.build_generated import (
     check_out_dir,
     store_pages,
 )
-from vldocir.construction.build_report import document_warnings, sampling_shortfall
+from vldocir.construction.build_report import (
+    PDF_TEXT_LAYER,
+    SPEC_OCR_OFF,
+    document_warnings,
+    ocr_coverage,
+    sampling_shortfall,
+)
 from vldocir.construction.collect.index import IndexFileError, read_index
 from vldocir.construction.documents import DocumentRecord
 from vldocir.construction.input_folder import (
@@ -59,11 +65,11 @@ from vldocir.construction.input_folder import (
     folder_documents,
     listing_digest,
 )
-from vldocir.construction.ocr import OcrConfig, ocr_pages
+from vldocir.construction.ocr import OcrConfig, ocr_where_needed
 from vldocir.construction.pdf import PdfBatchReport, PdfConfig, rasterize_pdfs
 from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfig, render_batch
 from vldocir.data.benchmark import Benchmark, load_benchmark, write_benchmark
-from vldocir.data.evidence import NEAR_MAX_GAP
+from vldocir.data.evidence import NEAR_MAX_GAP, page_id
 from vldocir.data.schema import SOURCES
 from vldocir.data.validation import outside_target
 from vldocir.errors import ConfigError
@@ -161,10 +167,13 @@ def build_from_html(
     source: str | None = None,
     domain: str | None = None,
     links: str = "refuse",
+    with_ocr: bool = True,
 ) -> Benchmark:
     """Build the benchmark ``name`` from the documents of ``input_path`` into ``out_dir`` (module
     doc); ``source`` and ``domain``: of the documents of a folder without an index, ``links``: a
     symbolic link leaving the input folder refused or left out (:func:`load_documents`).
+    ``with_ocr=False`` (``spec.ocr=false``): no page is OCRed; ``pdf.ocr=false``: no PDF page with a
+    text layer is (``built_by.ocr`` says which pages were).
     ``queries``: the query stage, called with the built tables
     (:class:`~vldocir.queries.query_stage.GeneratedQueries`, or the user's own queries or none:
     :mod:`~vldocir.queries.user_queries`), whose ``preflight`` runs before any rendering; there
@@ -176,7 +185,20 @@ def build_from_html(
     check_out_dir(out_dir, cache_dir, input_path)
     with staged_directory(out_dir) as staging:
         _build_from_html(
-            input_path, staging, cache_dir, name, queries, render, images, ocr, near_max_gap, pdf, source, domain, links
+            input_path,
+            staging,
+            cache_dir,
+            name,
+            queries,
+            render,
+            images,
+            ocr,
+            near_max_gap,
+            pdf,
+            source,
+            domain,
+            links,
+            with_ocr,
         )
     return load_benchmark(out_dir)
 
@@ -195,6 +217,7 @@ def _build_from_html(
     source: str | None,
     domain: str | None,
     links: str,
+    with_ocr: bool = True,
 ) -> None:
     """:func:`build_from_html` into ``out_dir``, the staging directory."""
     if queries is None:
@@ -232,7 +255,14 @@ def _build_from_html(
         frames.append(assemble_pdfs(pdf_records, pdf_report, out_dir, images))
     document_frame, page_frame, element_frame = (pd.concat([f[i] for f in frames], ignore_index=True) for i in range(3))
     rendering = frames[0][3] if records else {}
-    page_frame["ocr_text"] = ocr_pages(list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig())
+    text_layer = set(pdf_text_layer_pages(pdf_report)) if not pdf.ocr else set()
+    not_needed = [
+        SPEC_OCR_OFF if not with_ocr else PDF_TEXT_LAYER if page in text_layer else None
+        for page in page_frame["page_id"]
+    ]
+    page_frame["ocr_text"] = ocr_where_needed(
+        list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig(), not_needed
+    )
     query_frame, qrels, query_report = queries(
         document_frame,
         page_frame,
@@ -268,8 +298,9 @@ def _build_from_html(
             else {"folder": str(input_path), "listing_sha256": listing_digest(documents), "documents": len(documents)},
             "render": render_params,
             "render_wall_s": round(report.wall_s, 3),
-            "pdf": {**pdf_report.summary(), "settings": pdf.page_settings()} if pdfs else None,
+            "pdf": {**pdf_report.summary(), "settings": pdf.page_settings(), "ocr": pdf.ocr} if pdfs else None,
             "failed_documents": failed,
+            "ocr": ocr_coverage(page_frame, not_needed),
             "render_report": rendering,
             "document_warnings": document_warnings(
                 [work_dir / "rendered" / r.doc_id for r in records],
@@ -289,6 +320,16 @@ def _build_from_html(
         },
     }
     write_benchmark(out_dir, tables, info)
+
+
+def pdf_text_layer_pages(report: PdfBatchReport) -> list[str]:
+    """The page ids of the rasterized PDFs' pages that have a text layer."""
+    return [
+        page_id(doc_id, page.page_index)
+        for doc_id, document in report.documents.items()
+        for page in document.pages
+        if page.text.strip()
+    ]
 
 
 def assemble_pdfs(

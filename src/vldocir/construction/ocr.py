@@ -315,3 +315,19 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig | None 
             f"OCR failed for {len(failures)} page image(s) (the others are cached; a rerun retries these): {listed}"
         )
     return results  # type: ignore[return-value]
+
+
+def ocr_where_needed(
+    images: Sequence[Path], cache_dir: Path, config: OcrConfig | None, not_needed: Sequence[str | None]
+) -> list[str | None]:
+    """:func:`ocr_pages` for the images whose ``not_needed`` entry is ``None``; ``None`` (no OCR text)
+    for the others, whose entry says why they are not OCRed (``spec.ocr=false``, a PDF page whose
+    text layer is its text with ``pdf.ocr=false``: :func:`vldocir.construction.build_report.ocr_coverage`)."""
+    if len(images) != len(not_needed):
+        raise ValueError(f"{len(images)} images but {len(not_needed)} OCR decisions")
+    todo = [i for i, why in enumerate(not_needed) if why is None]
+    texts: list[str | None] = [None] * len(images)
+    if todo:
+        for i, text in zip(todo, ocr_pages([images[i] for i in todo], cache_dir, config), strict=True):
+            texts[i] = text
+    return texts

@@ -80,6 +80,10 @@ class PdfConfig:
     workers: int | None = None
     """Documents rasterized at once, each in a worker process; None: one per core this process may
     use (never more than the cores or the documents)."""
+    ocr: bool = True
+    """OCR every page (Tesseract, as for HTML). ``False``: a page with a text layer is not OCRed (its
+    ``ocr_text`` is null: the text layer, its ``dom_text``, is its text); pages without one still are.
+    The build report says which pages were OCRed (``built_by.ocr``)."""
 
     def __post_init__(self) -> None:
         if self.image_format not in IMAGE_FORMATS:
