@@ -104,6 +104,8 @@ def test_an_endpoint_down_is_named_once_and_the_others_answer(fault, caplog):
         assert DOWN_AFTER <= len(bad.requests) < DOWN_AFTER + 4
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and f"LLM endpoint {down} is down" in warnings[0], warnings
+    why = "cannot connect" if fault == "refused" else f"{DOWN_AFTER} failed requests in a row"
+    assert why in warnings[0]
     assert PASSWORD not in caplog.text + repr(llm) + "".join(str(r.error) for r in results)
 
 

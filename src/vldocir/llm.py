@@ -318,9 +318,10 @@ class ChatClient:
 
     def usage(self) -> dict[str, Any]:
         """Counts so far, for a manifest: ``requests`` (HTTP requests, retries included), ``called``
-        (answered by the server), ``cached`` (replayed), ``failed`` (no answer), ``retries``, tokens
-        (of the server's answers; ``cached_*``: of the replayed ones) and ``unusable``: answers
-        given but not usable (so not cached), per reason."""
+        (answered by the server), ``cached`` (replayed), ``failed`` (no answer), ``retries`` (requests
+        sent again: after the backoff, or at once to another endpoint), tokens (of the server's
+        answers; ``cached_*``: of the replayed ones) and ``unusable``: answers given but not usable
+        (so not cached), per reason."""
         with self._lock:
             return {"model": self.model, **self._usage, "unusable": dict(sorted(self._unusable.items()))}
 
@@ -510,7 +511,7 @@ class ChatClient:
             endpoint.in_flight -= 1
             if error is None:
                 if endpoint.down_until and len(self._endpoints) > 1:
-                    log.warning("LLM endpoint %s answers again", endpoint.url)
+                    log.info("LLM endpoint %s answers again", endpoint.url)
                 endpoint.failures, endpoint.down_until, endpoint.pause = 0, 0.0, 0.0
             elif error.kind != "http_429" and len(self._endpoints) > 1:  # 429: up, but busy
                 endpoint.failures += 1
@@ -587,7 +588,9 @@ class ChatClient:
         except openai.APITimeoutError as error:
             raise Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
         except openai.APIConnectionError as error:
-            raise _Unreachable("connection", self._scrub(str(error.__cause__ or error))) from error
+            # httpx's ConnectError (or that of the fork the openai client runs on): no connection made
+            fault = _Unreachable if type(error.__cause__).__name__ == "ConnectError" else Retryable
+            raise fault("connection", self._scrub(str(error.__cause__ or error))) from error
         except openai.APIStatusError as error:
             kind, detail = f"http_{error.status_code}", self._scrub(str(error))[:500]
             if error.status_code == 429 or error.status_code >= 500:
@@ -733,36 +736,47 @@ class ChatClient:
         validate: Validator | Sequence[Validator | None] | None = None,
     ) -> list[ChatResult]:
         """One result per request, in order: cached ones replayed, the rest sent ``concurrency`` at
-        a time to each endpoint. Identical requests (with validators of the same name) are sent once. ``validate``:
-        one :class:`Validator` for all, or one per request (``None``: only truncated and oversized
-        answers are unusable). ``progress``: a tqdm bar (a string: its label)."""
+        a time to each endpoint, each as soon as its cache key is known. Identical requests (with
+        validators of the same name) are sent once. ``validate``: one :class:`Validator` for all, or
+        one per request (``None``: only truncated and oversized answers are unusable).
+        ``progress``: a tqdm bar (a string: its label)."""
         validators = list(validate) if isinstance(validate, Sequence) else [validate] * len(requests)
         if len(validators) != len(requests):
             raise ValueError(f"{len(validators)} validators for {len(requests)} requests")
-        keys = [self.cache_key(messages, check) for messages, check in zip(requests, validators, strict=True)]
+        keys: list[str] = []
         results: dict[str, ChatResult] = {}
         todo: dict[str, tuple[Sequence[Mapping[str, Any]], Validator | None]] = {}
-        for key, messages, check in zip(keys, requests, validators, strict=True):
-            if key in results or key in todo:
-                continue
-            cached = self._cached(key)
-            if cached is not None:
-                results[key] = cached
-                self._count(
-                    cached=1,
-                    cached_prompt_tokens=cached.prompt_tokens,
-                    cached_completion_tokens=cached.completion_tokens,
-                )
-            else:
+        futures: dict[Any, str] = {}
+        pool = None
+        try:
+            for messages, check in zip(requests, validators, strict=True):
+                keys.append(key := self.cache_key(messages, check))
+                if key in results or key in todo:
+                    continue
+                cached = self._cached(key)
+                if cached is not None:
+                    results[key] = cached
+                    self._count(
+                        cached=1,
+                        cached_prompt_tokens=cached.prompt_tokens,
+                        cached_completion_tokens=cached.completion_tokens,
+                    )
+                    continue
                 todo[key] = (messages, check)
+                if pool is None:  # sent as soon as keyed: the keys of the rest are hashed meanwhile
+                    import openai  # noqa: F401  (here, once: threads importing it at once may see it half made)
+
+                    workers = min(self.concurrency * len(self._endpoints), len(requests))
+                    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm")
+                futures[pool.submit(self._complete, messages, key, check)] = key
+            bar = _progress_bar(progress, len(todo), self.model) if todo else None
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                bar(1)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
         if todo:
-            bar = _progress_bar(progress, len(todo), self.model)
-            workers = min(self.concurrency * len(self._endpoints), len(todo))
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm") as pool:
-                futures = {pool.submit(self._complete, m, key, check): key for key, (m, check) in todo.items()}
-                for future in as_completed(futures):
-                    results[futures[future]] = future.result()
-                    bar(1)
             bar(0, close=True)
             unusable = Counter(results[key].unusable for key in todo if results[key].unusable)
             if unusable:
@@ -790,7 +804,8 @@ class _Endpoint:
 
 
 class _Unreachable(Retryable):
-    """No connection to the endpoint (refused, unresolvable, unroutable): it is down at once."""
+    """No connection to the endpoint could be made (refused, a name that does not resolve, no
+    route): it is down at once. A connection dropped later is a plain :class:`Retryable`."""
 
 
 class _Down(ConfigError):
