@@ -18,6 +18,7 @@ from helpers import CONFIG_DIR
 from vldocir.errors import ConfigError
 from vldocir.llm import DOWN_AFTER, ChatClient, image_part
 from vldocir.llm_server import ChatServer, Reply
+from vldocir.manifest import url_secrets
 
 KEY = "sk-test-0123456789abcdef"
 PASSWORD = "url-pass-7c6b5a4d3e2f"
@@ -150,6 +151,10 @@ def test_a_list_from_the_environment_or_the_config_and_its_pickle(monkeypatch):
     )
     replay = llm.with_base_url("http://127.0.0.1:9/v1")  # the replay server stands in for all of them
     assert replay.base_urls == ("http://127.0.0.1:9/v1",) and replay.cache_key(ask("x")) == llm.cache_key(ask("x"))
+
+    # Credentials in every URL of the variable are found (what the apps declare as secrets at start).
+    listed = f"http://a:{PASSWORD}@node1:8000/v1,http://b:{PASSWORD[::-1]}@node2:8000/v1"
+    assert {PASSWORD, PASSWORD[::-1]} <= set(url_secrets(listed))
 
     for bad, message in (
         ("ftp://node1/v1", "not an http"),
