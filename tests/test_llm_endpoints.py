@@ -11,6 +11,7 @@ import logging
 import pickle
 import socket
 import threading
+import time
 
 import pytest
 
@@ -108,6 +109,22 @@ def test_an_endpoint_down_is_named_once_and_the_others_answer(fault, caplog):
     why = "cannot connect" if fault == "refused" else f"{DOWN_AFTER} failed requests in a row"
     assert why in warnings[0]
     assert PASSWORD not in caplog.text + repr(llm) + "".join(str(r.error) for r in results)
+
+
+def test_a_down_endpoint_is_tried_again_after_its_pause_and_takes_requests_when_back(monkeypatch, caplog):
+    monkeypatch.setattr("vldocir.llm.DOWN_S", 0.2)  # the pause, shortened from 30 s for the test,
+    monkeypatch.setattr("vldocir.llm.DOWN_MAX_S", 0.2)  # and not doubled by a trial the first batch may make
+    caplog.set_level(logging.INFO, logger="vldocir.llm")
+    port = free_port()
+    with ChatServer(responder=lambda r: Reply(r.text())) as up:
+        llm = client([f"http://127.0.0.1:{port}/v1", up.url], max_retries=0)
+        assert all(r.ok for r in llm.complete_many([ask(f"a{i}") for i in range(6)]))
+        assert len(up.requests) == 6  # the first endpoint is down
+        with ChatServer(responder=lambda r: Reply(r.text()), port=port) as back:
+            time.sleep(0.3)  # past the pause: one trial request, then it is up again
+            assert all(r.ok for r in llm.complete_many([ask(f"b{i}") for i in range(12)]))
+    assert back.requests and len(back.requests) + len(up.requests) == 18
+    assert f"LLM endpoint http://127.0.0.1:{port}/v1 answers again" in caplog.text
 
 
 def test_every_endpoint_down_is_an_error_per_request_after_the_retries(caplog):
