@@ -42,12 +42,25 @@ Built by Hydra (``_target_: vldocir.llm.ChatClient``). What it guarantees:
   rerun works with the server down; with ``temperature > 0`` the first usable sample is the one
   replayed. Failures are never cached. :meth:`ChatClient.record` stores answers written elsewhere
   as given (recorded answers are replayed as recorded, usable or not).
-- **Concurrency.** At most ``concurrency`` requests are in flight at once per client, whoever calls.
-- **Server check.** :meth:`ChatClient.check_server` asks the server, once and without retries,
+- **Several endpoints.** ``base_url`` may list several servers of the same model (a list, or one
+  string of comma-separated URLs, as ``$VLDOCIR_LLM_BASE_URL`` holds them). Each request goes to the
+  endpoint with the fewest requests in flight (ties in turn, round robin): a slow server gets fewer.
+  A request that fails on one endpoint (timeout, connection, 429, 5xx) is sent at once to another
+  it has not tried; when each has failed it, the retry policy waits as above and starts over. An
+  endpoint is *down* when it cannot be connected to, or after :data:`DOWN_AFTER` failed requests in
+  a row: one warning line names it, its requests go to the others, and after :data:`DOWN_S` seconds
+  (doubling while it stays down, up to :data:`DOWN_MAX_S`) one request at a time tries it again.
+  With every endpoint down, requests go to all as if none were (the retries then decide). The
+  endpoint that answered is no part of the cache key: the same model answers the same.
+- **Concurrency.** At most ``concurrency`` requests are in flight at once per client and endpoint,
+  whoever calls (``concurrency`` x endpoints in all).
+- **Server check.** :meth:`ChatClient.check_server` asks each endpoint, once and without retries,
   whether it lists the model (``GET /v1/models``) and answers a one-token chat request
   (:data:`SERVER_PROBE`); a caller runs it before work that needs the server, so that a server that
   is down, or serves another model, is a one-line :class:`ConfigError` in seconds, not after the
-  retries of every request.
+  retries of every request. Of several endpoints, those that cannot be reached (or answer 5xx or
+  not in time) are named in one warning line and left out until :data:`DOWN_S` has passed, when at
+  least one other passed; a wrong model or key anywhere is an error.
 """
 
 from __future__ import annotations
@@ -57,6 +70,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -89,6 +103,10 @@ _CHUNK_BYTES = 1 << 16
 SERVER_PROBE = [{"role": "user", "content": "Reply with the word OK."}]
 """The messages of :meth:`ChatClient.check_server`'s one-token request (a replay server answers them too)."""
 PROBE_TIMEOUT_S = 10.0  # the server check's connection and listing; its one-token answer gets up to 60 s
+DOWN_AFTER = 3  # failed requests in a row (timeouts, 5xx) after which an endpoint is down; unreachable: at once
+DOWN_S = 30.0  # how long a down endpoint gets no request; doubled each time it is still down, up to DOWN_MAX_S
+DOWN_MAX_S = 300.0
+_URL_START = re.compile(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)")  # a comma that starts the next URL of a list
 
 
 def image_part(image: bytes, mime: str = "image/png", detail: str | None = None) -> dict[str, Any]:
@@ -163,7 +181,9 @@ class ChatClient:
 
     Args:
         model: the served model name (e.g. ``Qwen/Qwen3-VL-32B-Instruct``).
-        base_url: the server's ``/v1`` URL; ``None``: ``$VLDOCIR_LLM_BASE_URL``.
+        base_url: the server's ``/v1`` URL, or several servers' (a list, or one comma-separated
+            string) serving the same model; ``None``: ``$VLDOCIR_LLM_BASE_URL`` (one URL or a
+            comma-separated list). Kept as given, one URL a string, several a tuple.
         api_env_var: the NAME of the environment variable holding the key (unset: ``EMPTY``). Not
             ``api_key_env``: vldocir.manifest's rule takes any name with "key" in it for a secret.
         temperature, max_tokens: sampling; part of the cache key.
@@ -172,7 +192,7 @@ class ChatClient:
         max_retries: retries after the first attempt (timeouts, connection errors, 429, 5xx).
         backoff_s, backoff_max_s: retry n (from 0) waits ``min(backoff_max_s, backoff_s * 2**n)`` times
             a uniform jitter in [0.5, 1].
-        concurrency: the most requests in flight at once.
+        concurrency: the most requests in flight at once per endpoint (``concurrency`` x endpoints in all).
         cache_dir: where responses are cached; ``None``: no cache.
         max_answer_bytes: the most bytes (UTF-8) of content an answer may hold; a longer one is
             ``oversized``: unusable, not cached, and not read past about six times the cap (a JSON
@@ -197,8 +217,8 @@ class ChatClient:
     ):
         if not model:
             raise ConfigError("llm.model: the served model name is required")
-        base_url = base_url or os.environ.get(BASE_URL_ENV)
-        if not base_url:
+        urls = _base_urls(base_url if base_url else os.environ.get(BASE_URL_ENV))
+        if not urls:
             raise ConfigError(f"llm.base_url: not set and ${BASE_URL_ENV} is empty; give the server's /v1 URL")
         if not api_env_var or not str(api_env_var).replace("_", "").isalnum():
             raise ConfigError(
@@ -210,7 +230,8 @@ class ChatClient:
             raise ConfigError(f"llm.max_retries must be >= 0, got {max_retries!r}")
         if isinstance(max_answer_bytes, bool) or int(max_answer_bytes) < 1:
             raise ConfigError(f"llm.max_answer_bytes must be >= 1, got {max_answer_bytes!r}")
-        self.model, self.base_url, self.api_env_var = str(model), str(base_url), str(api_env_var)
+        self.model, self.api_env_var = str(model), str(api_env_var)
+        self.base_url: str | tuple[str, ...] = urls[0] if len(urls) == 1 else urls
         self.temperature, self.max_tokens = float(temperature), int(max_tokens)
         self.params = _plain(params or {})  # Hydra passes an OmegaConf node
         if clash := sorted(set(self.params) & {"model", "messages", "temperature", "max_tokens", "stream"}):
@@ -229,13 +250,14 @@ class ChatClient:
         self._setup()
 
     def _setup(self) -> None:
-        self._client = None
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self.concurrency)
-        self._url, self._basic_auth = _without_userinfo(self.base_url)
+        self._endpoints = [_Endpoint(i, url) for i, url in enumerate(self.base_urls)]
+        self._balance = threading.Condition()  # guards the endpoints' in-flight counts and states
+        self._turn = 0  # the endpoint a tie goes to first (round robin)
         # What the client sends as credentials is scrubbed from everything written (a library
         # caller's too, not only the apps', which declare their config's at start).
-        declare_secrets([*_secret_values(self.params), *(self._basic_auth or ()), *url_secrets(self.base_url)])
+        credentials = [s for e in self._endpoints for s in (*(e.basic_auth or ()), *url_secrets(e.raw))]
+        declare_secrets([*_secret_values(self.params), *credentials])
         self._answer_params = _secret_free(self.params, redact_secrets(self.params))
         self._unusable: Counter = Counter()
         self._usage = dict.fromkeys(
@@ -253,7 +275,13 @@ class ChatClient:
             0,
         )
 
-    # The openai client holds the key: it is never pickled (a submitit job rebuilds it from its environment).
+    @property
+    def base_urls(self) -> tuple[str, ...]:
+        """The endpoints' URLs, as given (credentials included: never to be shown)."""
+        return (self.base_url,) if isinstance(self.base_url, str) else tuple(self.base_url)
+
+    # The openai clients hold the key: they are never pickled (a submitit job rebuilds them from its
+    # environment), nor is what the balancer learnt of the endpoints.
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
@@ -262,16 +290,21 @@ class ChatClient:
         self._setup()
 
     def with_base_url(self, base_url: str, answers_from: str | None = None) -> ChatClient:
-        """The same client (model, sampling, retries, cache) talking to the server at ``base_url``.
-        ``answers_from`` names where that server's answers come from (e.g. a recording's hash): it
-        becomes part of every cache key (:meth:`cache_params`), so answers replayed from one
-        recording are never taken for another's."""
+        """The same client (model, sampling, retries, cache) talking to the server at ``base_url``
+        alone (whatever endpoints this one had). ``answers_from`` names where that server's answers
+        come from (e.g. a recording's hash): it becomes part of every cache key
+        (:meth:`cache_params`), so answers replayed from one recording are never taken for another's."""
         clone = ChatClient.__new__(ChatClient)
         clone.__setstate__({**self.__getstate__(), "base_url": str(base_url), "answers_from": answers_from})
         return clone
 
+    def urls(self) -> list[str]:
+        """The endpoints' URLs without credentials: what may be shown."""
+        return [e.url for e in self._endpoints]
+
     def __repr__(self) -> str:
-        return f"ChatClient(model={self.model!r}, base_url={self._url!r}, api_env_var={self.api_env_var!r})"
+        shown = self.urls()[0] if len(self._endpoints) == 1 else self.urls()
+        return f"ChatClient(model={self.model!r}, base_url={shown!r}, api_env_var={self.api_env_var!r})"
 
     def cache_params(self) -> dict[str, Any]:
         """What changes the answers: model and sampling (not the server's address, never a secret:
@@ -285,9 +318,10 @@ class ChatClient:
 
     def usage(self) -> dict[str, Any]:
         """Counts so far, for a manifest: ``requests`` (HTTP requests, retries included), ``called``
-        (answered by the server), ``cached`` (replayed), ``failed`` (no answer), ``retries``, tokens
-        (of the server's answers; ``cached_*``: of the replayed ones) and ``unusable``: answers
-        given but not usable (so not cached), per reason."""
+        (answered by the server), ``cached`` (replayed), ``failed`` (no answer), ``retries`` (requests
+        sent again: after the backoff, or at once to another endpoint), tokens (of the server's
+        answers; ``cached_*``: of the replayed ones) and ``unusable``: answers given but not usable
+        (so not cached), per reason."""
         with self._lock:
             return {"model": self.model, **self._usage, "unusable": dict(sorted(self._unusable.items()))}
 
@@ -381,11 +415,41 @@ class ChatClient:
         (a refused connection or a name that does not resolve fails at once), the answer gets
         ``min(timeout_s + 50, llm.timeout_s)`` (a busy server may queue it). A server without a
         model listing (HTTP 404 there) is judged by the chat request alone. Nothing is cached or
-        counted in :meth:`usage`."""
+        counted in :meth:`usage`.
+
+        Several endpoints are checked at once. Any that serves another model, or refuses the key
+        (an HTTP 4xx), is an error; those that cannot be reached, answer 5xx or not in time are
+        named in one warning line and marked down (module doc) when at least one other passed, an
+        error when none did."""
+        if len(self._endpoints) == 1:
+            self._check_endpoint(self._endpoints[0], timeout_s)
+            return
+        with ThreadPoolExecutor(max_workers=min(len(self._endpoints), 16), thread_name_prefix="llm-check") as pool:
+            outcomes = list(pool.map(lambda e: _outcome(self._check_endpoint, e, timeout_s), self._endpoints))
+        if wrong := [str(error) for error in outcomes if error is not None and not isinstance(error, _Down)]:
+            raise ConfigError("; ".join(wrong))
+        down = [(e, error) for e, error in zip(self._endpoints, outcomes, strict=True) if error is not None]
+        if len(down) == len(self._endpoints):
+            raise ConfigError("; ".join(str(error) for _, error in down))
+        with self._balance:
+            for endpoint, _ in down:
+                self._mark_down(endpoint, time.monotonic())
+        if down:
+            log.warning(
+                "%d of %d LLM endpoints down, left out for %g s: %s",
+                len(down),
+                len(self._endpoints),
+                DOWN_S,
+                "; ".join(str(error) for _, error in down),
+            )
+
+    def _check_endpoint(self, endpoint: _Endpoint, timeout_s: float) -> None:
+        """:meth:`check_server` of one endpoint: raises :class:`ConfigError`, :class:`_Down` for
+        what may pass (it cannot be reached, answers 5xx or not in time)."""
         import openai
 
-        where = f"LLM server {self._url} (model {self.model!r})"
-        client = self._openai().with_options(timeout=float(timeout_s), max_retries=0)
+        where = f"LLM server {endpoint.url} (model {self.model!r})"
+        client = self._openai(endpoint).with_options(timeout=float(timeout_s), max_retries=0)
         step, limit = "listing the models (GET /models)", float(timeout_s)
         try:
             try:
@@ -402,69 +466,131 @@ class ChatClient:
                 model=self.model, messages=SERVER_PROBE, temperature=self.temperature, max_tokens=1, **self.params
             )
         except openai.APITimeoutError as error:
-            raise ConfigError(f"{where}: no answer to {step} within {limit:g} s") from error
+            raise _Down(f"{where}: no answer to {step} within {limit:g} s") from error
         except openai.APIConnectionError as error:
-            raise ConfigError(f"{where}: cannot connect ({self._scrub(_connection_reason(error))})") from error
+            raise _Down(f"{where}: cannot connect ({self._scrub(_connection_reason(error))})") from error
         except openai.APIStatusError as error:
             detail = " ".join(self._scrub(str(error)).split())[:300]
-            raise ConfigError(f"{where}: HTTP {error.status_code} to {step}: {detail}") from error
+            fault = _Down if error.status_code >= 500 else ConfigError
+            raise fault(f"{where}: HTTP {error.status_code} to {step}: {detail}") from error
         except openai.APIError as error:  # an answer that is not the protocol's
             detail = " ".join(self._scrub(f"{type(error).__name__}: {error}").split())[:300]
             raise ConfigError(f"{where}: unexpected answer to {step}: {detail}") from error
 
+    # -- the endpoints --------------------------------------------------------------------------------
+    def _acquire(self, tried: set[int]) -> _Endpoint | None:
+        """A slot on the endpoint for a request's next attempt (waiting for one), or ``None`` when
+        every endpoint that may be asked has been ``tried`` (indexes) by this request: the fewest in
+        flight among those not tried, ties in turn. An up endpoint takes ``concurrency`` requests, a
+        down one none until its pause is over and then one (a trial); with all down, all are asked
+        as if up."""
+        with self._balance:
+            while True:
+                now = time.monotonic()
+                all_down = all(e.down_until > now for e in self._endpoints)
+                caps = {
+                    e.index: self.concurrency if all_down or not e.down_until else int(e.down_until <= now)
+                    for e in self._endpoints
+                }
+                askable = [e for e in self._endpoints if e.index not in tried and caps[e.index] > 0]
+                if not askable:
+                    return None
+                free = [e for e in askable if e.in_flight < caps[e.index]]
+                if free:
+                    n = len(self._endpoints)
+                    chosen = min(free, key=lambda e: (e.in_flight, (e.index - self._turn) % n))
+                    self._turn = (chosen.index + 1) % n
+                    chosen.in_flight += 1
+                    return chosen
+                self._balance.wait(timeout=0.5)  # a pause ends with no release to wake anyone
+
+    def _release(self, endpoint: _Endpoint, error: Retryable | None) -> None:
+        """Free the slot of a request that ``endpoint`` answered (``error`` None: any HTTP answer
+        but 429 and 5xx shows the server up) or failed."""
+        with self._balance:
+            endpoint.in_flight -= 1
+            if error is None:
+                if endpoint.down_until and len(self._endpoints) > 1:
+                    log.info("LLM endpoint %s answers again", endpoint.url)
+                endpoint.failures, endpoint.down_until, endpoint.pause = 0, 0.0, 0.0
+            elif error.kind != "http_429" and len(self._endpoints) > 1:  # 429: up, but busy
+                endpoint.failures += 1
+                now = time.monotonic()
+                unreachable = isinstance(error, _Unreachable)
+                if endpoint.down_until and endpoint.down_until <= now:  # its trial failed
+                    self._mark_down(endpoint, now)
+                elif not endpoint.down_until and (unreachable or endpoint.failures >= DOWN_AFTER):
+                    self._mark_down(endpoint, now)
+                    why = "cannot connect" if unreachable else f"{endpoint.failures} failed requests in a row"
+                    log.warning(
+                        "LLM endpoint %s is down (%s: %s); its requests go to the other endpoints, "
+                        "it is tried again in %g s",
+                        endpoint.url,
+                        why,
+                        error.detail[:200],
+                        endpoint.pause,
+                    )
+            self._balance.notify_all()
+
+    @staticmethod
+    def _mark_down(endpoint: _Endpoint, now: float) -> None:
+        endpoint.pause = min(DOWN_MAX_S, endpoint.pause * 2) if endpoint.pause else DOWN_S
+        endpoint.down_until = now + endpoint.pause
+
     # -- requests -----------------------------------------------------------------------------------
-    def _openai(self):
+    def _openai(self, endpoint: _Endpoint):
         with self._lock:
-            if self._client is None:
+            if endpoint.client is None:
                 import openai
 
                 options = {}
-                if self._basic_auth is not None:  # what the HTTP client did with a URL's user:password
-                    basic = base64.b64encode(":".join(self._basic_auth).encode()).decode("ascii")
+                if endpoint.basic_auth is not None:  # what the HTTP client did with a URL's user:password
+                    basic = base64.b64encode(":".join(endpoint.basic_auth).encode()).decode("ascii")
                     options["default_headers"] = {"Authorization": f"Basic {basic}"}
                 api_key = os.environ.get(self.api_env_var) or NO_KEY
                 declare_secrets([api_key] if api_key != NO_KEY else [])
-                self._client = openai.OpenAI(
-                    base_url=self._url,
+                endpoint.client = openai.OpenAI(
+                    base_url=endpoint.url,
                     api_key=api_key,
                     timeout=self.timeout_s,
                     max_retries=0,
                     **options,
                 )
-            return self._client
+            return endpoint.client
 
     def _scrub(self, text: str) -> str:
-        """``text`` (an error, a log line) without the key, the URL's credentials, secret parameter
+        """``text`` (an error, a log line) without the key, the URLs' credentials, secret parameter
         values or any environment secret."""
-        text = text.replace(self.base_url, self._url)
-        raw = urlsplit(self.base_url)
-        secrets = [os.environ.get(self.api_env_var) or "", *(self._basic_auth or ()), raw.password or ""]
-        secrets.append(raw.username or "")
+        secrets = [os.environ.get(self.api_env_var) or ""]
+        for endpoint in self._endpoints:
+            text = text.replace(endpoint.raw, endpoint.url)
+            raw = urlsplit(endpoint.raw)
+            secrets += [*(endpoint.basic_auth or ()), raw.password or "", raw.username or ""]
         secrets = sorted({s for s in secrets + _secret_values(self.params) if len(s) >= 4}, key=len, reverse=True)
         for secret in secrets:
             text = text.replace(secret, "<redacted>")
         return redact_text(text)
 
-    def _request(self, messages: Sequence[Mapping[str, Any]]) -> ChatResult:
-        """One HTTP request; raises :class:`~vldocir.retry.Retryable` for what a retry may fix."""
+    def _request(self, endpoint: _Endpoint, messages: Sequence[Mapping[str, Any]]) -> ChatResult:
+        """One HTTP request to ``endpoint``; raises :class:`~vldocir.retry.Retryable` for what a
+        retry may fix (:class:`_Unreachable` when no connection was made)."""
         import openai
 
         try:
-            with (
-                self._slots,
-                self._openai().chat.completions.with_streaming_response.create(
-                    model=self.model,
-                    messages=list(messages),
-                    temperature=self.temperature,
-                    max_tokens=self.max_tokens,
-                    **self.params,
-                ) as response,
-            ):
+            with self._openai(endpoint).chat.completions.with_streaming_response.create(
+                model=self.model,
+                messages=list(messages),
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                **self.params,
+            ) as response:
                 body = self._read_body(response, time.monotonic() + self.timeout_s)
         except openai.APITimeoutError as error:
             raise Retryable("timeout", f"no answer within {self.timeout_s:g} s") from error
         except openai.APIConnectionError as error:
-            raise Retryable("connection", self._scrub(str(error.__cause__ or error))) from error
+            # httpx's ConnectError (or that of the fork the openai client runs on): no connection made
+            fault = _Unreachable if type(error.__cause__).__name__ == "ConnectError" else Retryable
+            raise fault("connection", self._scrub(str(error.__cause__ or error))) from error
         except openai.APIStatusError as error:
             kind, detail = f"http_{error.status_code}", self._scrub(str(error))[:500]
             if error.status_code == 429 or error.status_code >= 500:
@@ -528,13 +654,34 @@ class ChatClient:
         return b"".join(chunks)
 
     def _complete(self, messages: Sequence[Mapping[str, Any]], key: str, validate: Validator | None) -> ChatResult:
-        attempts = 0
+        attempts, asked = 0, set()
 
         def attempt() -> ChatResult:
+            """One round: the request sent to each endpoint in turn until one answers (one, with one endpoint)."""
             nonlocal attempts
-            attempts += 1
-            self._count(requests=1)
-            return self._request(messages)
+            tried: set[int] = set()
+            failed: Retryable | None = None
+            failed_at = ""
+            while (endpoint := self._acquire(tried)) is not None:
+                if failed is not None:  # sent at once to another endpoint
+                    log.info("LLM request to %s failed (%s); sent to %s", failed_at, failed.kind, endpoint.url)
+                    self._count(retries=1)
+                tried.add(endpoint.index)
+                asked.add(endpoint.index)
+                attempts += 1
+                self._count(requests=1)
+                try:
+                    result = self._request(endpoint, messages)
+                except Retryable as error:
+                    self._release(endpoint, error)
+                    failed, failed_at = error, endpoint.url
+                    continue
+                except BaseException:
+                    self._release(endpoint, None)
+                    raise
+                self._release(endpoint, None)
+                return result
+            raise failed
 
         def on_retry(error: Retryable, retry: int, delay: float) -> None:
             log.info("LLM request failed (%s); retry %d/%d in %.2f s", error.kind, retry, self.max_retries, delay)
@@ -544,8 +691,9 @@ class ChatClient:
         try:
             result = call_with_retries(attempt, policy, on_retry)
         except Retryable as error:
+            where = f" on {len(asked)} endpoints" if len(asked) > 1 else ""
             result = ChatResult(
-                error=f"{error.kind}: {error.detail} (after {error.attempts} attempts)", error_kind=error.kind
+                error=f"{error.kind}: {error.detail} (after {attempts} attempts{where})", error_kind=error.kind
             )
         except Exception as error:  # one bad request must not end a batch
             result = ChatResult(
@@ -588,35 +736,47 @@ class ChatClient:
         validate: Validator | Sequence[Validator | None] | None = None,
     ) -> list[ChatResult]:
         """One result per request, in order: cached ones replayed, the rest sent ``concurrency`` at
-        a time. Identical requests (with validators of the same name) are sent once. ``validate``:
-        one :class:`Validator` for all, or one per request (``None``: only truncated and oversized
-        answers are unusable). ``progress``: a tqdm bar (a string: its label)."""
+        a time to each endpoint, each as soon as its cache key is known. Identical requests (with
+        validators of the same name) are sent once. ``validate``: one :class:`Validator` for all, or
+        one per request (``None``: only truncated and oversized answers are unusable).
+        ``progress``: a tqdm bar (a string: its label)."""
         validators = list(validate) if isinstance(validate, Sequence) else [validate] * len(requests)
         if len(validators) != len(requests):
             raise ValueError(f"{len(validators)} validators for {len(requests)} requests")
-        keys = [self.cache_key(messages, check) for messages, check in zip(requests, validators, strict=True)]
+        keys: list[str] = []
         results: dict[str, ChatResult] = {}
         todo: dict[str, tuple[Sequence[Mapping[str, Any]], Validator | None]] = {}
-        for key, messages, check in zip(keys, requests, validators, strict=True):
-            if key in results or key in todo:
-                continue
-            cached = self._cached(key)
-            if cached is not None:
-                results[key] = cached
-                self._count(
-                    cached=1,
-                    cached_prompt_tokens=cached.prompt_tokens,
-                    cached_completion_tokens=cached.completion_tokens,
-                )
-            else:
+        futures: dict[Any, str] = {}
+        pool = None
+        try:
+            for messages, check in zip(requests, validators, strict=True):
+                keys.append(key := self.cache_key(messages, check))
+                if key in results or key in todo:
+                    continue
+                cached = self._cached(key)
+                if cached is not None:
+                    results[key] = cached
+                    self._count(
+                        cached=1,
+                        cached_prompt_tokens=cached.prompt_tokens,
+                        cached_completion_tokens=cached.completion_tokens,
+                    )
+                    continue
                 todo[key] = (messages, check)
+                if pool is None:  # sent as soon as keyed: the keys of the rest are hashed meanwhile
+                    import openai  # noqa: F401  (here, once: threads importing it at once may see it half made)
+
+                    workers = min(self.concurrency * len(self._endpoints), len(requests))
+                    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm")
+                futures[pool.submit(self._complete, messages, key, check)] = key
+            bar = _progress_bar(progress, len(todo), self.model) if todo else None
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                bar(1)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
         if todo:
-            bar = _progress_bar(progress, len(todo), self.model)
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)), thread_name_prefix="llm") as pool:
-                futures = {pool.submit(self._complete, m, key, check): key for key, (m, check) in todo.items()}
-                for future in as_completed(futures):
-                    results[futures[future]] = future.result()
-                    bar(1)
             bar(0, close=True)
             unusable = Counter(results[key].unusable for key in todo if results[key].unusable)
             if unusable:
@@ -627,6 +787,63 @@ class ChatClient:
                     ", ".join(f"{reason} {n}" for reason, n in sorted(unusable.items())),
                 )
         return [results[key] for key in keys]
+
+
+class _Endpoint:
+    """One server of a client's ``base_url``: its URL as given (``raw``) and without credentials
+    (``url``, what may be shown), the credentials (sent as HTTP basic auth), its ``openai`` client
+    (built at the first request) and what the balancer knows of it: requests ``in_flight``,
+    ``failures`` in a row, down until ``down_until`` (``time.monotonic``; 0: up) for ``pause`` s."""
+
+    def __init__(self, index: int, raw: str):
+        self.index, self.raw = index, raw
+        self.url, self.basic_auth = _without_userinfo(raw)
+        self.client = None
+        self.in_flight = self.failures = 0
+        self.down_until = self.pause = 0.0
+
+
+class _Unreachable(Retryable):
+    """No connection to the endpoint could be made (refused, a name that does not resolve, no
+    route): it is down at once. A connection dropped later is a plain :class:`Retryable`."""
+
+
+class _Down(ConfigError):
+    """A server check that may pass later: the endpoint cannot be reached, answers 5xx or not in time."""
+
+
+def _outcome(check: Callable[..., None], *args: Any) -> ConfigError | None:
+    try:
+        check(*args)
+    except ConfigError as error:
+        return error
+    return None
+
+
+def _base_urls(value: Any) -> tuple[str, ...]:
+    """The endpoints of ``llm.base_url``: one URL, a list of them, or one comma-separated string
+    (split only at a comma that starts a URL, so a query string keeps its commas). Raises
+    :class:`ConfigError` for what is not an http(s) URL, or a URL listed twice."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(_plain(value)) if isinstance(value, Sequence) else None
+    if items is None:
+        raise ConfigError(f"llm.base_url: a URL or a list of URLs, got a {type(value).__name__}")
+    urls = [u.strip() for item in items for u in _URL_START.split(str(item).strip().strip(","))]
+    urls = [u for u in urls if u]
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+        except ValueError:  # a port that is no number or past 65535
+            usable = False
+        if not usable:
+            raise ConfigError(
+                f"llm.base_url: {redact_text(url)!r} is not an http(s) URL (e.g. http://gpu-node:8000/v1)"
+            )
+    if twice := sorted({u for u in urls if urls.count(u) > 1}):
+        raise ConfigError(f"llm.base_url: {redact_text(twice[0])!r} is listed twice")
+    return tuple(urls)
 
 
 def _plain(value: Any) -> Any:

@@ -343,14 +343,16 @@ def config_secrets(tree: Any) -> list[str]:
 
 
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]+")
+_NEXT_URL = re.compile(r"(?i),(?=[a-z][a-z0-9+.-]*://)")  # a comma-separated list of URLs (VLDOCIR_LLM_BASE_URL)
 
 
 def url_secrets(text: str) -> list[str]:
-    """The user-info (user and password) and the query values of every URL in ``text``."""
+    """The user-info (user and password) and the query values of every URL in ``text`` (each URL of
+    a comma-separated list too)."""
     found = []
-    for match in _URL.finditer(text):
+    for url in (u for match in _URL.finditer(text) for u in _NEXT_URL.split(match.group(0))):
         try:
-            parts = urlsplit(match.group(0))
+            parts = urlsplit(url)
             found += [unquote(p) for p in (parts.username, parts.password) if p]
             found += [v for _, v in parse_qsl(parts.query) if v]
         except ValueError:  # not a URL after all (a bad port, a bracket)
