@@ -1,11 +1,13 @@
 """Clean-up rules on pages that trap them (tests/fixtures/render/rules_*.html, written for the tests):
 the SEC running-head rule tells content that recurs at page edges (a letter's date, a question asked
 again) from page furniture and removes page headers laid out as tables, never a data table or a data
-cell; the navbox rule keeps a data table and says so in the removal record; the PubReader chrome of a
-PubMed Central article goes and the article stays.
+cell, also one-row header and footer tables with a cell that is content elsewhere, never a one-row
+table that does not repeat; the navbox rule keeps a data table and says so in the removal record; the
+PubReader chrome of a PubMed Central article goes (its hidden welcome trigger too) and the article
+stays; Wikipedia's 'v t e' navbars go, and so do list items and lists that a removal leaves empty.
 
-The three documents are rendered once (module fixture). The browser tests are ``slow`` and are
-skipped, saying why, where no Chromium is found.
+The documents are rendered once (module fixture). The browser tests are ``slow`` and are skipped,
+saying why, where no Chromium is found.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ DOCS = {  # doc_id -> (source, file)
     "sec": ("sec", "rules_sec_furniture.html"),
     "navbox": ("wikipedia", "rules_navbox_table.html"),
     "pubreader": ("pubmed", "rules_pubreader.html"),
+    "sec_tables": ("sec", "rules_sec_table_heads.html"),
+    "lists": ("wikipedia", "rules_emptied_lists.html"),
 }
 
 from helpers import CHROMIUM, NO_CHROMIUM_REASON  # noqa: E402
@@ -131,6 +135,9 @@ def test_pubreader_chrome_goes_and_the_article_stays(rendered):
         assert chrome not in text, chrome
     assert not [e for e in doc.elements if e.element_type == "image"], "the logo SVG is drawn"
     lines = _lines(doc)
+    # the welcome dialog's trigger, a hidden link reading 't', is no stray letter above the journal
+    assert "t" not in lines and "t" not in [e.text for e in doc.elements]
+    assert _painted(doc, (76, 175, 80)) == 0
     assert lines[:4] == [
         "Plant Soil Rep.",
         "Example Press",
@@ -142,7 +149,65 @@ def test_pubreader_chrome_goes_and_the_article_stays(rendered):
     assert lines[-1] == "Plants in dry plots spent more of their carbon on roots than on leaves."
     rules = _rules(doc)
     assert rules[".jr-unsupported"]["removed"] == 1 and rules["#jr-ui"]["removed"] == 1
-    assert rules["pubmed:dialog_with_body"]["removed"] == 1 and "pubmed:dialog_title" not in rules
+    assert rules["#jr-welcome-trigger"]["removed"] == 1 and rules["#jr-welcome-trigger"]["samples"] == ["t"]
+    # the download, ePub and welcome dialogs, each with its body
+    assert rules["pubmed:dialog_with_body"]["removed"] == 3 and "pubmed:dialog_title" not in rules
     assert rules["pubmed:share_links"]["removed"] == 1, rules["pubmed:share_links"]  # the box with its three links
     for r in doc.cleanup:
         assert not {"formula", "table", "figure"} & set(r["content"]) and r["kept_table"] == 0, r
+
+
+def test_sec_one_row_table_heads_go_though_a_cell_is_content_elsewhere(rendered):
+    doc = rendered["sec_tables"]
+    lines = _lines(doc)
+    text = "\n".join(lines + [e.text for e in doc.elements])
+    # the header table ('Table of Contents' | '2024 PROXY STATEMENT') and the footer table (company
+    # name | page number) of seven pages go, though the contents' title and the signature match a cell
+    assert "2024 PROXY STATEMENT" not in text and "Table of Contents" not in text, text
+    assert not [line for line in lines if re.fullmatch(r"(NORTHWIND HOLDINGS, INC\. )?\d", line)], lines
+    assert _painted(doc, (31, 78, 121)) == 0 and _painted(doc, (178, 34, 34)) == 0
+    rules = _rules(doc, "page_rule")
+    assert rules["sec:running_head"]["removed"] == 7 and rules["sec:running_head"]["content"] == {"layout_table": 7}
+    assert rules["sec:page_number"]["removed"] == 7 and rules["sec:page_number"]["content"] == {"layout_table": 7}
+    assert rules["sec:page_break"]["removed"] == 7
+    # what matches a cell stays where it is content, and so do one-row tables that do not repeat: the
+    # contents' rows (the last two at a page bottom, their numbers no page numbers) and two at page edges
+    assert lines.count("NORTHWIND HOLDINGS, INC.") == 2 and lines.count("TABLE OF CONTENTS") == 1
+    for kept in (
+        "Proxy Summary 3",
+        "Proposal No. 2: Ratification of Auditors 5",
+        "Other Matters 7",
+        "PROPOSAL NO. 2 RATIFICATION OF THE APPOINTMENT OF INDEPENDENT AUDITORS",
+        "The Board recommends a vote FOR Proposal No. 2.",
+    ):
+        assert kept in lines, kept
+    assert [e.element_type for e in doc.elements].count("table") == 6
+    assert _painted(doc, (0, 128, 128)) > 1000
+    for r in doc.cleanup:
+        assert "table" not in r["content"] and r["kept_table"] == 0, r
+
+
+def test_navbars_and_list_items_left_empty_go(rendered):
+    doc = rendered["lists"]
+    lines = _lines(doc)
+    # no 'v t e' list (in a sidebar, in a kept navbox's title), no bullet with nothing after it
+    assert not {"v", "t", "e", "v t e"} & set(lines + [e.text for e in doc.elements]), lines
+    assert _painted(doc, (255, 0, 255)) == 0
+    rules = _rules(doc)
+    assert rules[".navbar"]["removed"] == 2 and rules[".navbar"]["kind"] == "selector"
+    # the three print-hidden links go by their rule, with the three items and the one list they emptied
+    noprint = {r["kind"]: r["removed"] for r in doc.cleanup if r["rule"] == ".noprint"}
+    assert noprint == {"selector": 3, "emptied": 4}, noprint
+    # the lists' other items, an item holding only a picture, the navbox's data table and the sidebar stay
+    for kept in (
+        "The flag: three bands of green, white and gold.",
+        "Official website of Freedonia",
+        "Freedonia at the Atlas of Places",
+        "Largest cities in Freedonia",
+        "4 Chicoton Valley 150,030",
+        "Constitution Parliament",
+    ):
+        assert kept in lines, kept
+    assert [e.element_type for e in doc.elements].count("image") == 1
+    assert [e.element_type for e in doc.elements].count("list") == 2
+    assert _rules(doc)[".navbox"]["kept_table"] == 1

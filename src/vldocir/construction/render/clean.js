@@ -4,9 +4,10 @@
 // formula, or that is or holds a data table (isDataTable, tables.js; such elements are kept and
 // counted as kept_formula, kept_table); only a page rule written for one formula renderer may
 // rework a formula's insides, and only a page rule that has found a table to be page furniture may
-// remove it (opts.furnitureTable). Returns the removal record: one entry per rule that matched
-// anything, with the content elements its removals held (counted before removing) and the texts of
-// its first three removals, and the selectors the browser rejected.
+// remove it (opts.furnitureTable). A list item or list that a removal leaves empty goes too (kind
+// 'emptied', under the rule that emptied it). Returns the removal record: one entry per rule that
+// matched anything, with the content elements its removals held (counted before removing) and the
+// texts of its first three removals, and the selectors the browser rejected.
 ([selectors, pageRules, removeFixed]) => {
   // @include formula.js
   // @include tables.js
@@ -61,9 +62,25 @@
       const text = norm(el.innerText || el.textContent);
       if (text) e.samples.push(text.slice(0, 80));
     }
+    const parent = el.parentElement;
     el.remove();
     e.removed++;
+    dropEmptiedLists(e, parent);
     return true;
+  }
+  // A list item left with nothing to show by a removal (its only content was removed: a bullet with
+  // nothing after it) goes, and so does a list left without items; recorded per rule that emptied
+  // them, as kind 'emptied'. Items and lists that hold text, a picture, a formula, a table or a
+  // control stay.
+  const SHOWS = 'img, svg, canvas, video, picture, iframe, object, embed, math, mjx-container, table, input, select, textarea, button, hr';
+  function dropEmptiedLists(e, p) {
+    while (p && !protectedEl(p) && /^(li|ul|ol|menu)$/.test(p.localName) && !norm(p.innerText) && !p.querySelector(SHOWS) &&
+           !touchesFormula(p)) {
+      const up = p.parentElement;
+      p.remove();
+      entry(e.rule, e.source, 'emptied').removed++;
+      p = up;
+    }
   }
 
   // 1. clutter selectors ([selector, source group] pairs)

@@ -19,7 +19,10 @@ def clean_page(page: Any, cfg: RenderConfig, source: str) -> tuple[list[dict[str
     Returns ``(rules, bad)``: the removal record, one entry per rule that matched anything (plus
     the ``fixed`` and ``invisible`` steps, always)::
 
-        {"rule": str, "source": "*" | source, "kind": "selector" | "page_rule" | "fixed" | "invisible",
+        {"rule": str, "source": "*" | source,
+         "kind": "selector" | "page_rule" | "fixed" | "invisible"
+                 | "emptied",       # list items and lists left empty by the removals of the rule
+                                    # (or step) named in "rule": a bullet with nothing after it
          "removed": int,            # elements removed
          "kept_formula": int,       # matches kept because they are, hold or lie inside a formula
          "kept_table": int,         # matches kept because they are or hold a data table

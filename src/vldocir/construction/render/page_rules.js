@@ -52,10 +52,15 @@ const PAGE_RULES = {
   //                     again). A number in it may follow the pages ("12 | 2024 Proxy Statement");
   //   sec:page_break    the page-break <hr> itself (an <hr> without page-break style stays).
   // A small table goes whole when each of its cells is furniture (all are layout, removed with
-  // {furnitureTable: true}: no data table); a table with any other cell stays, as do lines in tables.
+  // {furnitureTable: true}: no data table), and so does a one-row table laid out like the running
+  // heads of other pages: at a page edge, with a running head or page number in the same cell of
+  // one-row tables with as many cells holding text at the edges of three or more printed pages
+  // (its other cells, e.g. the company's name, also found in a signature, or a 'Table of Contents'
+  // link, also the title of the contents, go with it). Any other table stays, as do lines in tables.
   sec_page_furniture(api) {
     const EDGE = 3, MAX_HEAD = 80, MAX_EDGE_LINE = 120, MIN_REPEATS = 3, TABLE_ROWS = 2, TABLE_CELLS = 4;
-    const norm = s => (s || '').replace(/\s+/g, ' ').trim();
+    // zero-width characters (in the empty cells of some filing agents' tables) are no text
+    const norm = s => (s || '').replace(/[\u200b-\u200d\u2060\ufeff]/g, '').replace(/\s+/g, ' ').trim();
     const isBreak = (el, side) => {
       const cs = getComputedStyle(el);
       const v = side === 'before' ? [cs.breakBefore, cs.pageBreakBefore] : [cs.breakAfter, cs.pageBreakAfter];
@@ -71,7 +76,7 @@ const PAGE_RULES = {
       const rows = Array.from(t.rows).filter(r => norm(r.innerText));
       const cells = rows.flatMap(r => Array.from(r.cells)).map(c => ({el: c, text: norm(c.innerText)})).filter(c => c.text);
       const small = cells.length && rows.length <= TABLE_ROWS && cells.length <= TABLE_CELLS && cells.every(c => c.text.length <= MAX_HEAD);
-      return small ? cells : null;
+      return small ? {cells: cells, rows: rows.length} : null;
     };
     // The document as a sequence of items and page breaks.
     const seq = [];
@@ -81,8 +86,8 @@ const PAGE_RULES = {
       if (styled ? isBreak(el, 'before') : t === 'hr') seq.push({kind: 'break', el: el});
       if (t === 'hr') { if (styled && isBreak(el, 'after')) seq.push({kind: 'break', el: el}); return; }
       if (t === 'table') {
-        const cells = smallTable(el);
-        seq.push(cells ? {kind: 'table', el: el, cells: cells} : {kind: 'block', el: el, text: null});
+        const small = smallTable(el);
+        seq.push(small ? {kind: 'table', el: el, cells: small.cells, rows: small.rows} : {kind: 'block', el: el, text: null});
       } else {
         const blockKids = Array.from(el.children).some(c => !inline(c) && c.localName !== 'br');
         if (!blockKids && el !== document.body) {
@@ -170,10 +175,28 @@ const PAGE_RULES = {
           (s.bottom && CONT_BOTTOM.test(text))) return 'sec:continued';
       return text.length <= MAX_HEAD && isHead(c, s) ? 'sec:running_head' : null;
     };
-    for (const s of lineItems.filter(edge)) {
-      const subs = s.cells.map(c => furniture(c, s));
+    const edgeItems = lineItems.filter(edge).map(s => ({item: s, subs: s.cells.map(c => furniture(c, s))}));
+    // One-row tables laid out alike: '<cells holding text>/<cell>/<its running head, or # and the
+    // page number less the printed page's index>' of each running head or page number cell -> the
+    // printed pages holding one. (A page number must follow the pages: the last rows of a contents
+    // laid out as one-row tables, at a page's bottom, are no footers.)
+    const ANCHOR = new Set(['sec:running_head', 'sec:page_number']);
+    const anchorText = (s, j, sub) => {
+      if (sub === 'sec:running_head') return s.cells[j].text.toLowerCase().replace(/\d+/g, '#');
+      const n = /\d+/.exec(s.cells[j].text);
+      return '#' + (n ? parseInt(n[0], 10) - s.page : s.cells[j].text.toLowerCase());
+    };
+    const anchors = ({item, subs}) => item.kind !== 'table' || item.rows !== 1 ? [] : subs.flatMap((sub, j) => !ANCHOR.has(sub) ? [] :
+      [item.cells.length + '/' + j + '/' + anchorText(item, j, sub)]);
+    const layouts = new Map();
+    for (const x of edgeItems) for (const k of anchors(x)) { if (!layouts.has(k)) layouts.set(k, new Set()); layouts.get(k).add(x.item.page); }
+    const repeatedLayout = x => anchors(x).some(k => layouts.get(k).size >= MIN_REPEATS) && !isDataTable(x.item.el);
+    for (const x of edgeItems) {
+      const {item: s, subs} = x;
       if (s.kind === 'line') { if (subs[0]) api.remove(subs[0], s.el); continue; }
-      if (subs.every(Boolean)) api.remove(subs.includes('sec:running_head') ? 'sec:running_head' : subs[0], s.el, {furnitureTable: true});
+      if (subs.every(Boolean) || repeatedLayout(x)) {
+        api.remove(subs.includes('sec:running_head') ? 'sec:running_head' : subs.find(Boolean), s.el, {furnitureTable: true});
+      }
     }
     for (const b of breaks) if (b.el.localName === 'hr' && styled && b.el.isConnected) api.remove('sec:page_break', b.el);
   },

@@ -15,8 +15,10 @@ either: an element that is or holds one is kept (counted as ``kept_table``, its 
 rows, one of them with two cells or more, that is no layout table (role presentation / none, or a
 grid of pictures: ``isLayoutTable``), lies in no navigation landmark and is no link table (every
 data cell only links: a navbox's lists). Only a page rule that has found a table to be page
-furniture removes it (``sec_page_furniture``, recorded as ``layout_table``). Every removal is
-recorded per rule in ``layout.json`` (``cleanup``), with the content elements it held.
+furniture removes it (``sec_page_furniture``, recorded as ``layout_table``). A list item that a
+removal leaves with nothing to show (a bullet with nothing after it), and a list left without items,
+go too. Every removal is recorded per rule in ``layout.json`` (``cleanup``), with the content
+elements it held; the list items and lists a rule emptied under that rule with kind ``emptied``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         ("#contentSub", "redirect notes below the title"),
         (".mw-indicators", "page status icons (protection, featured)"),
         (".navbox", "navigation boxes (link tables) at the end of articles; one holding a data table stays"),
+        (
+            ".navbar",
+            "'v · t · e' links (view, talk, edit the template) in the titles of navboxes, sidebars and "
+            "infoboxes: a list of three letters without the skin's CSS",
+        ),
         (".portalbox", "'Portal:' link boxes"),
         (".ambox", "article message boxes (maintenance tags: 'This section needs expansion')"),
         ("#catlinks", "category links"),
@@ -93,6 +100,11 @@ CLUTTER_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         (".ncbi-footer", "NCBI footer (Follow NCBI, Connect with NLM, policies)"),
         (".usa-footer", "USWDS footer"),
         (".jr-unsupported", "PubReader's notice 'Your browser does not support the NLM PubReader view'"),
+        (
+            "#jr-welcome-trigger",
+            "PubReader's trigger of its welcome dialog: a link hidden by class whose text is the letter 't' "
+            "(an icon), a stray 't' at the top of the first page",
+        ),
         (
             "#jr-ui",
             "PubReader's reader interface, hidden by class until its script runs: toolbar with the PMC "
@@ -141,7 +153,9 @@ PAGE_RULES: dict[str, tuple[tuple[str, str], ...]] = {
             "printed-page furniture next to page breaks: page-number lines, '(continued)' lines, "
             "running heads (at the edges of three or more pages and nowhere else; never a date "
             "line or a heading followed by its body), page headers and footers laid out as small "
-            "tables whose every cell is furniture, and the page-break hr; never a line inside a table",
+            "tables whose every cell is furniture or as one-row tables with a running head or page "
+            "number in the same cell at the edges of three or more pages, and the page-break hr; "
+            "never a line inside a table",
         ),
     ),
 }
