@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -67,6 +68,9 @@ from vldocir.data.evidence import NEAR_MAX_GAP
 from vldocir.data.schema import SOURCES
 from vldocir.data.validation import outside_target
 from vldocir.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vldocir.construction.shards import ShardedStages
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +165,13 @@ def build_from_html(
     source: str | None = None,
     domain: str | None = None,
     links: str = "refuse",
+    shards: ShardedStages | None = None,
 ) -> Benchmark:
     """Build the benchmark ``name`` from the documents of ``input_path`` into ``out_dir`` (module
     doc); ``source`` and ``domain``: of the documents of a folder without an index, ``links``: a
     symbolic link leaving the input folder refused or left out (:func:`load_documents`).
+    ``shards``: ``build.shards=N`` (N > 1): the documents are rendered, rasterized and OCRed by a
+    job array first (:mod:`~vldocir.construction.shards`), and this build finds them done.
     ``queries``: the query stage, called with the built tables
     (:class:`~vldocir.queries.query_stage.GeneratedQueries`, or the user's own queries or none:
     :mod:`~vldocir.queries.user_queries`), whose ``preflight`` runs before any rendering; there
@@ -176,7 +183,20 @@ def build_from_html(
     check_out_dir(out_dir, cache_dir, input_path)
     with staged_directory(out_dir) as staging:
         _build_from_html(
-            input_path, staging, cache_dir, name, queries, render, images, ocr, near_max_gap, pdf, source, domain, links
+            input_path,
+            staging,
+            cache_dir,
+            name,
+            queries,
+            render,
+            images,
+            ocr,
+            near_max_gap,
+            pdf,
+            source,
+            domain,
+            links,
+            shards,
         )
     return load_benchmark(out_dir)
 
@@ -195,6 +215,7 @@ def _build_from_html(
     source: str | None,
     domain: str | None,
     links: str,
+    shards: ShardedStages | None = None,
 ) -> None:
     """:func:`build_from_html` into ``out_dir``, the staging directory."""
     if queries is None:
@@ -216,6 +237,9 @@ def _build_from_html(
     todo = [d for d in documents if not d.problem and not d.is_pdf]
     pdfs = [d for d in documents if not d.problem and d.is_pdf]
     html_docs = [(d.record.doc_id, d.record.source, d.html_path) for d in todo]
+    if shards is not None:  # build.shards=N: a job array renders, rasterizes and OCRs; what follows finds it done
+        pdf_docs = [(d.record.doc_id, d.html_path) for d in pdfs]
+        sharded = shards(Path(cache_dir), work_dir, html_docs, pdf_docs, render, pdf or PdfConfig(), ocr or OcrConfig())
     report = render_batch(html_docs, work_dir / "rendered", render) if todo else BatchReport()  # PDFs only: no browser
     failed |= report.errors
     if report.failed:
@@ -282,6 +306,7 @@ def _build_from_html(
             "sampling_shortfall": sampling_shortfall(query_report, document_frame["source"].unique()),
             "near_max_gap": near_max_gap,
             "queries": query_report,
+            **({"shards": sharded} if shards is not None else {}),
             "rebuild": f"python -m vldocir.apps.build input={index}"
             if index is not None
             else f"python -m vldocir.apps.build input={input_path} folder.source={source}"
