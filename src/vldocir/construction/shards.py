@@ -47,6 +47,7 @@ from typing import Any
 from vldocir.construction.ocr import PAGES_PER_PROCESS, OcrConfig, cache_key, entry_path, ocr_pages, read_entry
 from vldocir.construction.pdf import PdfConfig, rasterize_pdfs
 from vldocir.construction.render import RenderConfig, load_layout, render_batch
+from vldocir.construction.render.layout import LAYOUT_FILE
 from vldocir.errors import ConfigError, VldocirError
 from vldocir.io import atomic_write_text, file_digest
 from vldocir.leases import LEASES_DIR, Leases, job_id
@@ -257,7 +258,7 @@ def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict
             layout = load_layout(work.work_dir / "rendered" / doc_id)
             documents[doc_id] = len(layout.pages)
             pages += [layout.page_path(p.page_index) for p in layout.pages]
-            artifacts.append(layout.directory / "layout.json")
+            artifacts.append(layout.directory / LAYOUT_FILE)
     if pdfs:
         status.update(stage="pdf")
         pdf = dataclasses.replace(work.pdf, workers=_capped(work.pdf.workers, cpus))
