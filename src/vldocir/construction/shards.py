@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 SHARDS_DIR = "shards"
 """Where, under the build's work dir, the shards keep their status files and done markers."""
 MARKER_VERSION = 1
+RENDER_DOCUMENTS_PER_WORKER = 20
+"""Documents a task renders per Chromium worker between two updates of its status file."""
 
 
 class ShardError(VldocirError, RuntimeError):
@@ -249,11 +251,19 @@ def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict
     if html:
         status.update(stage="render")
         render = dataclasses.replace(work.render, workers=_capped(work.render.workers, cpus))
-        report = render_batch(html, work.work_dir / "rendered", render, progress=False)
-        summary.update(rendered=len(report.rendered), render_reused=len(report.skipped), failed=len(report.failed))
-        status.update(documents={"rendered": len(report.rendered), "reused": len(report.skipped)})
+        failed: set[str] = set()
+        chunk = render.workers * RENDER_DOCUMENTS_PER_WORKER
+        for start in range(0, len(html), chunk):
+            report = render_batch(html[start : start + chunk], work.work_dir / "rendered", render, progress=False)
+            summary["rendered"] += len(report.rendered)
+            summary["render_reused"] += len(report.skipped)
+            failed.update(report.failed)
+            status.update(
+                documents={"rendered": summary["rendered"], "reused": summary["render_reused"], "failed": len(failed)}
+            )
+        summary["failed"] = len(failed)
         for doc_id, _, _ in html:
-            if doc_id in report.failed:
+            if doc_id in failed:
                 continue
             layout = load_layout(work.work_dir / "rendered" / doc_id)
             documents[doc_id] = len(layout.pages)
