@@ -140,14 +140,14 @@ def test_slurm_launcher_composes_from_the_command_line(isolated_paths, launcher)
     assert printed.hydra.mode == "MULTIRUN"
     launcher_cfg = OmegaConf.to_container(printed.hydra.launcher)
     assert launcher_cfg["_target_"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
-    assert launcher_cfg["partition"].startswith("${oc.env:SLURM_PARTITION,")
-    assert launcher_cfg["gpus_per_node"] == (4 if launcher == "slurm_node" else 1)
+    assert launcher_cfg["partition"].startswith("${oc.env:SLURM_")  # (slurm_cpu: SLURM_CPU_PARTITION first)
+    assert launcher_cfg["gpus_per_node"] == {"slurm_node": 4, "slurm_cpu": None}.get(launcher, 1)
 
     done = run_py(f"hydra/launcher={launcher}", "--cfg", "all", "--resolve", env=env)
     assert done.returncode == 0, done.stderr
     resolved = OmegaConf.create(done.stdout).hydra.launcher
     assert (resolved.partition, resolved.account, resolved.qos) == ("gpu-test", "proj-42", "normal")
-    assert resolved.tasks_per_node == resolved.gpus_per_node  # one task per GPU
+    assert resolved.tasks_per_node == (resolved.gpus_per_node or 1)  # one task per GPU (slurm_cpu: no GPU)
     assert resolved.setup == [f"source {REPO_ROOT}/slurm/env.sh"]
     assert resolved.submitit_folder.startswith(str(isolated_paths / "logs" / "multirun"))
 
@@ -202,7 +202,8 @@ def test_slurm_launcher_makes_a_valid_sbatch_script(isolated_paths, monkeypatch,
     sbatch_params["mem"] = _convert_mem(sbatch_params["mem"])
     script = _make_sbatch_string(command="python -u -m submitit.core._submit", folder=tmp_path, **sbatch_params)
     assert "#SBATCH --partition=gpu-test" in script
-    assert f"#SBATCH --gpus-per-node={params['gpus_per_node']}" in script
+    gpus = f"#SBATCH --gpus-per-node={params['gpus_per_node']}"
+    assert gpus in script if params["gpus_per_node"] else "--gpus-per-node" not in script
     assert f"#SBATCH --mem={params['mem_gb']}GB" in script
     assert f"source {REPO_ROOT}/slurm/env.sh" in script
 

@@ -10,6 +10,9 @@ your own HTML and PDF documents, a folder of them or a document index (construct
     python -m vldocir.apps.build queries=templates                 # template queries over planted facts, no LLM
     python -m vldocir.apps.build queries.recorded=null queries.llm.model=Qwen/Qwen3-VL-32B-Instruct \
         queries.llm.base_url=http://gpu-node:8000/v1  # generate with a served VLM
+    python -m vldocir.apps.build input=/data/my-docs queries=none build.shards=64 hydra/launcher=slurm_cpu
+    python -m vldocir.apps.build input=/data/my-docs queries=none build.shards=4 hydra/launcher=submitit_local \
+        hydra.launcher.cpus_per_task=1     # rendering and OCR as a job array (docs/construction-at-scale.md)
 
 The query stage's ``preflight`` (a server, a recording, a query file) runs before any rendering.
 Nothing is left behind by a build that fails or is stopped: the benchmark is written in a staging
@@ -18,6 +21,8 @@ rerun); SIGTERM is a clean exit (status 143) that kills Tesseract and the browse
 staging folder, which a watcher process removes after a SIGKILL too; the children end with the build
 (:mod:`vldocir.subprocesses`).
 """
+
+from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -40,6 +45,7 @@ def build(cfg: DictConfig) -> None:
 
     queries = instantiate(cfg.queries) if cfg.queries.get("_target_") else None  # queries=templates: none
     common = dict(render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr))
+    common["shards"] = shard_stages(cfg)
     if cfg.input:  # your own HTML and PDF documents: a folder of them or a document index
         bench = build_from_html(  # (runs the query stage's preflight once the documents are known)
             cfg.input,
@@ -69,10 +75,37 @@ def build(cfg: DictConfig) -> None:
     from vldocir.construction.build_report import ocr_summary
     from vldocir.construction.build_report import summary as build_report
 
-    print(build_report(bench.info["built_by"]))
+    print(build_report(bench.info["built_by"]))  # per-document warnings, left-out documents, sampling shortfall
     if (ocr_line := ocr_summary(bench.info["built_by"])) is not None:
-        print(ocr_line)  # per-document warnings, left-out documents, sampling shortfall
+        print(ocr_line)
+    if "shards" in bench.info["built_by"]:
+        from vldocir.construction.shards import shards_line
+
+        print(shards_line(bench.info["built_by"]["shards"]))
     print(f"built {bench.name} in {bench.root}: {bench.info['counts']} (fingerprint {bench.fingerprint})")
+
+
+def shard_stages(cfg: DictConfig):
+    """The job array of ``build.shards=N`` (:class:`~vldocir.construction.shards.ShardedStages`), run
+    through the composed ``hydra.launcher``; ``None`` for one process (``build.shards=1``)."""
+    from vldocir.construction.shards import ShardedStages
+
+    if cfg.build.shards == 1:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    hydra = HydraConfig.get()
+    # The launcher's values may name the job's config (slurm_*.yaml: ${paths.root_dir}): resolved in both.
+    whole = OmegaConf.create({**OmegaConf.to_container(cfg, resolve=False), "hydra": {}})
+    whole.hydra = OmegaConf.to_container(hydra, resolve=False)
+    launcher = OmegaConf.to_container(whole.hydra.launcher, resolve=True)
+    return ShardedStages(
+        cfg.build.shards,
+        launcher,
+        Path(hydra.runtime.output_dir) / "shards",
+        leases=OmegaConf.to_container(cfg.leases, resolve=True),
+    )
 
 
 if __name__ == "__main__":

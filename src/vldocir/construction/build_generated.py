@@ -34,6 +34,7 @@ from vldocir.io import atomic_path
 from vldocir.queries.template_queries import DocumentInfo, PlacedFact, sample_queries
 
 if TYPE_CHECKING:
+    from vldocir.construction.shards import ShardedStages
     from vldocir.queries.query_stage import GeneratedQueries
 
 log = logging.getLogger(__name__)
@@ -193,6 +194,7 @@ def build_rendered_benchmark(
     images: ShippedImages | None = None,
     ocr: OcrConfig | None = None,
     queries: GeneratedQueries | None = None,
+    shards: ShardedStages | None = None,
 ) -> Benchmark:
     """Build the benchmark of ``spec`` into ``out_dir`` and load it.
 
@@ -203,7 +205,8 @@ def build_rendered_benchmark(
 
     ``queries``: the generated-queries stage (:class:`~vldocir.queries.query_stage.GeneratedQueries`),
     which keeps its record (configurations, model outputs, candidates) in ``cache_dir/generation/<name>/``;
-    ``None``: template queries over the planted facts.
+    ``None``: template queries over the planted facts. ``shards``: ``build.shards=N`` (N > 1): the
+    HTML written here is rendered and OCRed by a job array first (:mod:`~vldocir.construction.shards`).
 
     The benchmark is written into a staging directory beside ``out_dir`` that becomes ``out_dir``
     only once complete (:func:`vldocir.cache.staged_directory`): a build that fails or is interrupted
@@ -211,7 +214,7 @@ def build_rendered_benchmark(
     """
     check_out_dir(out_dir, cache_dir)
     with staged_directory(out_dir) as staging:
-        _build_rendered_benchmark(spec, staging, cache_dir, render, images, ocr, queries)
+        _build_rendered_benchmark(spec, staging, cache_dir, render, images, ocr, queries, shards)
     return load_benchmark(out_dir)
 
 
@@ -223,6 +226,7 @@ def _build_rendered_benchmark(
     images: ShippedImages | None,
     ocr: OcrConfig | None,
     queries: GeneratedQueries | None,
+    shards: ShardedStages | None = None,
 ) -> None:
     """:func:`build_rendered_benchmark` into ``out_dir``, the staging directory."""
     render = render or RenderConfig()
@@ -245,6 +249,10 @@ def _build_rendered_benchmark(
         ),
         work_dir / "html",
     )
+    if shards is not None:  # build.shards=N: a job array renders and OCRs; what follows finds it done
+        html_docs = [(d.doc_id, d.source, d.html_path) for d in corpus]
+        shard_ocr = (ocr or OcrConfig()) if spec.ocr else None
+        sharded = shards(Path(cache_dir), work_dir, html_docs, [], render, None, shard_ocr)
     report = render_batch([(d.doc_id, d.source, d.html_path) for d in corpus], work_dir / "rendered", render)
     if report.failed:
         log.warning("%d document(s) failed to render and are left out: %s", len(report.failed), report.errors)
@@ -330,6 +338,7 @@ def _build_rendered_benchmark(
             "unplaced_facts": sum(unplaced.values()),
             "queries": query_report,
             "sampling_shortfall": sampling_shortfall(query_report, document_frame["source"].unique()),
+            **({"shards": sharded} if shards is not None else {}),
             "rebuild": "make mini",
         },
     }

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -73,6 +74,9 @@ from vldocir.data.evidence import NEAR_MAX_GAP, page_id
 from vldocir.data.schema import SOURCES
 from vldocir.data.validation import outside_target
 from vldocir.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vldocir.construction.shards import ShardedStages
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +172,15 @@ def build_from_html(
     domain: str | None = None,
     links: str = "refuse",
     with_ocr: bool = True,
+    shards: ShardedStages | None = None,
 ) -> Benchmark:
     """Build the benchmark ``name`` from the documents of ``input_path`` into ``out_dir`` (module
     doc); ``source`` and ``domain``: of the documents of a folder without an index, ``links``: a
     symbolic link leaving the input folder refused or left out (:func:`load_documents`).
     ``with_ocr=False`` (``spec.ocr=false``): no page is OCRed; ``pdf.ocr=false``: no PDF page with a
     text layer is (``built_by.ocr`` says which pages were).
+    ``shards``: ``build.shards=N`` (N > 1): the documents are rendered, rasterized and OCRed by a
+    job array first (:mod:`~vldocir.construction.shards`), and this build finds them done.
     ``queries``: the query stage, called with the built tables
     (:class:`~vldocir.queries.query_stage.GeneratedQueries`, or the user's own queries or none:
     :mod:`~vldocir.queries.user_queries`), whose ``preflight`` runs before any rendering; there
@@ -199,6 +206,7 @@ def build_from_html(
             domain,
             links,
             with_ocr,
+            shards,
         )
     return load_benchmark(out_dir)
 
@@ -218,6 +226,7 @@ def _build_from_html(
     domain: str | None,
     links: str,
     with_ocr: bool = True,
+    shards: ShardedStages | None = None,
 ) -> None:
     """:func:`build_from_html` into ``out_dir``, the staging directory."""
     if queries is None:
@@ -239,6 +248,17 @@ def _build_from_html(
     todo = [d for d in documents if not d.problem and not d.is_pdf]
     pdfs = [d for d in documents if not d.problem and d.is_pdf]
     html_docs = [(d.record.doc_id, d.record.source, d.html_path) for d in todo]
+    if shards is not None:  # build.shards=N: a job array renders, rasterizes and OCRs; what follows finds it done
+        pdf_docs = [(d.record.doc_id, d.html_path) for d in pdfs]
+        sharded = shards(
+            Path(cache_dir),
+            work_dir,
+            html_docs,
+            pdf_docs,
+            render,
+            pdf or PdfConfig(),
+            (ocr or OcrConfig()) if with_ocr else None,
+        )
     report = render_batch(html_docs, work_dir / "rendered", render) if todo else BatchReport()  # PDFs only: no browser
     failed |= report.errors
     if report.failed:
@@ -313,6 +333,7 @@ def _build_from_html(
             "sampling_shortfall": sampling_shortfall(query_report, document_frame["source"].unique()),
             "near_max_gap": near_max_gap,
             "queries": query_report,
+            **({"shards": sharded} if shards is not None else {}),
             "rebuild": f"python -m vldocir.apps.build input={index}"
             if index is not None
             else f"python -m vldocir.apps.build input={input_path} folder.source={source}"
