@@ -327,6 +327,7 @@ def extract_elements(
 
     doc_h = max(1, math.ceil(float(metrics["height"]) * dsf - 1e-6))
     background = [int(c) for c in metrics["background"]]
+
     # Elements in document pixels, clipped to the document; drop those left with no area.
     def clipped(box: list[float]) -> list[float] | None:
         x0, y0, x1, y1 = (float(v) * dsf for v in box)
