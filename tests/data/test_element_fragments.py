@@ -50,16 +50,21 @@ def split(tmp_path_factory):
         {"page_index": 1, "bbox": [100.0, 0.0, 1900.0, 120.0]},
     ]
     elements["fragments"] = fragments
+    ids = list(elements.loc[mine, "element_id"])
+    # the other documents' rows lack the column (as PDFs' do when an input folder mixes them with HTML)
+    ours = elements["doc_id"] == doc
+    elements = pd.concat([elements[ours], elements[~ours].drop(columns="fragments")], ignore_index=True)
     tables = {n: base.arrow(n) for n in ("documents", "pages", "queries", "qrels")}
     root = tmp_path_factory.mktemp("split") / "b"
     bench = write_benchmark(root, {**tables, "elements": elements}, {"name": "split", "version": "test"})
-    return bench, doc, list(elements.loc[mine, "element_id"])
+    return bench, doc, ids
 
 
 def test_fragments_are_written_in_their_type_and_hashed_alike_streamed_or_not(split):
     bench, _, _ = split
     path = bench.root / "elements.parquet"
     assert pq.read_schema(path).field("fragments").type == FRAGMENTS_TYPE
+    assert bench.arrow("elements", ["fragments"]).column("fragments").null_count == len(bench.elements) - 2
     streamed = table_stream.SortedTableFile.open(TABLES["elements"], path, batch_rows=7)
     assert streamed is not None
     digest = hashlib.blake2b(digest_size=16)
