@@ -73,14 +73,21 @@ def page_id(doc_id: str, page_index: int) -> str:
     return f"{doc_id}-p{page_index:03d}"
 
 
+def _fragments(value: Any) -> list:
+    """An element's recorded fragments, ``[]`` for none (null; NaN where a frame without the column
+    was concatenated with one holding it)."""
+    return [] if value is None or isinstance(value, float) else list(value)
+
+
 def element_boxes(page_index: int, bbox: Sequence[float], fragments: Any = None) -> list[tuple[int, list[float]]]:
     """``[(page_index, [x0, y0, x1, y1]), ...]``: each box an element is drawn in, on its page, in page
     pixels: the ``fragments`` of an element split over CSS columns or pages (the elements table's
     optional column: ``[{page_index, bbox}]``), else its one box ``bbox`` on ``page_index``. These are
     its evidence boxes: its union ``bbox`` would cover what lies between its parts (the notes beside a
     note broken across two columns)."""
-    if fragments is not None and not (isinstance(fragments, float) and fragments != fragments) and len(fragments):
-        return [(int(f["page_index"]), [float(v) for v in f["bbox"]]) for f in fragments]
+    split = _fragments(fragments)
+    if split:
+        return [(int(f["page_index"]), [float(v) for v in f["bbox"]]) for f in split]
     return [(int(page_index), [float(v) for v in bbox])]
 
 
@@ -102,9 +109,9 @@ def resolve_element_pages(
     out = {e: int(doc.at[e, "page_index"]) for e in element_ids}
     if pages is not None and "fragments" in doc.columns:
         for e, page in out.items():
-            if page not in pages:
-                seen = [p for p, _ in element_boxes(page, [0, 0, 0, 0], doc.at[e, "fragments"]) if p in pages]
-                out[e] = seen[0] if seen else page
+            shown = [int(f["page_index"]) for f in _fragments(doc.at[e, "fragments"]) if int(f["page_index"]) in pages]
+            if page not in pages and shown:
+                out[e] = shown[0]
     return out
 
 
