@@ -172,10 +172,31 @@ def assemble_rendered(
         elements.append(
             pd.DataFrame(
                 [
-                    (record.doc_id, e.element_id, e.page_index, e.bbox, e.element_type, e.spans_pages, e.text, e.fact)
+                    # fragments: an element split over columns or pages, its boxes each on its page
+                    (
+                        record.doc_id,
+                        e.element_id,
+                        e.page_index,
+                        e.bbox,
+                        e.element_type,
+                        e.spans_pages,
+                        e.text,
+                        e.fact,
+                        e.fragments,
+                    )
                     for e in layout.elements
                 ],
-                columns=["doc_id", "element_id", "page_index", "bbox", "element_type", "spans_pages", "text", "fact"],
+                columns=[
+                    "doc_id",
+                    "element_id",
+                    "page_index",
+                    "bbox",
+                    "element_type",
+                    "spans_pages",
+                    "text",
+                    "fact",
+                    "fragments",
+                ],
             )
         )
     return (

@@ -5,7 +5,8 @@ The renderer looks at one page-sized window of the document at a time. Its nomin
 ``[nominal - cut_window, nominal]`` so that it splits neither an atomic element (a paragraph, a
 list item, a heading, a table row, a figure, ...) nor a line of ink, and so that no heading is left
 alone at the bottom of a page (:func:`keep_with_next`). :func:`assign_elements` then gives every
-element its page and its box on that page.
+element its page and its box on that page, and :func:`split_over_pages` the boxes of an element
+drawn in several places (columns, pages) on theirs.
 
 Coordinates are document pixels (device pixels of the full document, ``y`` growing downwards).
 A cut ``y`` is the boundary between pixel rows ``y - 1`` and ``y``: the page above holds rows
@@ -38,6 +39,7 @@ __all__ = [
     "crossing_rows",
     "ink_rows",
     "keep_with_next",
+    "split_over_pages",
 ]
 
 
@@ -384,3 +386,40 @@ def assign_elements(
     if page_width is not None:
         rel[:, [0, 2]] = np.clip(rel[:, [0, 2]], 0.0, float(page_width))
     return Assignment(page_index=page, bbox=rel.astype(np.float32), spans_pages=spans)
+
+
+def split_over_pages(
+    boxes: Sequence[Sequence[float]], cuts: Sequence[float], page_width: float | None = None, slack: float = 0.0
+) -> list[tuple[int, list[float]]]:
+    """The boxes of one element (its column fragments, or its one box) cut at the page boundaries.
+
+    Args:
+        boxes: ``[x0, y0, x1, y1]`` boxes in document pixels, in flow order.
+        cuts: the page boundaries, as for :func:`assign_elements`.
+        page_width: clip ``x`` to ``[0, page_width]`` when given.
+        slack: a box's part of at most this many rows on a page is dropped, as :func:`assign_elements`
+            places an element crossing a cut by at most ``slack`` pixels wholly on one page (a box
+            no part of which is taller keeps its tallest part).
+
+    Returns ``[(page_index, [x0, y0, x1, y1]), ...]``, each part relative to its page (``y`` minus the
+    page's start), in the order of ``boxes`` then of pages. A box wholly above ``cuts[0]`` or at or
+    below ``cuts[-1]`` gives one empty part on the first or last page.
+    """
+    cuts_arr = np.asarray(cuts, dtype=np.float64)
+    if cuts_arr.ndim != 1 or len(cuts_arr) < 2 or np.any(np.diff(cuts_arr) <= 0):
+        raise ValueError("cuts must be strictly increasing with at least two values")
+    n_pages = len(cuts_arr) - 1
+    out: list[tuple[int, list[float]]] = []
+    for x0, y0, x1, y1 in (tuple(float(v) for v in b) for b in boxes):
+        if page_width is not None:
+            x0, x1 = min(max(x0, 0.0), float(page_width)), min(max(x1, 0.0), float(page_width))
+        first = int(np.clip(np.searchsorted(cuts_arr, y0, side="right") - 1, 0, n_pages - 1))
+        last = int(np.clip(np.searchsorted(cuts_arr, y1, side="left") - 1, first, n_pages - 1))
+        parts = []
+        for page in range(first, last + 1):
+            start, end = cuts_arr[page], cuts_arr[page + 1]
+            top, bottom = min(max(y0, start), end), min(max(y1, start), end)
+            parts.append((bottom - top, page, [x0, float(top - start), x1, float(bottom - start)]))
+        kept = [p for p in parts if p[0] > slack] or [max(parts, key=lambda p: p[0])]
+        out += [(page, box) for _, page, box in kept]
+    return out

@@ -11,7 +11,8 @@ build: they live with the tables they read.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -72,18 +73,46 @@ def page_id(doc_id: str, page_index: int) -> str:
     return f"{doc_id}-p{page_index:03d}"
 
 
-def resolve_element_pages(elements: pd.DataFrame, doc_id: str, element_ids: Sequence[str]) -> dict[str, int]:
+def _fragments(value: Any) -> list:
+    """An element's recorded fragments, ``[]`` for none (null; NaN where a frame without the column
+    was concatenated with one holding it)."""
+    return [] if value is None or isinstance(value, float) else list(value)
+
+
+def element_boxes(page_index: int, bbox: Sequence[float], fragments: Any = None) -> list[tuple[int, list[float]]]:
+    """``[(page_index, [x0, y0, x1, y1]), ...]``: each box an element is drawn in, on its page, in page
+    pixels: the ``fragments`` of an element split over CSS columns or pages (the elements table's
+    optional column: ``[{page_index, bbox}]``), else its one box ``bbox`` on ``page_index``. These are
+    its evidence boxes: its union ``bbox`` would cover what lies between its parts (the notes beside a
+    note broken across two columns)."""
+    split = _fragments(fragments)
+    if split:
+        return [(int(f["page_index"]), [float(v) for v in f["bbox"]]) for f in split]
+    return [(int(page_index), [float(v) for v in bbox])]
+
+
+def resolve_element_pages(
+    elements: pd.DataFrame, doc_id: str, element_ids: Sequence[str], pages: Collection[int] | None = None
+) -> dict[str, int]:
     """Map cited element ids of one document to the page each was rendered on.
 
-    ``elements`` is the benchmark's elements table (``doc_id, element_id, page_index``). An element
-    that spans pages belongs to the page where its box starts. Unknown ids raise ``KeyError``
+    ``elements`` is the benchmark's elements table (``doc_id, element_id, page_index``, optionally
+    ``fragments``). An element drawn on several pages (its fragments) belongs to the page where its
+    box starts; given ``pages`` (the pages the evidence was read from, e.g. a configuration's), to the
+    first page of its fragments among them when that one is not. Unknown ids raise ``KeyError``
     naming them (a generation output citing them is discarded).
     """
-    doc = elements[elements["doc_id"] == doc_id].set_index("element_id")["page_index"]
+    doc = elements[elements["doc_id"] == doc_id].set_index("element_id")
     missing = [e for e in element_ids if e not in doc.index]
     if missing:
         raise KeyError(f"document {doc_id} has no element(s) {', '.join(missing)}")
-    return {e: int(doc[e]) for e in element_ids}
+    out = {e: int(doc.at[e, "page_index"]) for e in element_ids}
+    if pages is not None and "fragments" in doc.columns:
+        for e, page in out.items():
+            shown = [int(f["page_index"]) for f in _fragments(doc.at[e, "fragments"]) if int(f["page_index"]) in pages]
+            if page not in pages and shown:
+                out[e] = shown[0]
+    return out
 
 
 def evidence_structures(

@@ -8,7 +8,8 @@ hold. A table may carry further columns, which are kept and ignored.
 
 Units: ``pages.width``/``height`` are pixels of the stored page image; a page without an image
 (text-only benchmarks) gives the pixels of the layout it was cut from (2000x4000 for rendered HTML)
-or null where there is none (BEIR's passages). ``elements.bbox`` is in those same page pixels.
+or null where there is none (BEIR's passages). ``elements.bbox`` is in those same page pixels; so
+are the boxes of the optional ``elements.fragments`` (an element split over columns or pages).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ the benchmark directory, or both."""
 
 BBOX_TYPE = pa.list_(pa.float32(), 4)
 """An element's box on its page, ``[x0, y0, x1, y1]`` in page pixels."""
+
+FRAGMENTS_TYPE = pa.list_(pa.struct([("page_index", pa.int32()), ("bbox", BBOX_TYPE)]))
+"""The boxes of an element drawn in several places, each on its page (``elements.fragments``)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,17 @@ TABLES: dict[str, TableSpec] = {
             key=("doc_id", "element_id"),
             not_null=("page_index",),
             may_be_empty=True,  # a benchmark whose qrels cite no element ids needs none
+            optional=(
+                OptionalColumn(
+                    pa.field("fragments", FRAGMENTS_TYPE),
+                    None,
+                    "the boxes of an element drawn in two or more places (a note broken across CSS "
+                    "columns, a paragraph split over pages): [{page_index, bbox}] in page pixels, in flow "
+                    "order; null: one box, bbox on page_index (bbox stays the box around all of it on "
+                    "page_index); absent (benchmarks built before it, PDFs, imports): every element is its "
+                    "one box",
+                ),
+            ),
         ),
         TableSpec(
             "queries",

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from vldocir.cache import staged_directory
 from vldocir.data.benchmark import Benchmark
+from vldocir.data.evidence import element_boxes
 from vldocir.data.tables import table_files, table_location
 from vldocir.errors import ConfigError, VldocirError
 
@@ -299,8 +300,9 @@ def _queries(bench: Benchmark, default_language: str) -> pa.Table:
 
 
 def _qrels(bench: Benchmark, pages: pd.DataFrame, image_size: dict[str, tuple[int, int]]) -> pa.Table:
-    """The qrels with v3's labels and boxes of their evidence elements (boxes scaled from page pixels
-    to the exported image's pixels)."""
+    """The qrels with v3's labels and boxes of their evidence elements on the qrel's page (boxes scaled
+    from page pixels to the exported image's pixels; an element split over columns or pages gives its
+    fragments there)."""
     qrels = bench.arrow("qrels", ["query_id", "page_id", "doc_id", "element_ids", "grade"]).to_pandas()
     cited = {
         (d, e)
@@ -313,12 +315,19 @@ def _qrels(bench: Benchmark, pages: pd.DataFrame, image_size: dict[str, tuple[in
     for row in qrels.itertuples(index=False):
         element_ids = list(row.element_ids) if row.element_ids is not None else []
         found = [located[(row.doc_id, e)] for e in element_ids if (row.doc_id, e) in located]
-        on_page = [e for e in found if e["page_index"] == page.at[row.page_id, "page_index"] and e["bbox"] is not None]
+        index = page.at[row.page_id, "page_index"]
+        on_page = [
+            box
+            for e in found
+            if e["bbox"] is not None
+            for p, box in element_boxes(e["page_index"], e["bbox"], e.get("fragments"))
+            if p == index
+        ]
         width, height = page.at[row.page_id, "width"], page.at[row.page_id, "height"]
         pixels = image_size.get(row.page_id)
         sx = pixels[0] / width if pixels and width and not pd.isna(width) else 1.0
         sy = pixels[1] / height if pixels and height and not pd.isna(height) else 1.0
-        boxes.append([_box(e["bbox"], sx, sy) for e in on_page])
+        boxes.append([_box(box, sx, sy) for box in on_page])
         labels.append(content_types([e["element_type"] for e in found]))
         ids.append(element_ids)
     frame = pd.DataFrame(
@@ -342,7 +351,9 @@ def _cited_elements(bench: Benchmark, cited: set[tuple[str, str]]) -> dict[tuple
     wanted = pa.array(sorted({e for _, e in cited}), pa.string())
     found = {}
     for file in table_files(table_location(bench.root, "elements")):
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=65536, columns=columns):
+        parquet = pq.ParquetFile(file)
+        split = ["fragments"] if "fragments" in parquet.schema_arrow.names else []  # (an optional column)
+        for batch in parquet.iter_batches(batch_size=65536, columns=columns + split):
             for element in batch.filter(pc.is_in(batch.column("element_id"), value_set=wanted)).to_pylist():
                 if (element["doc_id"], element["element_id"]) in cited:
                     found[(element["doc_id"], element["element_id"])] = element

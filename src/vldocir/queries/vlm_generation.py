@@ -56,7 +56,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vldocir.data.evidence import evidence_types, page_id, resolve_element_pages, within_document_structure
+from vldocir.data.evidence import (
+    element_boxes,
+    evidence_types,
+    page_id,
+    resolve_element_pages,
+    within_document_structure,
+)
 from vldocir.data.schema import SOURCES
 from vldocir.errors import ConfigError
 from vldocir.llm import UNUSABLE_KINDS, ChatClient, ChatResult, Validator, image_part
@@ -452,9 +458,12 @@ def generate_queries(
     elements_by_doc = {
         str(d): g for d, g in elements.groupby("doc_id", sort=False)
     }  # resolve per document, not per corpus
-    boxes = {
-        (str(d), str(e)): [float(x) for x in b]
-        for d, e, b in zip(elements["doc_id"], elements["element_id"], elements["bbox"], strict=True)
+    fragments = elements["fragments"] if "fragments" in elements.columns else [None] * len(elements)
+    boxes = {  # each element's evidence boxes: its fragments, each on its page, else its box
+        (str(d), str(e)): element_boxes(p, b, f)
+        for d, e, p, b, f in zip(
+            elements["doc_id"], elements["element_id"], elements["page_index"], elements["bbox"], fragments, strict=True
+        )
     }
     types = {
         (str(d), str(e)): str(t)
@@ -614,16 +623,24 @@ def _resolve(
     types: Mapping,
     near_max_gap: int,
 ) -> dict[str, Any]:
-    """One parsed query -> its evidence pages (through ``resolve_element_pages``), boxes, types,
-    its structure label and, where the deterministic filter drops it, why."""
+    """One parsed query -> its evidence pages (through ``resolve_element_pages``: the configuration's
+    pages first), boxes (per page id: the cited elements' boxes there, an element split over columns
+    or pages giving each of its fragments on its page), types, its structure label and, where the
+    deterministic filter drops it, why."""
     cited: dict[str, list[str]] = {}
     for written in query["evidence"]:
         doc_id, element_id = item.known[written]
         cited.setdefault(doc_id, []).append(element_id)
     pages: dict[tuple[str, int], list[str]] = {}
     for doc_id, element_ids in cited.items():
-        for element_id, index in resolve_element_pages(elements_by_doc[doc_id], doc_id, element_ids).items():
+        shown = {p for d, p in item.pages if d == doc_id}
+        for element_id, index in resolve_element_pages(elements_by_doc[doc_id], doc_id, element_ids, shown).items():
             pages.setdefault((doc_id, index), []).append(element_id)
+    evidence_boxes: dict[str, list[list[float]]] = {}
+    for (doc_id, _), element_ids in pages.items():
+        for element_id in element_ids:
+            for index, box in boxes[(doc_id, element_id)]:
+                evidence_boxes.setdefault(page_id(doc_id, index), []).append(box)
     structure = item.config["structure"]
     discard = None
     family = FAMILIES[structure]
@@ -646,7 +663,7 @@ def _resolve(
         "answer": query["answer"],
         "evidence": list(query["evidence"]),
         "pages": pages,
-        "boxes": {page_id(d, p): [boxes[(d, e)] for e in ids] for (d, p), ids in pages.items()},
+        "boxes": evidence_boxes,
         "evidence_types": element_types,
         "discard": discard,
     }

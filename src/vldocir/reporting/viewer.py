@@ -36,6 +36,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from vldocir.data.benchmark import table_location
+from vldocir.data.evidence import element_boxes
 from vldocir.errors import VldocirError
 from vldocir.store import MANIFEST_FILE, PER_QUERY_FILE, RUN_FILE, Entry, newest_entry_in
 
@@ -295,30 +296,29 @@ class PageImages:
 
 
 def _boxes(data: EvidenceData, query_id: str, page_id: str) -> list[tuple[float, float, float, float, str]]:
-    """The cited elements of ``query_id`` on ``page_id``: (left, top, width, height) in percent, and a label."""
+    """The cited elements of ``query_id`` on ``page_id`` (an element split over columns or pages: its
+    fragments there): (left, top, width, height) in percent, and a label."""
     rows = data.qrels[(data.qrels["query_id"] == query_id) & (data.qrels["page_id"] == page_id)]
     if rows.empty:
         return []
     page = data.pages.loc[page_id]
     cited = {str(e) for ids in rows["element_ids"] for e in (ids if ids is not None else [])}
-    elements = data.elements[
-        (data.elements["doc_id"] == page["doc_id"])
-        & (data.elements["page_index"] == page["page_index"])
-        & data.elements["element_id"].isin(cited)
-    ]
+    elements = data.elements[(data.elements["doc_id"] == page["doc_id"]) & data.elements["element_id"].isin(cited)]
     width, height = float(page["width"]), float(page["height"])
     boxes = []
     for element in elements.itertuples():
-        x0, y0, x1, y1 = (float(v) for v in element.bbox)
-        boxes.append(
-            (
-                100 * x0 / width,
-                100 * y0 / height,
-                100 * (x1 - x0) / width,
-                100 * (y1 - y0) / height,
-                f"{element.element_id} ({element.element_type})",
+        fragments = getattr(element, "fragments", None)
+        on_page = [b for p, b in element_boxes(element.page_index, element.bbox, fragments) if p == page["page_index"]]
+        for x0, y0, x1, y1 in on_page:
+            boxes.append(
+                (
+                    100 * x0 / width,
+                    100 * y0 / height,
+                    100 * (x1 - x0) / width,
+                    100 * (y1 - y0) / height,
+                    f"{element.element_id} ({element.element_type})",
+                )
             )
-        )
     return boxes
 
 

@@ -1,5 +1,7 @@
 // Step 3 (layout.py): tag every content element with its element id and record its type, box
 // (CSS px, document coordinates), text and fact, in document order. Element types: layout.py.
+// An element drawn in two or more separate places (a note broken across CSS columns) also gets its
+// `fragments`: one box per column it is drawn in (see `fragmentsOf`); null when it is one box.
 ([factAttr, idAttr, maxRowHeight]) => {
   // @include formula.js
   // @include tables.js
@@ -26,6 +28,27 @@
   // unclosed <b>, <a>, ... of malformed HTML) and is no replaced content.
   const inlineLeaf = el => isInline(el) && !replaced(el) && !hasBlockContent(el);
   const docBox = r => [r.left + sx, r.top + sy, r.right + sx, r.bottom + sy];
+  // The boxes an element is drawn in, from its client rects in flow order: those of a block are its
+  // fragments (one per column it is broken across); those of inline content are its line boxes, and
+  // a line box that lies wholly above the previous one starts a new fragment (the flow went on at the
+  // top of the next column) while the others (the next line, the next piece of a line) are merged
+  // into the current one. Document coordinates; null when there is one fragment (the box says all).
+  function fragmentsOf(rects, lines) {
+    const frags = [];
+    let cur = null, last = null;
+    for (const r of rects) {
+      if (r.width <= 0 && r.height <= 0) continue;
+      if (cur === null || !lines || r.bottom <= last.top + 1) {
+        cur = [r.left, r.top, r.right, r.bottom];
+        frags.push(cur);
+      } else {
+        cur[0] = Math.min(cur[0], r.left); cur[1] = Math.min(cur[1], r.top);
+        cur[2] = Math.max(cur[2], r.right); cur[3] = Math.max(cur[3], r.bottom);
+      }
+      last = r;
+    }
+    return frags.length > 1 ? frags.map(f => [f[0] + sx, f[1] + sy, f[2] + sx, f[3] + sy]) : null;
+  }
 
   // Images that failed to load draw their alt text: it is their text, and the text of the unit they
   // are in. innerText leaves it out, so the texts of the units holding one are read again at the end
@@ -73,13 +96,16 @@
     for (const d of el.querySelectorAll(BLOCK_SEL)) if (!isInline(d)) return true;
     return false;
   }
-  // Records the element; `reread`: how to read its text again once alt texts are in place.
-  function record(el, k, box, text, atomic, nested, reread) {
+  // Records the element; `reread`: how to read its text again once alt texts are in place; `rects`:
+  // the line boxes of what it records (default: the element's own client rects), for its fragments.
+  function record(el, k, box, text, atomic, nested, reread, rects) {
     if (!(box[2] - box[0] > 0 && box[3] - box[1] > 0)) return false;
     const id = 'e' + String(out.length).padStart(5, '0');
     el.setAttribute(idAttr, id);
+    const own = rects ? null : el.getClientRects();
+    const fragments = own === null ? fragmentsOf(rects, true) : own.length > 1 ? fragmentsOf(own, isInline(el)) : null;
     const rec = {id: id, type: k, box: box, text: text, fact: factAttr ? el.getAttribute(factAttr) : null,
-                 atomic: atomic, nested: nested};
+                 atomic: atomic, nested: nested, fragments: fragments};
     out.push(rec);
     if (reread && holdsAlt.has(el)) later.push([rec, reread]);
     return true;
@@ -106,23 +132,27 @@
       x0 = Math.min(x0, r.left); y0 = Math.min(y0, r.top); x1 = Math.max(x1, r.right); y1 = Math.max(y1, r.bottom);
     };
     let alt = false;
+    const rects = [];  // the line boxes of that content, in flow order
     for (const n of el.childNodes) {
       if (n.nodeType === Node.TEXT_NODE) {
         if (!n.data.trim()) continue;
         const range = document.createRange();
         range.selectNodeContents(n);
         add(range.getBoundingClientRect());
+        rects.push(...range.getClientRects());
       } else if (n.nodeType === Node.ELEMENT_NODE) {
         if (SKIP.has(n.localName) || !inlineLeaf(n)) continue;
         const shows = holdsAlt.has(n);
         if (!shows && !norm(n.innerText !== undefined ? n.innerText : n.textContent)) continue;
         alt = alt || shows;
         add(n.getBoundingClientRect());
+        rects.push(...n.getClientRects());
       }
     }
     const text = ownText(el);
     if ((!text && !alt) || x0 === Infinity) return false;
-    return record(el, k, [x0 + sx, y0 + sy, x1 + sx, y1 + sy], text, true, false, alt ? () => ownText(el) : null);
+    return record(el, k, [x0 + sx, y0 + sy, x1 + sx, y1 + sy], text, true, false, alt ? () => ownText(el) : null,
+                  rects);
   }
   function visit(el, inUnit) {
     const t = el.localName;

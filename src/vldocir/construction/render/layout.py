@@ -2,11 +2,11 @@
 pages, and the ``layout.json`` they are written to; the extraction of the elements from the live
 page (step 3) and their placement on the pages once the cuts are known.
 
-``layout.json`` (``"version": 5``; a layout of another version is not read: the batch renders its
+``layout.json`` (``"version": 6``; a layout of another version is not read: the batch renders its
 document again, :func:`load_layout` names the file)::
 
     {
-      "version": 5, "doc_id": str, "source": str, "html_path": str,
+      "version": 6, "doc_id": str, "source": str, "html_path": str,
       "html_sha256": str,                 # the HTML file rendered
       "render_key": str,                  # RenderConfig.output_key(): the settings that shape the pages
       "files": {"page-000.png": {"bytes": int, "sha256": str}, ...},   # every page image
@@ -24,7 +24,11 @@ document again, :func:`load_layout` names the file)::
                     "bbox": [x0, y0, x1, y1],      # page pixels, clipped to the page's content
                     "doc_bbox": [x0, y0, x1, y1],  # document pixels
                     "spans_pages": bool, "atomic": bool, "nested": bool,
-                    "text": str, "fact": str | null}],
+                    "text": str, "fact": str | null,
+                    "fragments": [{"page_index": int, "bbox": [x0, y0, x1, y1]}] | null}],
+                                          # an element drawn in two or more boxes (split over CSS
+                                          # columns or pages): each box on its page, page pixels,
+                                          # in flow order; null for one box (bbox is then all of it)
       "warnings": [str],                  # e.g. images still loading after image_wait_timeout_s
       "timings": {step: seconds},         # load, settle, extract, cut, pages, paginate, total
       "blocked_requests": [url],          # requests aborted (outside the document's folder)
@@ -89,13 +93,13 @@ from typing import Any
 import numpy as np
 
 from vldocir.cache import CorruptArtifactError
-from vldocir.construction.paginate import assign_elements
+from vldocir.construction.paginate import assign_elements, split_over_pages
 from vldocir.construction.render.browser import page_script
 from vldocir.construction.render.config import RenderConfig
 from vldocir.io import file_digest
 
 LAYOUT_FILE = "layout.json"
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 CONTAINER_TYPES = frozenset({"table", "list"})
 ELEMENT_TYPES = ("text", "headline", "list", "table", "table_row", "image", "caption", "formula", "media", "embed")
 
@@ -133,6 +137,10 @@ class RenderedElement:
     nested: bool
     doc_bbox: list[float]
     """``[x0, y0, x1, y1]`` in document pixels."""
+    fragments: list[dict[str, Any]] | None = None
+    """The boxes the element is drawn in when it is split (over CSS columns, over pages): ``[{"page_index":
+    int, "bbox": [x0, y0, x1, y1]}, ...]`` in page pixels, in flow order; ``None`` when it is one box
+    (``bbox``, on ``page_index``). ``bbox`` stays the box around all of it on its page."""
 
 
 @dataclass
@@ -303,8 +311,10 @@ def extract_elements(
     """Tag and measure the content elements of a loaded, cleaned page (step 3).
 
     Returns ``(elems, boxes, doc_h, background, overflow)``: the element records in document order
-    (``id``, ``type``, ``box``, ``text``, ``fact``, ``atomic``, ``nested``) with ``box`` in document
-    device pixels, clipped to the document (elements left with no area are dropped); ``boxes``,
+    (``id``, ``type``, ``box``, ``text``, ``fact``, ``atomic``, ``nested``, ``fragments``) with ``box``
+    in document device pixels, clipped to the document (elements left with no area are dropped), and
+    ``fragments`` the boxes of an element drawn in two or more places (one per CSS column), clipped
+    likewise, or ``None``; ``boxes``,
     their boxes as a float64 array of shape ``(n, 4)``, ``[x0, y0, x1, y1]``; the document's height
     in device pixels; its background colour ``[r, g, b]``; the elements reaching past the page's
     sides (:func:`overflow_elements`, dropped ones included).
@@ -317,15 +327,21 @@ def extract_elements(
 
     doc_h = max(1, math.ceil(float(metrics["height"]) * dsf - 1e-6))
     background = [int(c) for c in metrics["background"]]
+
     # Elements in document pixels, clipped to the document; drop those left with no area.
-    elems = []
-    for r in raw:
-        x0, y0, x1, y1 = (float(v) * dsf for v in r["box"])
+    def clipped(box: list[float]) -> list[float] | None:
+        x0, y0, x1, y1 = (float(v) * dsf for v in box)
         x0, x1 = max(0.0, x0), min(float(page_w), x1)
         y0, y1 = max(0.0, y0), min(float(doc_h), y1)
-        if x1 - x0 <= 0 or y1 - y0 <= 0:
+        return [x0, y0, x1, y1] if x1 - x0 > 0 and y1 - y0 > 0 else None
+
+    elems = []
+    for r in raw:
+        box = clipped(r["box"])
+        if box is None:
             continue
-        elems.append({**r, "box": [x0, y0, x1, y1]})
+        fragments = [f for f in map(clipped, r.get("fragments") or []) if f is not None]
+        elems.append({**r, "box": box, "fragments": fragments if len(fragments) > 1 else None})
     boxes = np.array([e["box"] for e in elems], dtype=np.float64).reshape(-1, 4)
     spill = page.evaluate(_JS_OVERFLOW, [cfg.id_attribute, 0.5])
     return elems, boxes, doc_h, background, overflow_elements(spill, raw, elems, dsf, page_w)
@@ -373,10 +389,13 @@ def place_elements(
 ) -> list[RenderedElement]:
     """The element records on their pages, given the page boundaries ``cuts`` (``[0, cut1, ...,
     end]``) and the cuts' ``slack`` (:func:`~vldocir.construction.paginate.assign_elements`); fills
-    in each page's ``dom_text`` (see the module docstring)."""
+    in each page's ``dom_text`` (see the module docstring). An element's ``fragments`` are its boxes
+    (its column fragments, else its box) cut at the page boundaries
+    (:func:`~vldocir.construction.paginate.split_over_pages`), when that makes two or more."""
     assignment = assign_elements(boxes, cuts, page_width=page_width, slack=slack)
     elements: list[RenderedElement] = []
     for i, e in enumerate(elems):
+        parts = split_over_pages(e.get("fragments") or [e["box"]], cuts, page_width=page_width, slack=slack)
         elements.append(
             RenderedElement(
                 element_id=e["id"],
@@ -389,6 +408,9 @@ def place_elements(
                 atomic=bool(e["atomic"]),
                 nested=bool(e["nested"]),
                 doc_bbox=[round(float(v), 2) for v in e["box"]],
+                fragments=[{"page_index": p, "bbox": [round(float(v), 2) for v in b]} for p, b in parts]
+                if len(parts) > 1
+                else None,
             )
         )
     by_page: dict[int, list[RenderedElement]] = {}
