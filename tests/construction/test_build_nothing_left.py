@@ -92,14 +92,13 @@ PAGE_LINES = [["Quarterly report, page one", "Revenue grew by 12 percent."], ["S
 
 
 @pytest.fixture
-def pdf_build(tmp_path, monkeypatch):
+def pdf_build(tmp_path):
     """``build(query rows, out)``: an own-document build (one PDF: no browser) with the user's
-    queries; OCR is left out (an empty text per page) to keep it fast."""
+    queries; OCR is left out (``spec.ocr=false``) to keep it fast."""
     from vldocir.construction import ingest
     from vldocir.construction.pdf import PdfConfig
     from vldocir.queries.user_queries import UserQueries
 
-    monkeypatch.setattr(ingest, "ocr_pages", lambda paths, cache_dir, config: [""] * len(paths))
     docs = tmp_path / "docs"
     docs.mkdir()
     make_pdf(docs / "report.pdf", PAGE_LINES)
@@ -108,7 +107,14 @@ def pdf_build(tmp_path, monkeypatch):
         queries = tmp_path / "queries.jsonl"
         queries.write_text("".join(json.dumps(r) + "\n" for r in rows))
         return ingest.build_from_html(
-            docs, out, tmp_path / "cache", "own", UserQueries(queries), pdf=PdfConfig(width=300), source="sec"
+            docs,
+            out,
+            tmp_path / "cache",
+            "own",
+            UserQueries(queries),
+            pdf=PdfConfig(width=300),
+            source="sec",
+            with_ocr=False,
         )
 
     return build
