@@ -773,9 +773,12 @@ class ChatClient:
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 bar(1)
-        finally:
+        except BaseException:  # an interrupt or a failed request: the requests not started are not sent
             if pool is not None:
-                pool.shutdown(wait=True)
+                pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        if pool is not None:
+            pool.shutdown(wait=True)
         if todo:
             bar(0, close=True)
             unusable = Counter(results[key].unusable for key in todo if results[key].unusable)

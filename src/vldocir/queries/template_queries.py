@@ -21,6 +21,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from vldocir.data.evidence import evidence_types, page_id, pair_structure
+from vldocir.errors import ConfigError
 
 QUERY_COLUMNS = ["query_id", "text", "answer", "evidence_structure", "source", "domain", "generator", "evidence_types"]
 QREL_COLUMNS = ["query_id", "page_id", "doc_id", "element_ids"]
@@ -136,9 +137,10 @@ def sample_queries(
             while made < n:
                 attempts += 1
                 if not candidates or attempts > 50 * n + 1000:
-                    raise ValueError(
+                    raise ConfigError(
                         f"cannot place {n} {structure} queries in the {source} documents "
-                        "(too few or too short documents for this structure)"
+                        "(too few or too short documents for this structure): add documents or pages to "
+                        "spec.documents / spec.pages, or lower spec.queries_per_cell"
                     )
                 doc_id = sampler.pick(candidates)
                 picked = sampler.evidence(structure, doc_id)
