@@ -68,14 +68,20 @@
     dropEmptiedLists(e, parent);
     return true;
   }
-  // A list item left with nothing to show by a removal (its only content was removed: a bullet with
-  // nothing after it) goes, and so does a list left without items; recorded per rule that emptied
+  // A list item left with nothing to show by a removal (its only content was removed, alone or inside
+  // wrappers it left empty: a bullet with nothing after it) goes, and so does a list left without items; recorded per rule that emptied
   // them, as kind 'emptied'. Items and lists that hold text, a picture, a formula, a table or a
   // control stay.
   const SHOWS = 'img, svg, canvas, video, picture, iframe, object, embed, math, mjx-container, table, input, select, textarea, button, hr';
+  const LISTS = /^(li|ul|ol|menu)$/;
+  const showsNothing = (x) => !protectedEl(x) && !norm(x.innerText) && !x.matches(SHOWS) && !x.querySelector(SHOWS) &&
+    !touchesFormula(x);
   function dropEmptiedLists(e, p) {
-    while (p && !protectedEl(p) && /^(li|ul|ol|menu)$/.test(p.localName) && !norm(p.innerText) && !p.querySelector(SHOWS) &&
-           !touchesFormula(p)) {
+    // through the wrappers the removal left empty (li > p > removed) up to the nearest list item
+    let q = p;
+    while (q && q !== root && q !== document.body && !LISTS.test(q.localName) && showsNothing(q)) q = q.parentElement;
+    p = q && LISTS.test(q.localName) ? q : null;
+    while (p && LISTS.test(p.localName) && showsNothing(p)) {
       const up = p.parentElement;
       p.remove();
       entry(e.rule, e.source, 'emptied').removed++;
