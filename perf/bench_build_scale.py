@@ -28,14 +28,19 @@ cache and output folders under a temporary directory, so nothing is reused:
    would pass for a cost per page, and these stages run in one process after the array, where
    their per-page cost decides the wall time (part 3); the first call's CPU is printed beside.
 2. **The sharded build**, ``python -m vldocir.apps.build input=<index> queries=none`` end to end in
-   a subprocess measured from outside (wall time, CPU of the driver, every submitit task, every
-   Chromium and Tesseract process): once as the plain one-process build (``build.shards`` left at
-   its default, 1), then ``build.shards=K hydra/launcher=submitit_local
-   hydra.launcher.cpus_per_task=1`` for K = 1 and each ``--workers`` K (a K-task job array, all
-   tasks at once). Speed-up = wall(K=1) / wall(K); efficiency = speed-up / K; the overhead of the array =
-   the 1-task array against the plain build, wall and CPU. Every build's fingerprint is printed:
-   they must all be equal. A K above the machine's cores cannot speed up past the cores (said in
-   the output).
+   a subprocess measured from outside (wall time; CPU of the driver, every submitit task, every
+   Chromium and Tesseract process): the plain one-process build on all the machine's cores
+   (``build.shards`` left at its default, 1); the one-worker build, ``build.shards=1`` with the
+   array's overrides, pinned to one core (its CPU affinity: one render worker, one Tesseract
+   process); and ``build.shards=K hydra/launcher=submitit_local hydra.launcher.cpus_per_task=1``
+   for each other ``--workers`` K (a K-task job array, all tasks at once, on all the cores).
+   Speed-up = wall(one worker) / wall(K); efficiency = speed-up / K; the sharding's overhead = each
+   array's CPU over the one-worker build's (``build.shards=1`` is the one-process build by design,
+   so there is no 1-task array to compare with the plain build: the row says which ran). Every
+   build's fingerprint is printed (equal whatever the shard count; ``--override
+   render.context_reuse=1`` where the renderer carries state between documents,
+   docs/construction-at-scale.md). A K above the machine's cores cannot speed up past the cores
+   (said in the output).
 3. **The projection** for the paper's corpus (documents and pages from ``../shared/paper/facts.md``,
    else the issue's 29,641 and 388,548): total CPU-hours from the per-page costs, and wall time
 
@@ -47,6 +52,9 @@ cache and output folders under a temporary directory, so nothing is reused:
    the most workers that fit on this machine's cores, on ``ceil(cores / --cores-per-node)`` nodes.
    Single process: one build on one node of ``--cores-per-node`` cores (default: this machine's),
    at the plain build's measured use of its cores (CPU / wall / cores).
+   The efficiency measured on a few dozen pages includes every task's start-up (Python, imports,
+   browser launch, the driver's checks), which a shard of the paper's corpus spreads over hundreds
+   of pages: the sharded line and the linear one printed under it bracket the wall time.
 
     .venv/bin/python perf/bench_build_scale.py                     # the five real documents: ~15 min on 2 idle cores
     .venv/bin/python perf/bench_build_scale.py --quick             # the two Wikipedia documents, 1 and 2 workers
@@ -198,9 +206,10 @@ class NoShardedBuild(RuntimeError):
     """This checkout's build has no ``build.shards`` (the sharded build is not there yet)."""
 
 
-def build_command(index: Path, workdir: Path, label: str, shards: int | None) -> list[str]:
+def build_command(index: Path, workdir: Path, label: str, shards: int | None, overrides: list[str]) -> list[str]:
     """``python -m vldocir.apps.build`` of ``index`` into fresh folders named by ``label``;
-    ``shards``: ``None`` for the plain one-process build, else a ``shards``-task submitit_local array."""
+    ``shards``: ``None`` for the plain one-process build, else ``build.shards`` through submitit_local;
+    ``overrides``: ``--override``'s, for every build."""
     command = [
         sys.executable,
         "-m",
@@ -214,24 +223,41 @@ def build_command(index: Path, workdir: Path, label: str, shards: int | None) ->
         f"hydra.run.dir={workdir / label / 'hydra'}",
         f"hydra.sweep.dir={workdir / label / 'sweep'}",  # submitit's folder (the plugin's default)
     ]
+    command += overrides
     if shards is not None:
         command += [f"build.shards={shards}", "hydra/launcher=submitit_local", "hydra.launcher.cpus_per_task=1"]
     return command
 
 
-def measure_build(command: list[str], label: str, workdir: Path, timeout_s: float) -> dict:
-    """Run one build in a subprocess measured from outside (:class:`bench_render.TreeMeter`)."""
+def measure_build(
+    command: list[str], label: str, workdir: Path, timeout_s: float, cores: set[int] | None = None
+) -> dict:
+    """Run one build in a subprocess measured from outside (:class:`bench_render.TreeMeter`), on
+    ``cores`` only where given (its CPU affinity, which its children inherit and
+    :func:`vldocir.threads.job_cpus` reads: one render worker and one Tesseract process on one core)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.getenv("PYTHONPATH")]))}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
+    )
     meter = bench_render.TreeMeter(proc.pid).start()
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+        proc.terminate()  # the build's clean exit: it ends its browser, Tesseract and tasks
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
         raise RuntimeError(f"{label}: the build ran past --timeout {timeout_s:g} s") from None
     finally:
         meter.stop()
@@ -253,23 +279,44 @@ def measure_build(command: list[str], label: str, workdir: Path, timeout_s: floa
         "peak_pss_mib": meter.peak_pss / 2**20,
         "pages": info["counts"]["pages"],
         "fingerprint": info["fingerprint"],
-        # an array leaves its tasks' status files (docs/construction-at-scale.md); none: one process ran
-        "array_tasks": len(list((out / "cache" / "build").glob("*/shards/shard-*-of-*.json"))),
+        **array_figures(info["built_by"].get("shards")),
         "load_start": load0,
         "load_end": os.getloadavg()[0],
     }
 
 
-def sharded_builds(index: Path, workdir: Path, workers: list[int], timeout_s: float) -> dict:
-    """The plain build, then a K-task array for each K of ``workers`` (which holds 1; module doc)."""
+def array_figures(shards: dict | None) -> dict:
+    """What the build report says of its job array (``built_by.shards``; ``None``: one process ran):
+    tasks, the array's own wall time, and the speed-up its split allows (pages / the largest
+    shard's pages: with a few documents the largest shard bounds the wall time)."""
+    if not shards:
+        return {"array_tasks": 0}
+    pages = [shard.get("pages", 0) for shard in shards.get("shards", [])]
+    return {
+        "array_tasks": sum(p > 0 for p in pages),
+        "array_wall_s": shards.get("wall_s"),
+        "shard_pages": pages,
+        "split_bound": sum(pages) / max(pages) if pages and max(pages) else None,
+    }
+
+
+def sharded_builds(index: Path, workdir: Path, workers: list[int], timeout_s: float, overrides: list[str]) -> dict:
+    """The plain build, the one-worker build and a K-task array for each other K of ``workers``
+    (module doc)."""
     log("builds: the plain one-process build ...")
-    plain = measure_build(build_command(index, workdir, "plain", None), "plain", workdir, timeout_s)
+    plain = measure_build(build_command(index, workdir, "plain", None, overrides), "plain", workdir, timeout_s)
+    one_core = {sorted(os.sched_getaffinity(0))[0]}
     arrays: dict[int, dict] = {}
     for k in workers:
-        log(f"builds: build.shards={k}, submitit_local, {k} task(s) at once ...")
+        label = f"shards-{k}"
+        log(
+            f"builds: build.shards={k}, submitit_local, {k} task(s) at once"
+            + (" on one core ..." if k == 1 else " ...")
+        )
         try:
+            cores = one_core if k == 1 else None
             arrays[k] = measure_build(
-                build_command(index, workdir, f"shards-{k}", k), f"shards-{k}", workdir, timeout_s
+                build_command(index, workdir, label, k, overrides), label, workdir, timeout_s, cores
             )
         except NoShardedBuild as error:
             log(f"builds: no sharded build in this checkout ({error}); the array rows are left out")
@@ -278,8 +325,8 @@ def sharded_builds(index: Path, workdir: Path, workers: list[int], timeout_s: fl
         row["workers"] = k
         row["speedup"] = arrays[1]["wall_s"] / row["wall_s"]
         row["efficiency"] = row["speedup"] / k
-    overhead = {"wall": arrays[1]["wall_s"] / plain["wall_s"] - 1, "cpu": arrays[1]["cpu_s"] / plain["cpu_s"] - 1}
-    return {"plain": plain, "arrays": arrays, "overhead": overhead}
+        row["cpu_over_one_worker"] = row["cpu_s"] / arrays[1]["cpu_s"] - 1
+    return {"plain": plain, "arrays": arrays}
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,6 +382,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=512, help="cores of the projected sharded build")
     ap.add_argument("--cores-per-node", type=int, default=os.cpu_count() or 1, help="cores of one node")
     ap.add_argument("--stage-workers", type=int, default=None, help="render/OCR workers of part 1 (default: cores)")
+    ap.add_argument("--override", action="append", default=[], help="a Hydra override for every build (repeatable)")
     ap.add_argument("--timeout", type=float, default=7200, help="seconds one build may take")
     ap.add_argument("--workdir", type=Path, default=None, help="keep everything here (default: a temporary folder)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -362,7 +410,7 @@ def main(argv=None) -> int:
         index = write_index(docs, workdir / "index.jsonl")
         figures["stages"] = stage_costs(docs, workdir / "stages", stage_workers)
         figures["load_after_stages"] = os.getloadavg()
-        figures["builds"] = sharded_builds(index, workdir / "builds", workers, args.timeout)
+        figures["builds"] = sharded_builds(index, workdir / "builds", workers, args.timeout, args.override)
     figures["load_end"] = os.getloadavg()
 
     builds = figures["builds"]
@@ -414,36 +462,47 @@ def report(figures: dict) -> None:
     log("")
     log(f"2. The build end to end, queries=none, on this machine's {cores} cores")
     header = (
-        f"{'run':34s} {'wall s':>7s} {'CPU s':>7s} {'busy':>5s} {'speed-up':>8s} {'effic.':>6s} "
+        f"{'run':40s} {'wall s':>7s} {'CPU s':>7s} {'busy':>5s} {'speed-up':>8s} {'effic.':>6s} {'CPU vs 1':>8s} "
         f"{'PSS MiB':>7s} {'load':>9s}  fingerprint"
     )
     log(header)
     log("-" * len(header))
-    rows = [("plain, one process (build.shards=1)", b["plain"])]
-    rows += [(f"build.shards={k}, submitit_local x{k}", row) for k, row in b["arrays"].items()]
+    rows = [(f"plain: one process, {cores} cores", b["plain"])]
+    for k, row in b["arrays"].items():
+        kind = "" if k == 1 and not row["array_tasks"] else f", {k}-task array"  # build.shards=1: one process
+        rows.append((f"build.shards={k}{kind}, {'1 core' if k == 1 else f'{cores} cores'}", row))
     for name, row in rows:
         speedup = f"{row['speedup']:7.2f}x" if "speedup" in row else ""
         efficiency = f"{row['efficiency']:6.0%}" if "efficiency" in row else ""
+        overhead = f"{row['cpu_over_one_worker']:+8.1%}" if "cpu_over_one_worker" in row else ""
         log(
-            f"{name:34s} {row['wall_s']:7.1f} {row['cpu_s']:7.1f} {row['cores_busy']:5.2f} {speedup:>8s} "
-            f"{efficiency:>6s} {row['peak_pss_mib']:7.0f} {row['load_start']:4.1f}-{row['load_end']:<4.1f}  "
-            f"{row['fingerprint'][:16]}"
+            f"{name:40s} {row['wall_s']:7.1f} {row['cpu_s']:7.1f} {row['cores_busy']:5.2f} {speedup:>8s} "
+            f"{efficiency:>6s} {overhead:>8s} {row['peak_pss_mib']:7.0f} "
+            f"{row['load_start']:4.1f}-{row['load_end']:<4.1f}  {row['fingerprint'][:16]}"
         )
     if not b["arrays"]:
         log("no sharded build in this checkout (build.shards): speed-ups not measured")
     else:
         fingerprints = {row["fingerprint"] for _, row in rows}
         log(f"fingerprints: {'all equal' if len(fingerprints) == 1 else 'DIFFER'} ({len(rows)} builds)")
-        o = b["overhead"]
-        ran = "a 1-task array" if b["arrays"][1]["array_tasks"] else "no array: build.shards=1 ran in one process"
-        log(f"overhead of the 1-task array over the plain build ({ran}): wall {o['wall']:+.1%}, CPU {o['cpu']:+.1%}")
+        for k, row in b["arrays"].items():
+            if row.get("split_bound"):
+                log(
+                    f"build.shards={k}: shards of {'/'.join(map(str, row['shard_pages']))} pages (at most "
+                    f"{row['split_bound']:.2f}x from this split); the array {row['array_wall_s']:.1f} s of the "
+                    f"build's {row['wall_s']:.1f} s"
+                )
         over = [k for k in b["arrays"] if k > cores]
         if over:
             log(
                 f"{', '.join(map(str, over))} workers on {cores} cores: the speed-up cannot pass {cores}x "
                 "(the tasks share the cores; efficiency against linear is bounded by cores / workers)"
             )
-    log("speed-up = wall(1 worker) / wall(K); efficiency = speed-up / K; busy = CPU s / wall s")
+    log(
+        "speed-up = wall(1 worker) / wall(K); efficiency = speed-up / K; CPU vs 1 = the array's CPU over the "
+        "one-worker build's\n(the sharding's overhead: the tasks' start-ups and browser launches, the driver's "
+        "checks); busy = CPU s / wall s"
+    )
 
     p = figures["projection"]
     log("")
