@@ -32,9 +32,9 @@ def test_projection_splits_shard_and_driver_stages():
     assert p["parallel_cpu_hours"] == pytest.approx(3.0) and p["serial_cpu_hours"] == pytest.approx(0.06)
     assert p["cpu_hours"] == pytest.approx(3.06) and p["nodes"] == 13  # ceil(100 / 8)
     assert p["sharded_wall_s"] == pytest.approx(10_800 / (100 * 0.5) + 216)
-    assert p["ideal_wall_s"] == pytest.approx(3.06 * 3600 / 100)
+    assert p["linear_wall_s"] == pytest.approx(10_800 / 100 + 216)
     assert p["single_wall_s"] == pytest.approx(10_800 / (8 * 0.75) + 216)
-    assert bench.projection(stages, 3600, 100, 8, None, 0.75)["sharded_wall_s"] == pytest.approx(108 + 216)
+    assert bench.projection(stages, 3600, 100, 8, None, 0.75)["sharded_wall_s"] == p["linear_wall_s"]
 
 
 def test_paper_corpus_from_facts_else_the_issue(tmp_path):
