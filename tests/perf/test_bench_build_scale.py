@@ -94,5 +94,6 @@ def test_bench_build_scale_runs_on_two_small_documents(tmp_path):
     if builds["arrays"]:  # the checkout has build.shards
         assert sorted(builds["arrays"]) == ["1", "2"]  # (JSON keys)
         assert builds["arrays"]["1"]["speedup"] == pytest.approx(1.0)
+        assert builds["arrays"]["2"]["array_tasks"] >= 1 and builds["arrays"]["2"]["of_bound"] > 0
     assert figures["projection"]["cpu_hours"] > 0
     assert "3. Projection: the paper's corpus" in done.stdout and "one process on one" in done.stdout
