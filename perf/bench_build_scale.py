@@ -43,7 +43,7 @@ cache and output folders under a temporary directory, so nothing is reused:
    one-process build by design, so there is no 1-task array to compare with the plain build: the
    row says which ran). Every
    build's fingerprint is printed (equal whatever the shard count; ``--override
-   render.context_reuse=1`` where the renderer carries state between documents,
+   ++render.context_reuse=1`` where the renderer carries state between documents,
    docs/construction-at-scale.md). A K above the machine's cores cannot speed up past the cores
    (said in the output).
 3. **The projection** for the paper's corpus (documents and pages from ``../shared/paper/facts.md``,

@@ -72,7 +72,7 @@ def test_bench_build_scale_runs_on_two_small_documents(tmp_path):
             "--workers",
             "2",
             "--override",
-            "render.context_reuse=1",  # renderings independent of their neighbours: equal fingerprints
+            "++render.context_reuse=1",  # renderings independent of their neighbours: equal fingerprints
             "--json",
             str(out),
         ],
