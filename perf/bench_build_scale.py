@@ -64,7 +64,7 @@ cache and output folders under a temporary directory, so nothing is reused:
    of pages: the sharded line and the linear one (e = 1) printed under it bracket the wall time.
 
     .venv/bin/python perf/bench_build_scale.py             # five real documents (34 pages): 13 min at load 7-12
-    .venv/bin/python perf/bench_build_scale.py --quick     # the two Wikipedia documents, 1 and 2 workers: ~3 min
+    .venv/bin/python perf/bench_build_scale.py --quick     # the two Wikipedia documents, 1 and 2 workers: ~4 min
     .venv/bin/python perf/bench_build_scale.py --cores 2048 --cores-per-node 64 --json figures.json
 
 This is a script, not a timed test: the figures depend on the machine and on its other load
