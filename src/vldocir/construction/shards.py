@@ -37,7 +37,8 @@ driver's stage will find), then ``generate``, each configuration in the shard of
 (``vlm_generation.config_signature``) with the cleaning of its queries. A task calls
 :meth:`~vldocir.queries.query_stage.GeneratedQueries.prefetch` (the stage's own code; with recorded
 answers, its own replay server) on its part of the tables, and its answers land in the LLM cache;
-the driver's stage then asks nothing (``built_by.queries.usage``: ``called`` 0). The clients are
+the driver's stage then asks nothing (``built_by.queries.usage``: ``called`` 0) but what got no
+usable answer (never cached: asked again, as by any rerun). The clients are
 pickled without their key (read by name from the environment, ``api_env_var``); credentials in a
 URL or in request headers are refused. A query shard's done marker is keyed by the bytes of what
 its task is sent, its page images' paths, sizes and times, the recording and the prompts; a shard
@@ -748,9 +749,9 @@ def shards_line(summary: dict) -> str:
     if (queries := summary.get("queries")) is not None:
         steps = []
         for step in QUERY_STEPS:
-            done = queries[step]["shards"]
+            done = [e for e in queries[step]["shards"] if e["state"] == "computed"]  # (the others' counts are old)
             asked, cached = (sum(e.get(key, 0) for e in done) for key in ("asked", "from_cache"))
-            again = sum(e["state"] == "done earlier" for e in done)
+            again = sum(e["state"] == "done earlier" for e in queries[step]["shards"])
             steps.append(f"{step} {asked} asked, {cached} from the cache, {again} shard(s) done earlier")
         line += (
             f"\nqueries: {queries['configs']} configurations, {queries['pages']} pages over {summary['n']} shards: "
