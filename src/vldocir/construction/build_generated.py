@@ -319,11 +319,16 @@ def _build_rendered_benchmark(
         query_frame, qrels = sample_queries(rng, infos, facts, counts, spec.near_max_gap, spec.generators)
         query_report = {"method": "templates", "queries_per_cell": spec.queries_per_cell}
     else:
+        page_images = dict(zip(page_frame["page_id"], page_frame["full_size_path"], strict=True))
+        if shards is not None:  # build.shards=N: the model requests as job arrays too; the stage finds them cached
+            args = (document_frame, page_frame, element_frame, page_images, spec.near_max_gap)
+            if (query_shards := shards.queries(queries, Path(cache_dir), work_dir, *args)) is not None:
+                sharded["queries"] = query_shards
         query_frame, qrels, query_report = queries(
             document_frame,
             page_frame,
             element_frame,
-            dict(zip(page_frame["page_id"], page_frame["full_size_path"], strict=True)),
+            page_images,
             spec.near_max_gap,
             record_dir=Path(cache_dir) / "generation" / spec.name,
         )

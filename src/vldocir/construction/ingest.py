@@ -283,11 +283,16 @@ def _build_from_html(
     page_frame["ocr_text"] = ocr_where_needed(
         list(page_frame["full_size_path"]), Path(cache_dir), ocr or OcrConfig(), not_needed
     )
+    page_images = dict(zip(page_frame["page_id"], page_frame["full_size_path"], strict=True))
+    if shards is not None:  # build.shards=N: the model requests as job arrays too; the stage below finds them cached
+        args = (document_frame, page_frame, element_frame, page_images, near_max_gap)
+        if (query_shards := shards.queries(queries, Path(cache_dir), work_dir, *args)) is not None:
+            sharded["queries"] = query_shards
     query_frame, qrels, query_report = queries(
         document_frame,
         page_frame,
         element_frame,
-        dict(zip(page_frame["page_id"], page_frame["full_size_path"], strict=True)),
+        page_images,
         near_max_gap,
         record_dir=Path(cache_dir) / "generation" / name,
     )

@@ -26,7 +26,23 @@ when set (its render workers, PDF workers and Tesseract processes), else the cor
 (:func:`vldocir.threads.job_cpus`).
 
 What a task is sent (submitit pickles it) is :class:`ShardWork`: paths, document ids and the render,
-PDF and OCR settings. The query stage, which may hold a model server's key, stays in the driver.
+PDF and OCR settings.
+
+With the generated query stage (``queries=generated``), its model requests run over shards too
+(:meth:`ShardedStages.queries`, after the driver has assembled the tables): the driver samples the
+evidence configurations (as the stage will), then runs two job arrays of :class:`QueryShards`:
+``describe``, each page's description in the shard of its page id (a page shared by configurations
+of several shards is described once, so every generation request holds the one description the
+driver's stage will find), then ``generate``, each configuration in the shard of its signature
+(``vlm_generation.config_signature``) with the cleaning of its queries. A task calls
+:meth:`~vldocir.queries.query_stage.GeneratedQueries.prefetch` (the stage's own code; with recorded
+answers, its own replay server) on its part of the tables, and its answers land in the LLM cache;
+the driver's stage then asks nothing (``built_by.queries.usage``: ``called`` 0) but what got no
+usable answer (never cached: asked again, as by any rerun). The clients are
+pickled without their key (read by name from the environment, ``api_env_var``); credentials in a
+URL or in request headers are refused. A query shard's done marker is keyed by the bytes of what
+its task is sent, its page images' paths, sizes and times, the recording and the prompts; a shard
+with a failed or unusable answer writes none (the rerun asks again).
 """
 
 from __future__ import annotations
@@ -42,7 +58,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vldocir.construction.ocr import PAGES_PER_PROCESS, OcrConfig, cache_key, entry_path, ocr_pages, read_entry
 from vldocir.construction.pdf import PdfConfig, rasterize_pdfs
@@ -52,6 +68,9 @@ from vldocir.errors import ConfigError, VldocirError
 from vldocir.io import atomic_write_text, file_digest
 from vldocir.leases import LEASES_DIR, Leases, job_id
 from vldocir.threads import job_cpus
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +120,74 @@ def executor_settings(launcher: dict[str, Any]) -> tuple[str, dict[str, Any], di
     return cluster, init, parameters
 
 
+class _Shards:
+    """What a sharded step's work has in common (:class:`ShardWork`, :class:`QueryShards`): each shard's
+    name, lease, status file and done marker under ``work_dir/shards``. A subclass sets ``n_shards``,
+    ``cache_dir``, ``work_dir``, ``leases``, :attr:`prefix` and defines :meth:`key`, :meth:`size`,
+    :meth:`run`; :meth:`part` is what task ``index`` is sent (submitit pickles it)."""
+
+    prefix = "shard"
+    what = "render, rasterize, OCR"
+    n_shards: int
+    cache_dir: Path
+    work_dir: Path
+    leases: dict[str, Any]
+
+    def name(self, index: int) -> str:
+        return f"{self.prefix}-{index}-of-{self.n_shards}"
+
+    def unit(self, index: int) -> str:
+        """The lease that makes shard ``index`` single-flight."""
+        return f"build/{self.work_dir.name}/{self.name(index)}"
+
+    def status_path(self, index: int) -> Path:
+        return self.work_dir / SHARDS_DIR / f"{self.name(index)}.json"
+
+    def marker_path(self, index: int) -> Path:
+        return self.work_dir / SHARDS_DIR / f"{self.name(index)}.done.json"
+
+    def key(self, index: int) -> str:
+        raise NotImplementedError
+
+    def size(self, index: int) -> int:
+        """Shard ``index``'s items (0: an empty shard, never submitted)."""
+        raise NotImplementedError
+
+    def part(self, index: int) -> _Shards:
+        return self
+
+    def empty(self, index: int) -> dict:
+        """The summary of shard ``index`` when it has nothing to do."""
+        return {"shard": index}
+
+    def run(self, index: int) -> dict:
+        raise NotImplementedError
+
+    def finished(self, index: int) -> dict | None:
+        """The summary in shard ``index``'s done marker when the marker verifies (its checksum, its
+        key, every artifact it lists still there); ``None`` otherwise."""
+        path = self.marker_path(index)
+        try:
+            record = json.loads(path.read_text())
+            body = record["body"]
+            if record["sha256"] != _digest(body) or body["key"] != self.key(index):
+                return None
+            if not all((self.cache_dir / p).exists() for p in body["artifacts"]):
+                return None
+            return body["summary"]
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.warning("%s: unreadable done marker (%s); the shard is run again", path, error)
+            return None
+
+    def mark_done(self, index: int, summary: dict, artifacts: list[str] = (), **extra: Any) -> None:
+        body = {"key": self.key(index), **extra, "artifacts": sorted(artifacts), "summary": summary}
+        atomic_write_text(json.dumps({"body": body, "sha256": _digest(body)}), self.marker_path(index))
+
+
 @dataclass
-class ShardWork:
+class ShardWork(_Shards):
     """What every task of one sharded build needs (pickled for submitit: no secret in it).
 
     ``html``: ``(doc_id, source, html_path)`` of the HTML documents, rendered into
@@ -131,18 +216,21 @@ class ShardWork:
             [d for d in self.pdfs if shard_of(d[0], self.n_shards) == index],
         )
 
-    def name(self, index: int) -> str:
-        return f"shard-{index}-of-{self.n_shards}"
+    def size(self, index: int) -> int:
+        return sum(len(part) for part in self.documents(index))
 
-    def unit(self, index: int) -> str:
-        """The lease that makes shard ``index`` single-flight."""
-        return f"build/{self.work_dir.name}/{self.name(index)}"
+    def empty(self, index: int) -> dict:
+        return {"shard": index, "documents": 0, "pages": 0}
 
-    def status_path(self, index: int) -> Path:
-        return self.work_dir / SHARDS_DIR / f"{self.name(index)}.json"
-
-    def marker_path(self, index: int) -> Path:
-        return self.work_dir / SHARDS_DIR / f"{self.name(index)}.done.json"
+    def run(self, index: int) -> dict:
+        html, pdfs = self.documents(index)
+        status = _Status(  # (only the lease's holder writes it)
+            self,
+            index,
+            documents={"total": len(html) + len(pdfs), "rendered": 0, "reused": 0, "failed": 0, "ocr_done": 0},
+            pages={"total": 0, "ocred": 0, "from_cache": 0},
+        )
+        return _run_shard(self, index, html, pdfs, status)
 
     def key(self, index: int) -> str:
         """What shard ``index``'s work depends on: the work dir (keyed by the HTML and the render
@@ -163,24 +251,6 @@ class ShardWork:
             }
         )
 
-    def finished(self, index: int) -> dict | None:
-        """The summary in shard ``index``'s done marker when the marker verifies (its checksum, its
-        key, every artifact it lists still there); ``None`` otherwise."""
-        path = self.marker_path(index)
-        try:
-            record = json.loads(path.read_text())
-            body = record["body"]
-            if record["sha256"] != _digest(body) or body["key"] != self.key(index):
-                return None
-            if not all((self.cache_dir / p).exists() for p in body["artifacts"]):
-                return None
-            return body["summary"]
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            log.warning("%s: unreadable done marker (%s); the shard is run again", path, error)
-            return None
-
 
 def _digest(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -189,7 +259,7 @@ def _digest(body: dict) -> str:
 class _Status:
     """A task's status file, rewritten (atomically) at each step."""
 
-    def __init__(self, work: ShardWork, index: int, n_documents: int):
+    def __init__(self, work: _Shards, index: int, **counters: Any):
         self.path = work.status_path(index)
         self.record: dict[str, Any] = {
             "shard": index,
@@ -199,8 +269,7 @@ class _Status:
             "job": job_id(),
             "started": time.time(),
             "stage": "start",
-            "documents": {"total": n_documents, "rendered": 0, "reused": 0, "failed": 0, "ocr_done": 0},
-            "pages": {"total": 0, "ocred": 0, "from_cache": 0},
+            **counters,
         }
 
     def update(self, **changes: Any) -> None:
@@ -221,24 +290,22 @@ class ShardTask:
     """The task of one shard, as submitit runs it; a preempted or timed-out SLURM task is requeued
     (``checkpoint``) and resumes from the caches."""
 
-    def __call__(self, work: ShardWork, index: int) -> dict:
+    def __call__(self, work: _Shards, index: int) -> dict:
         return run_shard(work, index)
 
-    def checkpoint(self, work: ShardWork, index: int):
+    def checkpoint(self, work: _Shards, index: int):
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, work, index)
 
 
-def run_shard(work: ShardWork, index: int) -> dict:
-    """Render, rasterize and OCR shard ``index`` of ``work`` (module doc); returns its summary."""
-    html, pdfs = work.documents(index)
+def run_shard(work: _Shards, index: int) -> dict:
+    """Shard ``index`` of ``work`` (its :meth:`~_Shards.run`), single-flight; returns its summary."""
     leases = Leases(work.cache_dir / LEASES_DIR, **work.leases)
     with leases.single_flight(work.unit(index), lambda: work.finished(index) is not None) as lease:
         if lease is None:  # finished by an earlier run or a concurrent build (whose status file stays)
             return {**work.finished(index), "state": "done earlier"}
-        status = _Status(work, index, len(html) + len(pdfs))  # (only the lease's holder writes it)
-        return _run_shard(work, index, html, pdfs, status)
+        return work.run(index)
 
 
 def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict:
@@ -302,13 +369,12 @@ def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict
                 documents={"ocr_done": sum(end <= start + len(batch) for end in ends)},
             )
     summary.update(pages=len(pages), ocred=ocred, ocr_from_cache=from_cache)
-    body = {
-        "key": work.key(index),
-        "documents": documents,
-        "artifacts": sorted({str(p.relative_to(work.cache_dir)) for p in artifacts}),
-        "summary": {k: summary[k] for k in ("shard", "documents", "pages", "failed")},
-    }
-    atomic_write_text(json.dumps({"body": body, "sha256": _digest(body)}), work.marker_path(index))
+    work.mark_done(
+        index,
+        {k: summary[k] for k in ("shard", "documents", "pages", "failed")},
+        list({str(p.relative_to(work.cache_dir)) for p in artifacts}),
+        documents=documents,
+    )
     status.update(stage="done", documents={"ocr_done": len(documents)})
     return {**summary, "state": "computed"}
 
@@ -322,6 +388,172 @@ def _check_version(work: ShardWork, ocr: OcrConfig) -> None:
             f"Tesseract {version} here ({socket.gethostname()}) but {work.ocr_version} where the build started: "
             "the OCR cache keys would differ; give every node the same Tesseract"
         )
+
+
+QUERY_STEPS = ("describe", "generate")
+"""The query stage's two job arrays: the page descriptions (a page per shard, by its id), then
+per configuration (by its signature) the generation and the cleaning of its queries."""
+
+
+@dataclass
+class QueryShards(_Shards):
+    """The model requests of the query stage (:class:`~vldocir.queries.query_stage.GeneratedQueries`)
+    over shards, one ``step`` of :data:`QUERY_STEPS`. ``items``: shard -> its page ids (describe) or
+    its configurations (generate, a frame of them); ``stage``: the stage without its encoder
+    (:meth:`~vldocir.queries.query_stage.GeneratedQueries.for_requests`; its clients pickle without
+    a key). :meth:`part` is what task ``i`` is sent: its items and the rows of the tables (documents,
+    elements) and page images they need, no more."""
+
+    step: str
+    n_shards: int
+    cache_dir: Path
+    work_dir: Path
+    stage: Any
+    near_max_gap: int
+    items: dict[int, Any]
+    documents: Any  # pd.DataFrame (generate) or None
+    elements: Any
+    images: dict[str, Any]
+    leases: dict[str, Any] = field(default_factory=dict)
+    whole: bool = True
+
+    @property
+    def prefix(self) -> str:
+        return f"queries-{self.step}"
+
+    @property
+    def what(self) -> str:
+        return f"queries, {self.step}"
+
+    def size(self, index: int) -> int:
+        return len(self.items.get(index, ()))
+
+    def empty(self, index: int) -> dict:
+        return {"shard": index, "items": 0}
+
+    def _pages(self, index: int) -> list[str]:
+        from vldocir.data.evidence import page_id
+
+        items = self.items.get(index, ())
+        if self.step == "describe":
+            return list(items)
+        return list(
+            dict.fromkeys(
+                page_id(d, p)
+                for docs, indices in zip(items["doc_ids"], items["page_indices"], strict=True)
+                for d, p in zip(docs, indices, strict=True)
+            )
+        )
+
+    def part(self, index: int) -> QueryShards:
+        if not self.whole:
+            return self
+        items = self.items.get(index, ())
+        documents = elements = None
+        if self.step == "generate" and len(items):
+            docs = {str(d) for ids in items["doc_ids"] for d in ids}
+            documents = self.documents[self.documents["doc_id"].isin(docs)]
+            elements = self.elements[self.elements["doc_id"].isin(docs)]
+        images = {p: self.images[p] for p in self._pages(index) if p in self.images}
+        return dataclasses.replace(
+            self, items={index: items}, documents=documents, elements=elements, images=images, whole=False
+        )
+
+    def key(self, index: int) -> str:
+        """What the shard's requests depend on: its items and table rows, the clients' cache settings
+        (not the servers: an answer does not depend on which one gave it), the generation and cleaning
+        settings, its page images (path, size, time), the recording and the prompts."""
+        part, stage = self.part(index), self.stage
+
+        def rows(frame) -> str | None:
+            return None if frame is None else frame.to_json(orient="split", default_handler=str)
+
+        items = part.items[index]
+        described = {
+            "version": MARKER_VERSION,
+            "step": self.step,
+            "shard": [index, self.n_shards],
+            "clients": [c.cache_params() for c in stage.clients()],
+            "generation": dataclasses.asdict(stage.generation),
+            "cleaning": dataclasses.asdict(stage.cleaning),
+            "near_max_gap": self.near_max_gap,
+            "items": list(items) if self.step == "describe" else rows(items),
+            "documents": rows(part.documents),
+            "elements": rows(part.elements),
+            "images": {
+                p: (str(v), *_stat(v)) if isinstance(v, (str, Path)) else _sha256(v) for p, v in part.images.items()
+            },
+            "recorded": stage.recorded and file_digest(Path(stage.recorded)),
+            "prompts": _prompts_digest(),
+        }
+        return _sha256(json.dumps(described, sort_keys=True, default=str).encode())
+
+    def run(self, index: int) -> dict:
+        part = self.part(index)
+        n = part.size(index)
+        status = _Status(part, index, step=part.step, items=n, usage={})
+        status.update(stage=part.step)
+        items = part.items[index]
+        usage = part.stage.for_requests().prefetch(  # (its own clients: their usage is this task's)
+            part.documents,
+            part.elements,
+            part.images,
+            part.near_max_gap,
+            configs=items if part.step == "generate" else None,
+            page_ids=items if part.step == "describe" else None,
+        )
+        summary = {
+            "shard": index,
+            "items": n,
+            "asked": sum(u["called"] for u in usage.values()),
+            "from_cache": sum(u["cached"] for u in usage.values()),
+            "failed": sum(u["failed"] + sum(u["unusable"].values()) for u in usage.values()),
+        }
+        if not summary["failed"]:  # a failed or unusable answer is asked again by the next run (not cached)
+            part.mark_done(index, summary)
+        status.update(stage="done", usage=usage)
+        return {**summary, "state": "computed"}
+
+
+def _no_secret_sent(clients: list) -> None:
+    """The tasks get the clients pickled: a key must come from the environment (``api_env_var``),
+    not from ``base_url`` or ``params`` (headers), which would be written into submitit's folder."""
+    from vldocir.manifest import redact_secrets, url_secrets
+
+    for client in clients:
+        if any(url_secrets(url) for url in client.base_urls) or redact_secrets(client.params, []) != client.params:
+            raise ConfigError(
+                "build.shards>1 sends the query stage's LLM clients to its tasks (pickled by submitit), but "
+                "queries.llm.base_url or a client's params hold credentials; give the key through the environment "
+                f"variable named by queries.llm.api_env_var ({client.api_env_var}) instead"
+            )
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _stat(path: str | Path) -> tuple[int, int]:
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return (-1, -1)
+    return (stat.st_size, stat.st_mtime_ns)
+
+
+def _prompts_digest() -> str:
+    from importlib import resources
+
+    digest = hashlib.sha256()
+    prompts = resources.files("vldocir.queries").joinpath("prompts")
+    stack = [prompts]
+    while stack:
+        for entry in sorted(stack.pop().iterdir(), key=lambda e: e.name):
+            if entry.is_dir():
+                stack.append(entry)
+            elif entry.name.endswith(".md"):
+                digest.update(entry.name.encode() + entry.read_bytes())
+    return digest.hexdigest()
 
 
 @dataclass
@@ -376,33 +608,90 @@ class ShardedStages:
             self.parameters.get("cpus_per_task"),
             {doc_id: file_digest(path) for doc_id, path in pdfs},
         )
+        return {**self.run(work), "wall_s": round(time.monotonic() - started, 3)}
+
+    def run(self, work: _Shards) -> dict:
+        """Run the unfinished, non-empty shards of ``work`` as one job array and wait; the summary:
+        ``n``, ``launcher``, ``cpus_per_task`` and one entry per shard (its ``state``: computed,
+        done earlier, empty)."""
+        started = time.monotonic()
         shards, todo = {}, []
-        for index in range(self.n_shards):
-            docs = sum(len(part) for part in work.documents(index))
-            done = work.finished(index) if docs else None
-            if not docs:
-                shards[index] = {"shard": index, "documents": 0, "pages": 0, "state": "empty"}
+        for index in range(work.n_shards):
+            size = work.size(index)
+            done = work.finished(index) if size else None
+            if not size:
+                shards[index] = {**work.empty(index), "state": "empty"}
             elif done is not None:
                 shards[index] = {**done, "state": "done earlier"}
             else:
                 todo.append(index)
         if todo:
-            log.info("%d of %d shard(s) to build (%s)", len(todo), self.n_shards, self.cluster)
+            log.info("%s: %d of %d shard(s) to run (%s)", work.what, len(todo), work.n_shards, self.cluster)
             shards.update(self._run(work, todo))
         return {
-            "n": self.n_shards,
+            "n": work.n_shards,
             "launcher": self.cluster,
-            "cpus_per_task": work.cpus,
+            "cpus_per_task": self.parameters.get("cpus_per_task"),
             "wall_s": round(time.monotonic() - started, 3),
-            "shards": [shards[i] for i in range(self.n_shards)],
+            "shards": [shards[i] for i in range(work.n_shards)],
         }
 
-    def _run(self, work: ShardWork, todo: list[int]) -> dict[int, dict]:
+    def queries(
+        self,
+        stage: Any,
+        cache_dir: Path,
+        work_dir: Path,
+        documents: pd.DataFrame,
+        pages: pd.DataFrame,
+        elements: pd.DataFrame,
+        images: dict[str, Any],
+        near_max_gap: int,
+    ) -> dict | None:
+        """The query stage's model requests over shards (:data:`QUERY_STEPS`, two job arrays), before
+        the build's own query stage, which then finds every answer in the LLM cache; ``None`` for a
+        stage that makes no model request (``queries=file``, ``none``: no ``prefetch``). The stage's
+        arguments are the build's; returns the summary for ``built_by.shards["queries"]``."""
+        if not callable(getattr(stage, "prefetch", None)):
+            return None
+        _no_secret_sent(stage.clients())
+        from vldocir.queries.vlm_generation import config_signature
+
+        started = time.monotonic()
+        configs = stage.sample(documents, pages, elements, near_max_gap)
+        signatures = [
+            config_signature(s, list(zip(d, p, strict=True)))
+            for s, d, p in zip(configs["structure"], configs["doc_ids"], configs["page_indices"], strict=True)
+        ]
+        shard = [shard_of(signature, self.n_shards) for signature in signatures]
+        config_items = {i: configs[[s == i for s in shard]] for i in range(self.n_shards)}
+        common = dict(
+            n_shards=self.n_shards,
+            cache_dir=Path(cache_dir),
+            work_dir=Path(work_dir),
+            stage=stage.for_requests(),
+            near_max_gap=near_max_gap,
+            documents=documents,
+            elements=elements,
+            images=images,
+            leases=dict(self.leases),
+        )
+        generate = QueryShards("generate", items=config_items, **common)
+        described = [generate._pages(i) for i in range(self.n_shards)] if stage.generation.describe else []
+        page_ids = list(dict.fromkeys(p for pages_of in described for p in pages_of))
+        by_page = {i: [p for p in page_ids if shard_of(p, self.n_shards) == i] for i in range(self.n_shards)}
+        steps = {"describe": QueryShards("describe", items=by_page, **common), "generate": generate}
+        summary = {"configs": len(configs), "pages": len(page_ids)}
+        for name, work in steps.items():  # the descriptions first: the generation requests hold them
+            summary[name] = self.run(work)
+        summary["wall_s"] = round(time.monotonic() - started, 3)
+        return summary
+
+    def _run(self, work: _Shards, todo: list[int]) -> dict[int, dict]:
         if self.cluster == "inline":
             results = {}
             for index in todo:
                 try:
-                    results[index] = ShardTask()(work, index)
+                    results[index] = ShardTask()(work.part(index), index)
                 except (VldocirError, OSError) as error:
                     raise ShardError(f"{work.name(index)} failed: {error}; rerun the same command to resume") from error
             return results
@@ -410,7 +699,7 @@ class ShardedStages:
 
         executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.cluster, **self.init)
         executor.update_parameters(**self.parameters)
-        jobs = executor.map_array(ShardTask(), [work] * len(todo), todo)
+        jobs = executor.map_array(ShardTask(), [work.part(index) for index in todo], todo)
         shard_of_job = {job.job_id: index for job, index in zip(jobs, todo, strict=True)}
         log.info("submitted %d shard task(s): job %s, logs in %s", len(jobs), jobs[0].job_id, self.folder)
         results, failures = {}, []
@@ -433,7 +722,7 @@ class ShardedStages:
         return results
 
 
-def _failure(work: ShardWork, index: int, job, error: BaseException) -> str:
+def _failure(work: _Shards, index: int, job, error: BaseException) -> str:
     """One line: which shard, why, where its log is."""
     from submitit.core.utils import FailedJobError
 
@@ -452,8 +741,20 @@ def shards_line(summary: dict) -> str:
     states = {s: sum(1 for e in shards if e["state"] == s) for s in ("computed", "done earlier", "empty")}
     ocred = sum(e.get("ocred", 0) for e in shards)
     cached = sum(e.get("ocr_from_cache", 0) for e in shards)
-    return (
+    line = (
         f"shards: {summary['n']} ({summary['launcher']}): {states['computed']} built, {states['done earlier']} "
         f"done earlier, {states['empty']} empty; {sum(e['documents'] for e in shards)} documents, "
         f"{sum(e['pages'] for e in shards)} pages ({ocred} OCRed, {cached} from the cache) in {summary['wall_s']:.1f} s"
     )
+    if (queries := summary.get("queries")) is not None:
+        steps = []
+        for step in QUERY_STEPS:
+            done = [e for e in queries[step]["shards"] if e["state"] == "computed"]  # (the others' counts are old)
+            asked, cached = (sum(e.get(key, 0) for e in done) for key in ("asked", "from_cache"))
+            again = sum(e["state"] == "done earlier" for e in queries[step]["shards"])
+            steps.append(f"{step} {asked} asked, {cached} from the cache, {again} shard(s) done earlier")
+        line += (
+            f"\nqueries: {queries['configs']} configurations, {queries['pages']} pages over {summary['n']} shards: "
+            f"{'; '.join(steps)} in {queries['wall_s']:.1f} s"
+        )
+    return line

@@ -26,11 +26,12 @@ that cannot work fails in seconds with one line saying what to do.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ from vldocir.queries.vlm_generation import (
     GenerationSpec,
     QueryGenerator,
     candidate_records,
+    describe_pages,
     generate_queries,
     usage_report,
 )
@@ -199,6 +201,78 @@ class GeneratedQueries:
                 len(doc_ids),
             )
 
+    def sample(
+        self, documents: pd.DataFrame, pages: pd.DataFrame, elements: pd.DataFrame, near_max_gap: int
+    ) -> pd.DataFrame:
+        """The evidence configurations the stage generates for (deterministic: seeded)."""
+        return sample_evidence_configs(documents, pages, elements, self.sampling, self.encoder, near_max_gap)
+
+    @contextmanager
+    def _session(self) -> Iterator[tuple[list[ChatClient], Replay | None]]:
+        """The clients to call (describer, generator[, judge]): with ``recorded``, this process's own
+        replay server's, whose answers are keyed apart from a served model's."""
+        clients = [c for c in (self.describer, self.generator, self.judge) if c is not None]
+        if not self.recorded:
+            yield clients, None
+            return
+        replay = Replay(self.recorded, clients)
+        with replay.server as server:
+            log.info("replaying recorded answers from %s through %s", replay.path, server.url)
+            recording = f"{replay.path.name}@{file_digest(replay.path)[:16]}"  # a new recording: new cache keys
+            yield [c.with_base_url(server.url, answers_from=recording) for c in clients], replay
+
+    def _query_generator(self, clients: list[ChatClient], replay: Replay | None) -> QueryGenerator:
+        return QueryGenerator(
+            self.generation, clients[0], clients[1], self.progress, before_requests=replay.expect if replay else None
+        )
+
+    def _generate_and_clean(self, clients, replay, configs, documents, elements, images, near_max_gap):
+        """Generation over ``configs``, then the cleaning of what the filter kept: ``(result, removed, report)``."""
+        result = generate_queries(
+            self._query_generator(clients, replay), configs, documents, elements, images, near_max_gap
+        )
+        judge = clients[2] if len(clients) > 2 else None
+        judge_obj = LLMJudge(judge, progress=self.progress) if judge is not None else None
+        if replay is not None and judge_obj is not None and self.cleaning.method != "none":
+            frame = cleaning_frame(result.queries)
+            tasks = BUILD_TASKS[self.cleaning.method]
+            keys = [(q, t) for t in ("rating", "classifier") if t in tasks for q in frame["question"]]
+            replay.expect("clean", keys, judge_obj.requests(frame, tasks))
+        removed, cleaning_report = clean_generated_queries(judge_obj, result.queries, self.cleaning)
+        return result, removed, cleaning_report
+
+    def for_requests(self) -> GeneratedQueries:
+        """A copy of this stage without its encoder, for a shard task (:meth:`prefetch`), pickled or
+        run in this process: its clients are copies, counting their own usage."""
+        stage = copy.copy(self)
+        stage.encoder = None
+        return copy.deepcopy(stage)
+
+    def prefetch(
+        self,
+        documents: pd.DataFrame,
+        elements: pd.DataFrame,
+        images: Mapping[str, bytes | Path | str],
+        near_max_gap: int,
+        configs: pd.DataFrame | None = None,
+        page_ids: Sequence[str] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Make the model requests :meth:`__call__` makes, into the LLM cache, for part of the work
+        (``build.shards=N``: one shard task's part): the descriptions of ``page_ids``, or the
+        generation and cleaning requests of ``configs`` (a subset of :meth:`sample`'s, whose pages
+        are described already). The same code as :meth:`__call__`: its requests, hence its cache
+        keys, are the same. Returns the usage (:func:`usage_report`) per client role."""
+        with self._session() as (clients, replay):
+            if page_ids is not None:
+                if self.generation.describe:
+                    describe_pages(self._query_generator(clients, replay), list(page_ids), images)
+                roles = {"describer": clients[0]}
+            else:
+                self._generate_and_clean(clients, replay, configs, documents, elements, images, near_max_gap)
+                roles = dict(zip(("describer", "generator", "judge"), clients, strict=False))
+        prices = self.generation.prices_per_million_tokens
+        return {role: usage_report(client, prices) for role, client in roles.items()}
+
     def __call__(
         self,
         documents: pd.DataFrame,
@@ -209,31 +283,13 @@ class GeneratedQueries:
         record_dir: str | Path | None = None,
     ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
         """``(queries, qrels, report)``; ``images``: page id -> its full-size image (bytes or file)."""
-        configs = sample_evidence_configs(documents, pages, elements, self.sampling, self.encoder, near_max_gap)
+        configs = self.sample(documents, pages, elements, near_max_gap)
         log.info("%d evidence configurations", len(configs))
-        with ExitStack() as stack:
-            clients = [c for c in (self.describer, self.generator, self.judge) if c is not None]
-            replay = None
-            if self.recorded:
-                replay = Replay(self.recorded, clients)
-                server = stack.enter_context(replay.server)
-                log.info("replaying recorded answers from %s through %s", replay.path, server.url)
-                recording = f"{replay.path.name}@{file_digest(replay.path)[:16]}"  # a new recording: new cache keys
-                clients = [c.with_base_url(server.url, answers_from=recording) for c in clients]
-            describer, generator = clients[0], clients[1]
-            judge = clients[2] if len(clients) > 2 else None
-            query_generator = QueryGenerator(
-                self.generation, describer, generator, self.progress, before_requests=replay.expect if replay else None
+        with self._session() as (clients, replay):
+            result, removed, cleaning_report = self._generate_and_clean(
+                clients, replay, configs, documents, elements, images, near_max_gap
             )
-            result = generate_queries(query_generator, configs, documents, elements, images, near_max_gap)
-
-            judge_obj = LLMJudge(judge, progress=self.progress) if judge is not None else None
-            if replay is not None and judge_obj is not None and self.cleaning.method != "none":
-                frame = cleaning_frame(result.queries)
-                tasks = BUILD_TASKS[self.cleaning.method]
-                keys = [(q, t) for t in ("rating", "classifier") if t in tasks for q in frame["question"]]
-                replay.expect("clean", keys, judge_obj.requests(frame, tasks))
-            removed, cleaning_report = clean_generated_queries(judge_obj, result.queries, self.cleaning)
+        judge = clients[2] if len(clients) > 2 else None
 
         if removed.all():
             raise ConfigError(_no_queries(result.report, replay, len(configs)))

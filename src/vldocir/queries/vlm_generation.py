@@ -479,27 +479,7 @@ def generate_queries(
     page_bytes = {p: _read_image(images[p], p) for p in needed}
 
     # step 1: one description per distinct page
-    descriptions: dict[str, str | None] = {}
-    describe_failed = 0
-    if spec.describe and needed:
-        answers = generator._send(
-            generator.describer,
-            "describe",
-            needed,
-            [generator.describe_messages(page_bytes[p]) for p in needed],
-            "describe pages",
-            generator.description_validator(),
-        )
-        for pid, answer in zip(needed, answers, strict=True):
-            usable = answer.ok and not answer.unusable
-            descriptions[pid] = answer.content if usable else None
-            describe_failed += not usable
-        if describe_failed:
-            log.warning(
-                "%d of %d page description(s) failed; those pages are described as unavailable",
-                describe_failed,
-                len(needed),
-            )
+    descriptions, describe_failed = describe_pages(generator, needed, page_bytes) if spec.describe else ({}, 0)
 
     # step 2
     requests = [
@@ -596,6 +576,32 @@ def generate_queries(
         output_frame,
         report,
     )
+
+
+def describe_pages(
+    generator: QueryGenerator, page_ids: Sequence[str], images: Mapping[str, bytes | Path | str]
+) -> tuple[dict[str, str | None], int]:
+    """Step 1 for ``page_ids``: ``(page id -> its description, None where it failed; failures)``."""
+    if not page_ids:
+        return {}, 0
+    page_bytes = [_read_image(images[p], p) for p in page_ids]
+    answers = generator._send(
+        generator.describer,
+        "describe",
+        list(page_ids),
+        [generator.describe_messages(image) for image in page_bytes],
+        "describe pages",
+        generator.description_validator(),
+    )
+    descriptions: dict[str, str | None] = {}
+    for pid, answer in zip(page_ids, answers, strict=True):
+        descriptions[pid] = answer.content if answer.ok and not answer.unusable else None
+    failed = sum(d is None for d in descriptions.values())
+    if failed:
+        log.warning(
+            "%d of %d page description(s) failed; those pages are described as unavailable", failed, len(page_ids)
+        )
+    return descriptions, failed
 
 
 def _read_image(image: bytes | Path | str, pid: str) -> bytes:
