@@ -72,10 +72,11 @@ class RenderConfig:
     """Run the documents' scripts while loading (scripts are switched off before measuring)."""
     context_reuse: int = 20
     """Documents rendered one after the other in one browser context and page (one renderer
-    process) before it is replaced by a fresh one; it is also replaced after any failure. A fresh
-    context (and renderer process) costs 0.5-1 CPU-s per document here; 1 gives every document a
-    fresh context (full isolation: storage of earlier documents, e.g. ``localStorage`` of
-    ``file://``, is then never visible)."""
+    process) before it is replaced by a fresh one; it is also replaced after any failure. Between
+    two documents the page is unloaded into ``about:blank`` and the storage of ``file://``
+    (``localStorage``, ``sessionStorage``, IndexedDB, ...) is cleared, so that a document renders
+    exactly as in a fresh context, whatever came before it (hence speed-only). That costs ~0.06 s
+    per document; a fresh context (and renderer process) costs 0.5-1 CPU-s per document here."""
     clutter_selectors: dict[str, list[str]] = field(default_factory=_default_clutter)
     """CSS selectors of elements removed before measuring, per source; key ``"*"``: all sources.
     Defaults: :data:`DEFAULT_CLUTTER_SELECTORS` (:mod:`.rules` names the page feature of each)."""
