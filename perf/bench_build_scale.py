@@ -41,11 +41,8 @@ cache and output folders under a temporary directory, so nothing is reused:
    report's ``built_by.shards``: with a few documents one shard can hold most pages); the
    sharding's overhead = each array's CPU over the one-worker build's (``build.shards=1`` is the
    one-process build by design, so there is no 1-task array to compare with the plain build: the
-   row says which ran). Every
-   build's fingerprint is printed (equal whatever the shard count; ``--override
-   ++render.context_reuse=1`` where the renderer carries state between documents,
-   docs/construction-at-scale.md). A K above the machine's cores cannot speed up past the cores
-   (said in the output).
+   row says which ran). Every build's fingerprint is printed (equal whatever the shard count). A K
+   above the machine's cores cannot speed up past the cores (said in the output).
 3. **The projection** for the paper's corpus (documents and pages from ``../shared/paper/facts.md``,
    else the issue's 29,641 and 388,548): total CPU-hours from the per-page costs, and wall time
 

@@ -99,9 +99,12 @@ def test_the_composed_launcher_maps_to_an_executor_that_takes_its_parameters(tmp
     assert slurm.parameters["gpus_per_node"] is None and slurm.parameters["slurm_array_parallelism"] >= 64
     assert any(str(REPO_ROOT) in line for line in slurm.parameters["slurm_setup"])  # ${paths.root_dir} resolved
     assert node.parameters["tasks_per_node"] == 1 and node.parameters["nodes"] == 1  # a shard is one process
-    for stages in (local, slurm, node):  # submitit itself accepts every name (it raises on an unknown one)
-        executor = submitit.AutoExecutor(folder=tmp_path / stages.cluster / "%j", cluster=stages.cluster, **stages.init)
-        executor.update_parameters(**stages.parameters)
+    for stages in (local, slurm, node):  # submitit itself took every name (it raises on an unknown one)
+        assert isinstance(stages.executor, submitit.AutoExecutor)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # no srun: one line, before any work
+    with pytest.raises(ConfigError, match=r"^build\.shards: the slurm launcher cannot run the shards: ") as refused:
+        _composed_launcher(tmp_path, "build.shards=64", "hydra/launcher=slurm_cpu")
+    assert "\n" not in str(refused.value)
 
     with pytest.raises(ConfigError, match=r"build\.shards must be a positive integer"):
         _composed_launcher(tmp_path, "build.shards=0")
@@ -224,10 +227,9 @@ def test_four_shards_build_the_one_shard_benchmark_and_a_killed_shard_resumes(tm
     if reason:
         pytest.skip(reason)
     index = _real_index(tmp_path)
-    # Every document in a fresh browser context: Chromium's renderer process keeps state from one document
-    # to the next (wikipedia-a's boxes move by 2 px after arxiv-1707.08043), so with context reuse a
-    # rendering depends on its neighbours in a batch, which shards (and worker counts) change.
-    common = [f"input={index}", "spec.name=real", "queries=none", "++ocr.scale=0.25", "++render.context_reuse=1"]
+    # (the default render settings: a page rendered after others in a reused browser context is the page
+    # rendered alone, tests/construction/test_render_reuse.py, so the shards' batches change nothing)
+    common = [f"input={index}", "spec.name=real", "queries=none", "ocr.scale=0.25"]
     slow = tmp_path / "slow-tesseract"  # OCR slowed down, so that a task can be killed in the middle of it
     slow.write_text(f'#!/bin/sh\n[ "$1" = --version ] || sleep 3\nexec {TESSERACT} "$@"\n')
     slow.chmod(0o755)

@@ -71,8 +71,6 @@ def test_bench_build_scale_runs_on_two_small_documents(tmp_path):
             str(real),
             "--workers",
             "2",
-            "--override",
-            "++render.context_reuse=1",  # renderings independent of their neighbours: equal fingerprints
             "--json",
             str(out),
         ],

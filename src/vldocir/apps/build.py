@@ -19,7 +19,7 @@ Nothing is left behind by a build that fails or is stopped: the benchmark is wri
 folder beside ``out_dir`` and renamed into place once complete (renders stay in the cache for the
 rerun); SIGTERM is a clean exit (status 143) that kills Tesseract and the browser and removes the
 staging folder, which a watcher process removes after a SIGKILL too; the children end with the build
-(:mod:`vldocir.subprocesses`).
+(:mod:`vldocir.subprocesses`); a sharded build's tasks are jobs of their own (``docs/construction-at-scale.md``).
 """
 
 from pathlib import Path

@@ -270,11 +270,11 @@ def _build_rendered_benchmark(
         ),
         work_dir / "html",
     )
+    html_docs = [(d.doc_id, d.source, d.html_path) for d in corpus]
     if shards is not None:  # build.shards=N: a job array renders and OCRs; what follows finds it done
-        html_docs = [(d.doc_id, d.source, d.html_path) for d in corpus]
         shard_ocr = (ocr or OcrConfig()) if spec.ocr else None
         sharded = shards(Path(cache_dir), work_dir, html_docs, [], render, None, shard_ocr)
-    report = render_batch([(d.doc_id, d.source, d.html_path) for d in corpus], work_dir / "rendered", render)
+    report = render_batch(html_docs, work_dir / "rendered", render)
     if report.failed:
         log.warning("%d document(s) failed to render and are left out: %s", len(report.failed), report.errors)
 

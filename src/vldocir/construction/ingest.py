@@ -67,7 +67,7 @@ from vldocir.construction.input_folder import (
     listing_digest,
 )
 from vldocir.construction.ocr import OcrConfig, ocr_where_needed
-from vldocir.construction.pdf import PdfBatchReport, PdfConfig, rasterize_pdfs
+from vldocir.construction.pdf import PdfBatchReport, PdfConfig, needs_ocr, rasterize_pdfs
 from vldocir.construction.render import LAYOUT_VERSION, BatchReport, RenderConfig, render_batch
 from vldocir.data.benchmark import Benchmark, load_benchmark, write_benchmark
 from vldocir.data.evidence import NEAR_MAX_GAP, page_id
@@ -275,7 +275,7 @@ def _build_from_html(
         frames.append(assemble_pdfs(pdf_records, pdf_report, out_dir, images))
     document_frame, page_frame, element_frame = (pd.concat([f[i] for f in frames], ignore_index=True) for i in range(3))
     rendering = frames[0][3] if records else {}
-    text_layer = set(pdf_text_layer_pages(pdf_report)) if not pdf.ocr else set()
+    text_layer = set(pdf_pages_not_ocred(pdf_report, pdf))
     not_needed = [
         SPEC_OCR_OFF if not with_ocr else PDF_TEXT_LAYER if page in text_layer else None
         for page in page_frame["page_id"]
@@ -348,13 +348,13 @@ def _build_from_html(
     write_benchmark(out_dir, tables, info)
 
 
-def pdf_text_layer_pages(report: PdfBatchReport) -> list[str]:
-    """The page ids of the rasterized PDFs' pages that have a text layer."""
+def pdf_pages_not_ocred(report: PdfBatchReport, config: PdfConfig) -> list[str]:
+    """The page ids of the rasterized PDFs' pages the build does not OCR (:func:`~.pdf.needs_ocr`)."""
     return [
         page_id(doc_id, page.page_index)
         for doc_id, document in report.documents.items()
         for page in document.pages
-        if page.text.strip()
+        if not needs_ocr(page, config)
     ]
 
 

@@ -35,7 +35,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -102,6 +102,11 @@ def _tesseract(config: OcrConfig) -> tuple[str, str]:
     if not command:
         raise MissingDependencyError(f"Tesseract was not found on PATH: {INSTALL_HINT}")
     return command, _tesseract_version(command)
+
+
+def tesseract_version(config: OcrConfig) -> str:
+    """The version of the Tesseract ``config`` runs (part of every OCR cache key)."""
+    return _tesseract(config)[1]
 
 
 def cache_key(image_bytes: bytes, version: str, config: OcrConfig) -> str:
@@ -227,9 +232,16 @@ def _run_tesseract(command: str, images: list, config: OcrConfig) -> list[str]:
     return [" ".join(text.split()) for text in texts]
 
 
-def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig | None = None) -> list[str]:
+def ocr_pages(
+    images: Sequence[Path],
+    cache_dir: Path,
+    config: OcrConfig | None = None,
+    on_done: Callable[[list[int], bool], None] | None = None,
+) -> list[str]:
     """OCR text for each image, in order; cached under ``cache_dir/ocr/``; ``config`` defaults to
-    ``OcrConfig()``.
+    ``OcrConfig()``. ``on_done(indices, from_cache)``: called once with the indices of the images
+    found in the cache (``from_cache=True``), then with those of each batch of images OCRed (or
+    failed) as it ends (a sharded build's status file).
 
     An image that cannot be read raises an error naming its path, after every other page's text
     has been cached (a rerun then only redoes the failures).
@@ -250,6 +262,8 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig | None 
         if results[i] is None:
             todo.append((i, key))
 
+    if on_done is not None:
+        on_done([i for i, text in enumerate(results) if text is not None], True)
     processes = _Processes()
 
     def store(i: int, key: str, text: str) -> None:
@@ -303,6 +317,8 @@ def ocr_pages(images: Sequence[Path], cache_dir: Path, config: OcrConfig | None 
                 except Exception as error:  # keep going: every other page is still OCRed and cached
                     failures.update({i: error for i, _ in batch if results[i] is None and i not in failures})
                 bar.update(len(batch))
+                if on_done is not None:
+                    on_done([i for i, _ in batch], False)
     except BaseException:  # an interrupt (Ctrl-C, SIGTERM): no batch starts, the running ones are killed
         pool.shutdown(wait=False, cancel_futures=True)
         processes.stop()

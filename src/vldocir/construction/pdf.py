@@ -131,6 +131,11 @@ class PdfPage:
     """``{element_id, element_type ("text" | "image"), bbox [x0, y0, x1, y1] in image pixels, text}``."""
 
 
+def needs_ocr(page: PdfPage, config: PdfConfig) -> bool:
+    """Whether the build OCRs ``page``: always, unless ``pdf.ocr=false`` and the page has a text layer."""
+    return config.ocr or not page.text.strip()
+
+
 @dataclass(frozen=True)
 class PdfDocument:
     """One rasterized PDF: its directory (``<out_dir>/<key>``) and its pages."""

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -60,8 +59,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vldocir.construction.ocr import PAGES_PER_PROCESS, OcrConfig, cache_key, entry_path, ocr_pages, read_entry
-from vldocir.construction.pdf import PdfConfig, rasterize_pdfs
+from vldocir.construction.ocr import OcrConfig, cache_key, entry_path, ocr_pages, tesseract_version
+from vldocir.construction.pdf import PdfConfig, needs_ocr, rasterize_pdfs
 from vldocir.construction.render import RenderConfig, load_layout, render_batch
 from vldocir.construction.render.layout import LAYOUT_FILE
 from vldocir.errors import ConfigError, VldocirError
@@ -311,8 +310,9 @@ def run_shard(work: _Shards, index: int) -> dict:
 def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict:
     cpus = work.cpus or job_cpus()
     artifacts: list[Path] = []
-    pages: list[Path] = []
-    documents: dict[str, int] = {}  # doc_id -> pages, in the order of ``pages``
+    pages: list[Path] = []  # the pages to OCR
+    n_pages = 0  # every page of the shard's documents
+    documents: dict[str, int] = {}  # doc_id -> its pages to OCR, in the order of ``pages``
     status.update()
     summary = {"shard": index, "documents": len(html) + len(pdfs), "rendered": 0, "render_reused": 0, "failed": 0}
     if html:
@@ -333,6 +333,7 @@ def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict
             if doc_id in failed:
                 continue
             layout = load_layout(work.work_dir / "rendered" / doc_id)
+            n_pages += len(layout.pages)
             documents[doc_id] = len(layout.pages)
             pages += [layout.page_path(p.page_index) for p in layout.pages]
             artifacts.append(layout.directory / LAYOUT_FILE)
@@ -344,34 +345,32 @@ def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict
         for doc_id, _ in pdfs:
             document = pdf_report.documents.get(doc_id)
             if document is not None:
-                # pdf.ocr=false: the pages with a text layer are not OCRed (ingest.py decides the same)
-                to_ocr = [p for p in document.pages if work.pdf.ocr or not p.text.strip()]
+                n_pages += document.n_pages
+                to_ocr = [p for p in document.pages if needs_ocr(p, work.pdf)]  # (ingest.py decides the same)
                 documents[doc_id] = len(to_ocr)
                 pages += [document.image_path(p.page_index) for p in to_ocr]
                 artifacts.append(document.directory)
     status.update(documents={"failed": summary["failed"]}, pages={"total": len(pages)})
-    ocred = from_cache = 0
+    counts = {"ocred": 0, "from_cache": 0}
     if work.ocr is not None and pages:
         status.update(stage="ocr")
         ocr = dataclasses.replace(work.ocr, workers=_capped(work.ocr.workers, cpus))
         _check_version(work, ocr)
-        chunk = ocr.workers * PAGES_PER_PROCESS  # one round of Tesseract processes between status updates
-        for start in range(0, len(pages), chunk):
-            batch = pages[start : start + chunk]
-            keys = [cache_key(p.read_bytes(), work.ocr_version, ocr) for p in batch]
-            cached = sum(read_entry(entry_path(work.cache_dir, k), k) is not None for k in keys)
-            ocr_pages(batch, work.cache_dir, ocr)
-            artifacts += [entry_path(work.cache_dir, k) for k in keys]
-            ocred, from_cache = ocred + len(batch) - cached, from_cache + cached
-            ends = itertools.accumulate(documents.values())  # a document is done once its last page is
-            status.update(
-                pages={"ocred": ocred, "from_cache": from_cache},
-                documents={"ocr_done": sum(end <= start + len(batch) for end in ends)},
-            )
-    summary.update(pages=len(pages), ocred=ocred, ocr_from_cache=from_cache)
+        page_doc = [doc for doc, n in documents.items() for _ in range(n)]
+        left = dict(documents)  # doc_id -> its pages not OCRed yet
+
+        def progress(done: list[int], from_cache: bool) -> None:  # called by ocr_pages as its batches end
+            counts["from_cache" if from_cache else "ocred"] += len(done)
+            for i in done:
+                left[page_doc[i]] -= 1
+            status.update(pages=dict(counts), documents={"ocr_done": sum(n <= 0 for n in left.values())})
+
+        ocr_pages(pages, work.cache_dir, ocr, on_done=progress)
+        artifacts += [entry_path(work.cache_dir, cache_key(p.read_bytes(), work.ocr_version, ocr)) for p in pages]
+    summary.update(pages=n_pages, to_ocr=len(pages), ocred=counts["ocred"], ocr_from_cache=counts["from_cache"])
     work.mark_done(
         index,
-        {k: summary[k] for k in ("shard", "documents", "pages", "failed")},
+        {k: summary[k] for k in ("shard", "documents", "pages", "to_ocr", "failed")},
         list({str(p.relative_to(work.cache_dir)) for p in artifacts}),
         documents=documents,
     )
@@ -380,9 +379,7 @@ def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict
 
 
 def _check_version(work: ShardWork, ocr: OcrConfig) -> None:
-    from vldocir.construction.ocr import _tesseract
-
-    version = _tesseract(ocr)[1]
+    version = tesseract_version(ocr)
     if version != work.ocr_version:
         raise ShardError(
             f"Tesseract {version} here ({socket.gethostname()}) but {work.ocr_version} where the build started: "
@@ -577,6 +574,25 @@ class ShardedStages:
         if isinstance(self.n_shards, bool) or not isinstance(self.n_shards, int) or self.n_shards < 1:
             raise ConfigError(f"build.shards must be a positive integer, got {self.n_shards!r}")
         self.cluster, self.init, self.parameters = executor_settings(self.launcher)
+        self.executor = self._executor() if self.cluster != "inline" else None  # (a cluster it cannot use: now)
+        if self.cluster == "inline" and self.n_shards > 1:
+            log.warning(
+                "build.shards=%d with Hydra's basic launcher: the shards run one after another in this process; "
+                "hydra/launcher=submitit_local (or slurm_cpu) runs them at once",
+                self.n_shards,
+            )
+
+    def _executor(self):
+        """The submitit executor of the launcher; a launcher it cannot use is one line, before any work."""
+        import submitit
+
+        try:
+            executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.cluster, **self.init)
+            executor.update_parameters(**self.parameters)
+        except (RuntimeError, ValueError, TypeError, AssertionError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ConfigError(f"build.shards: the {self.cluster} launcher cannot run the shards: {first}") from None
+        return executor
 
     def __call__(
         self,
@@ -591,9 +607,7 @@ class ShardedStages:
         started = time.monotonic()
         version = None
         if ocr is not None:
-            from vldocir.construction.ocr import _tesseract
-
-            version = _tesseract(ocr)[1]
+            version = tesseract_version(ocr)
         work = ShardWork(
             self.n_shards,
             Path(cache_dir),
@@ -696,10 +710,14 @@ class ShardedStages:
                     raise ShardError(f"{work.name(index)} failed: {error}; rerun the same command to resume") from error
             return results
         import submitit
+        from submitit.core.utils import FailedJobError
 
-        executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.cluster, **self.init)
-        executor.update_parameters(**self.parameters)
-        jobs = executor.map_array(ShardTask(), [work.part(index) for index in todo], todo)
+        try:
+            jobs = self.executor.map_array(ShardTask(), [work.part(index) for index in todo], todo)
+        except (FailedJobError, OSError, RuntimeError) as error:  # sbatch refused it (partition, account, ...)
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            reason = next((line for line in lines if "error" in line.lower()), lines[0] if lines else repr(error))
+            raise ShardError(f"{work.what}: the {self.cluster} array could not be submitted: {reason}") from None
         shard_of_job = {job.job_id: index for job, index in zip(jobs, todo, strict=True)}
         log.info("submitted %d shard task(s): job %s, logs in %s", len(jobs), jobs[0].job_id, self.folder)
         results, failures = {}, []
