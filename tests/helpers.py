@@ -82,6 +82,15 @@ def _chromium_or_reason() -> tuple[str | None, str]:
 CHROMIUM, NO_CHROMIUM_REASON = _chromium_or_reason()
 
 
+def no_build_tools() -> str | None:
+    """Why a build cannot render and OCR here (no Tesseract, no Chromium), or ``None``."""
+    import shutil
+
+    if shutil.which("tesseract") is None:
+        return "needs the tesseract binary (apt-get install tesseract-ocr)"
+    return NO_CHROMIUM_REASON or None
+
+
 def needs_chromium(test):
     """Skip ``test`` with the reason when no Chromium can be found."""
     import pytest

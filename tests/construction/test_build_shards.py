@@ -212,13 +212,11 @@ def _statuses(root: Path) -> dict[int, dict]:
 
 
 def _skip_reason() -> str | None:
-    from helpers import _chromium_or_reason
+    from helpers import no_build_tools
 
     if not REAL.is_dir():
         return f"the real pages are absent ({REAL}; set $VLDOCIR_REAL_HTML to a copy of ../shared/real-html)"
-    if TESSERACT is None:
-        return "needs the tesseract binary (apt-get install tesseract-ocr)"
-    return _chromium_or_reason()[1] or None
+    return no_build_tools()
 
 
 @pytest.mark.slow

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO_ROOT
-from vldocir.construction.render import ChromiumNotFoundError, find_chromium
+from helpers import REPO_ROOT, no_build_tools
 
 
 def _bench():
@@ -38,18 +36,8 @@ def test_agreement_counts_words_in_order_and_as_bags():
     )
 
 
-def _missing() -> str | None:
-    if shutil.which("tesseract") is None:
-        return "needs the tesseract binary (apt-get install tesseract-ocr)"
-    try:
-        find_chromium(None)
-    except (ChromiumNotFoundError, ImportError) as exc:
-        return f"no Chromium to render with: {exc}"
-    return None
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+@pytest.mark.skipif(no_build_tools() is not None, reason=no_build_tools() or "")
 def test_bench_build_smoke(tmp_path):
     pytest.importorskip("pytesseract")
     out = tmp_path / "figures.json"

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO_ROOT
-from vldocir.construction.render import ChromiumNotFoundError, find_chromium
+from helpers import REPO_ROOT, no_build_tools
 
 
 def _bench():
@@ -45,18 +43,8 @@ def test_paper_corpus_from_facts_else_the_issue(tmp_path):
     assert bench.paper_corpus(tmp_path / "absent.md") == (29_641, 388_548, "issue 37")
 
 
-def _missing() -> str | None:
-    if shutil.which("tesseract") is None:
-        return "needs the tesseract binary (apt-get install tesseract-ocr)"
-    try:
-        find_chromium(None)
-    except (ChromiumNotFoundError, ImportError) as exc:
-        return f"no Chromium to render with: {exc}"
-    return None
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+@pytest.mark.skipif(no_build_tools() is not None, reason=no_build_tools() or "")
 def test_bench_build_scale_runs_on_two_small_documents(tmp_path):
     real = tmp_path / "real"  # a stand-in for ../shared/real-html: two small documents
     for name, text in [("wikipedia-x", "A Hermitian matrix equals its conjugate transpose."), ("sec-x", "Vote.")]:
