@@ -142,6 +142,29 @@ def test_a_shard_is_built_once_and_its_done_marker_verifies(tmp_path):
     assert stages(*args)["shards"][shard]["state"] == "computed"
     other = ShardedStages(2, stages.launcher, tmp_path)(*args[:-1], OcrConfig(scale=0.3))  # other OCR settings
     assert other["shards"][shard]["state"] == "computed" and other["shards"][shard]["ocred"] == 1
+    no_ocr = ShardedStages(2, stages.launcher, tmp_path)(*args[:-1], None)["shards"][shard]  # spec.ocr=false
+    assert no_ocr["state"] == "computed" and (no_ocr["pages"], no_ocr["to_ocr"], no_ocr["ocred"]) == (1, 0, 0)
+    text_layer = ShardedStages(2, stages.launcher, tmp_path)(*args[:-2], PdfConfig(width=600, ocr=False), ocr)
+    assert (text_layer["shards"][shard]["pages"], text_layer["shards"][shard]["to_ocr"]) == (1, 0)  # pdf.ocr=false
+
+
+def test_a_query_stage_the_tasks_cannot_use_is_refused_before_any_work(tmp_path):
+    """With build.shards>1 the tasks get the LLM clients pickled and the driver reads their answers from
+    the LLM cache: a credential in a URL, or no cache, is one line before anything runs."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    stages = ShardedStages(2, {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}, tmp_path)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        for override, message in (
+            ("queries.llm.base_url=http://user:pw@127.0.0.1:9/v1", "hold credentials"),
+            ("queries.llm.cache_dir=null", "set queries.llm.cache_dir"),
+        ):
+            roots = [f"paths.root_dir={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}"]
+            cfg = compose("build", overrides=[*roots, "queries.recorded=null", "queries.llm.model=m", override])
+            with pytest.raises(ConfigError, match=message) as refused:
+                stages.check_queries(instantiate(cfg.queries))
+            assert "\n" not in str(refused.value) and "pw" not in str(refused.value)
 
 
 @needs_tesseract
@@ -275,7 +298,8 @@ def test_four_shards_build_the_one_shard_benchmark_and_a_killed_shard_resumes(tm
     assert (
         again["rendered"] == 0
         and again["ocr_from_cache"] >= killed
-        and again["ocred"] == again["pages"] - again["ocr_from_cache"]
+        and again["ocred"] == again["to_ocr"] - again["ocr_from_cache"]
+        and again["to_ocr"] == again["pages"]  # (no PDF: every page is OCRed)
     )
     assert again["ocred"] > 0
     others = [e for shard, e in states.items() if shard != victim["shard"] and e["documents"]]

@@ -46,6 +46,8 @@ def build(cfg: DictConfig) -> None:
     queries = instantiate(cfg.queries) if cfg.queries.get("_target_") else None  # queries=templates: none
     common = dict(render=instantiate(cfg.render), images=instantiate(cfg.images), ocr=instantiate(cfg.ocr))
     common["shards"] = shard_stages(cfg)
+    if common["shards"] is not None and queries is not None:  # what the query arrays need: checked before any work
+        common["shards"].check_queries(queries)
     if cfg.input:  # your own HTML and PDF documents: a folder of them or a document index
         bench = build_from_html(  # (runs the query stage's preflight once the documents are known)
             cfg.input,

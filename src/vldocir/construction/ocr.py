@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -240,8 +240,8 @@ def ocr_pages(
 ) -> list[str]:
     """OCR text for each image, in order; cached under ``cache_dir/ocr/``; ``config`` defaults to
     ``OcrConfig()``. ``on_done(indices, from_cache)``: called once with the indices of the images
-    found in the cache (``from_cache=True``), then with those of each batch of images OCRed (or
-    failed) as it ends (a sharded build's status file).
+    found in the cache (``from_cache=True``), then with those of each batch of images OCRed as it
+    ends (a sharded build's status file; failed pages are not passed).
 
     An image that cannot be read raises an error naming its path, after every other page's text
     has been cached (a rerun then only redoes the failures).
@@ -311,14 +311,15 @@ def ocr_pages(
     try:
         with tqdm(total=len(todo), desc="OCR pages", unit="page") as bar:
             futures = {pool.submit(ocr_batch, batch): batch for batch in batches}
-            for future, batch in futures.items():
+            for future in as_completed(futures):
+                batch = futures[future]
                 try:
                     future.result()
                 except Exception as error:  # keep going: every other page is still OCRed and cached
                     failures.update({i: error for i, _ in batch if results[i] is None and i not in failures})
                 bar.update(len(batch))
                 if on_done is not None:
-                    on_done([i for i, _ in batch], False)
+                    on_done([i for i, _ in batch if results[i] is not None], False)
     except BaseException:  # an interrupt (Ctrl-C, SIGTERM): no batch starts, the running ones are killed
         pool.shutdown(wait=False, cancel_futures=True)
         processes.stop()

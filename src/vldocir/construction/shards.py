@@ -47,8 +47,10 @@ with a failed or unusable answer writes none (the rerun asks again).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import io
 import json
 import logging
 import os
@@ -350,6 +352,8 @@ def _run_shard(work: ShardWork, index: int, html, pdfs, status: _Status) -> dict
                 documents[doc_id] = len(to_ocr)
                 pages += [document.image_path(p.page_index) for p in to_ocr]
                 artifacts.append(document.directory)
+    if work.ocr is None:  # spec.ocr=false: no page is OCRed
+        pages, documents = [], dict.fromkeys(documents, 0)
     status.update(documents={"failed": summary["failed"]}, pages={"total": len(pages)})
     counts = {"ocred": 0, "from_cache": 0}
     if work.ocr is not None and pages:
@@ -471,6 +475,7 @@ class QueryShards(_Shards):
             "step": self.step,
             "shard": [index, self.n_shards],
             "clients": [c.cache_params() for c in stage.clients()],
+            "cache_dirs": [str(c.cache_dir) for c in stage.clients()],
             "generation": dataclasses.asdict(stage.generation),
             "cleaning": dataclasses.asdict(stage.cleaning),
             "near_max_gap": self.near_max_gap,
@@ -510,6 +515,11 @@ class QueryShards(_Shards):
             part.mark_done(index, summary)
         status.update(stage="done", usage=usage)
         return {**summary, "state": "computed"}
+
+
+def _stage_clients(stage: Any) -> list:
+    """Every client the stage holds (the judge too, pickled with it even when cleaning is off)."""
+    return [c for c in (stage.describer, stage.generator, stage.judge) if c is not None]
 
 
 def _no_secret_sent(clients: list) -> None:
@@ -650,6 +660,19 @@ class ShardedStages:
             "shards": [shards[i] for i in range(work.n_shards)],
         }
 
+    def check_queries(self, stage: Any) -> None:
+        """Before any work (:func:`vldocir.apps.build.build`): a query stage whose requests the tasks
+        would make must send them no secret and must cache its answers (the driver reads them there)."""
+        if not callable(getattr(stage, "prefetch", None)) or stage.recorded:
+            return
+        clients = _stage_clients(stage)
+        _no_secret_sent(clients)
+        if any(c.cache_dir is None for c in clients):
+            raise ConfigError(
+                "build.shards>1 makes the query stage's model requests in its tasks and reads the answers from the "
+                "LLM cache: set queries.llm.cache_dir (null keeps no answer)"
+            )
+
     def queries(
         self,
         stage: Any,
@@ -667,7 +690,7 @@ class ShardedStages:
         arguments are the build's; returns the summary for ``built_by.shards["queries"]``."""
         if not callable(getattr(stage, "prefetch", None)):
             return None
-        _no_secret_sent(stage.clients())
+        self.check_queries(stage)
         from vldocir.queries.vlm_generation import config_signature
 
         started = time.monotonic()
@@ -677,7 +700,7 @@ class ShardedStages:
             for s, d, p in zip(configs["structure"], configs["doc_ids"], configs["page_indices"], strict=True)
         ]
         shard = [shard_of(signature, self.n_shards) for signature in signatures]
-        config_items = {i: configs[[s == i for s in shard]] for i in range(self.n_shards)}
+        config_items = {i: configs.loc[[s == i for s in shard]] for i in range(self.n_shards)}
         common = dict(
             n_shards=self.n_shards,
             cache_dir=Path(cache_dir),
@@ -712,10 +735,12 @@ class ShardedStages:
         import submitit
         from submitit.core.utils import FailedJobError
 
+        printed = io.StringIO()  # (submitit prints a refusing sbatch's output: it goes into the one line)
         try:
-            jobs = self.executor.map_array(ShardTask(), [work.part(index) for index in todo], todo)
+            with contextlib.redirect_stderr(printed):
+                jobs = self.executor.map_array(ShardTask(), [work.part(index) for index in todo], todo)
         except (FailedJobError, OSError, RuntimeError) as error:  # sbatch refused it (partition, account, ...)
-            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            lines = [line.strip() for line in f"{printed.getvalue()}\n{error}".splitlines() if line.strip()]
             reason = next((line for line in lines if "error" in line.lower()), lines[0] if lines else repr(error))
             raise ShardError(f"{work.what}: the {self.cluster} array could not be submitted: {reason}") from None
         shard_of_job = {job.job_id: index for job, index in zip(jobs, todo, strict=True)}
@@ -762,7 +787,8 @@ def shards_line(summary: dict) -> str:
     line = (
         f"shards: {summary['n']} ({summary['launcher']}): {states['computed']} built, {states['done earlier']} "
         f"done earlier, {states['empty']} empty; {sum(e['documents'] for e in shards)} documents, "
-        f"{sum(e['pages'] for e in shards)} pages ({ocred} OCRed, {cached} from the cache) in {summary['wall_s']:.1f} s"
+        f"{sum(e['pages'] for e in shards)} pages ({ocred} OCRed, {cached} from the cache by the shards run now) "
+        f"in {summary['wall_s']:.1f} s"
     )
     if (queries := summary.get("queries")) is not None:
         steps = []

@@ -74,8 +74,9 @@ class RenderConfig:
     """Documents rendered one after the other in one browser context and page (one renderer
     process) before it is replaced by a fresh one; it is also replaced after any failure. Between
     two documents the page is unloaded into ``about:blank`` and the storage of ``file://``
-    (``localStorage``, ``sessionStorage``, IndexedDB, ...) is cleared, so that a document renders
-    exactly as in a fresh context, whatever came before it (hence speed-only). That costs ~0.06 s
+    (``localStorage``, ``sessionStorage``, IndexedDB, ...) is cleared: measured on the real pages of
+    ``../shared/real-html`` in every order, a document then renders as in a fresh context, to the
+    bytes of its page images (``tests/construction/test_render_reuse.py``; hence speed-only). That costs ~0.06 s
     per document; a fresh context (and renderer process) costs 0.5-1 CPU-s per document here."""
     clutter_selectors: dict[str, list[str]] = field(default_factory=_default_clutter)
     """CSS selectors of elements removed before measuring, per source; key ``"*"``: all sources.

@@ -232,10 +232,16 @@ class Renderer:
             # would also read the storage the earlier ones wrote (file:// is one origin). Unloading it
             # into about:blank first, in the same renderer process, gives the rendering of a fresh
             # context (tests/construction/test_render_reuse.py) for ~0.06 s instead of ~1 CPU-s.
-            session.page.goto("about:blank", wait_until="load", timeout=self.config.navigation_timeout_s * 1000)
-            session.cdp.send("Storage.clearDataForOrigin", {"origin": "file://", "storageTypes": "all"})
-            # The previous document's scripts were switched off; the next one's must run.
-            session.cdp.send("Emulation.setScriptExecutionDisabled", {"value": False})
+            try:
+                session.page.goto("about:blank", wait_until="load", timeout=self.config.navigation_timeout_s * 1000)
+                session.cdp.send("Storage.clearDataForOrigin", {"origin": "file://", "storageTypes": "all"})
+                # The previous document's scripts were switched off; the next one's must run.
+                session.cdp.send("Emulation.setScriptExecutionDisabled", {"value": False})
+            except Exception as error:  # the page could not be unloaded (its renderer crashed): a fresh one
+                log.info("reused page not unloaded (%s); a fresh browser context for the next document", error)
+                self._drop_session()
+                self._ensure_browser()
+                session = self._session = new_session(self._browser, self.config)
         session.root = root.resolve()
         session.blocked = []
         return session
